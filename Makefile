@@ -1,0 +1,54 @@
+# metro: `make serve` and `make test` are all a fresh Debian machine needs.
+SHELL := /bin/bash
+MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+BUILD ?= build
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+PROMPT ?= Write a haiku about trains.
+HOST ?= 127.0.0.1
+PORT ?= 8080
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build model serve run test test-asan fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+model:
+	@scripts/fetch_model.sh
+
+serve: build model
+	@echo "serve: the HTTP server is not built yet; showing the model metro would serve:"
+	$(BUILD)/bin/metro inspect $(MODEL)
+
+run: build model
+	$(BUILD)/bin/metro inspect $(MODEL)
+
+test: build model
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+test-asan: deps model
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_SANITIZE=ON \
+	  -DMETRO_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  METRO_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_FUZZ=ON \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+bench: build model
+	$(BUILD)/bin/metro inspect $(MODEL)
+	@if [ -x $(BUILD)/bin/metro_kernel_bench ]; then $(BUILD)/bin/metro_kernel_bench; fi
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages metro's build, tests and fuzzing need. Idempotent: quiet and
+# fast when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-dev            # libFuzzer + sanitizer runtimes for `make fuzz`
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev                     # Asio / Beast (header-only)
+  nlohmann-json3-dev libpcre2-dev libcli11-dev
+  python3 python3-pip python3-venv
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,9 @@
+// Subcommands of the `metro` binary. Each takes the arguments after its name
+// (argv[0] is the subcommand name) and returns the process exit code.
+#pragma once
+
+namespace metro::cli {
+
+int cmd_inspect(int argc, char** argv);
+
+}  // namespace metro::cli

@@ -1,0 +1,44 @@
+// metro: one binary, many subcommands (git style).
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "metro: an LLM inference server\n\nusage: metro <command> [options]\n\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n`metro <command> --help` describes a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string_view cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (cmd == c.name) return c.fn(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "metro: unknown command '%.64s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,118 @@
+#include "gguf/writer.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "base/checked_math.h"
+
+namespace metro::gguf {
+
+void Writer::set_alignment(uint32_t alignment) {
+  METRO_CHECK(is_power_of_two(alignment));
+  METRO_CHECK(!alignment_written_);
+  alignment_ = alignment;
+  add_u32("general.alignment", alignment);
+  alignment_written_ = true;
+}
+
+void Writer::add_string(std::string_view key, std::string_view v) {
+  meta_.put_string(key);
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kString));
+  meta_.put_string(v);
+  ++n_kv_;
+}
+
+void Writer::add_string_array(std::string_view key, const std::vector<std::string>& v) {
+  meta_.put_string(key);
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kArray));
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kString));
+  meta_.put<uint64_t>(v.size());
+  for (const auto& s : v) meta_.put_string(s);
+  ++n_kv_;
+}
+
+void Writer::add_f32_array(std::string_view key, const std::vector<float>& v) {
+  meta_.put_string(key);
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kArray));
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kF32));
+  meta_.put<uint64_t>(v.size());
+  for (float x : v) meta_.put<float>(x);
+  ++n_kv_;
+}
+
+void Writer::add_i32_array(std::string_view key, const std::vector<int32_t>& v) {
+  meta_.put_string(key);
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kArray));
+  meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kI32));
+  meta_.put<uint64_t>(v.size());
+  for (int32_t x : v) meta_.put<int32_t>(x);
+  ++n_kv_;
+}
+
+void Writer::add_raw(std::string_view key, ValueType type, std::span<const uint8_t> payload) {
+  meta_.put_string(key);
+  meta_.put<uint32_t>(static_cast<uint32_t>(type));
+  meta_.put_bytes(payload);
+  ++n_kv_;
+}
+
+Status Writer::add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,
+                          std::span<const uint8_t> data) {
+  auto info = ggml_type_info(static_cast<uint32_t>(type));
+  if (!info) return invalid_argument("unknown tensor type");
+  if (dims.empty() || dims.size() > kMaxDims) return invalid_argument("tensor needs 1-4 dims");
+  uint64_t n = 1;
+  for (uint64_t d : dims) {
+    auto p = checked_mul(n, d);
+    if (!p || d == 0) return invalid_argument("bad tensor dims for '" + std::string(name) + "'");
+    n = *p;
+  }
+  if (dims[0] % info->block_size) {
+    return invalid_argument("tensor '" + std::string(name) + "' row not a multiple of block");
+  }
+  const uint64_t bytes = n / info->block_size * info->bytes_per_block;
+  if (bytes != data.size()) {
+    return invalid_argument("tensor '" + std::string(name) + "' has " +
+                            std::to_string(data.size()) + " bytes, its shape needs " +
+                            std::to_string(bytes));
+  }
+  tensors_.push_back({std::string(name), type, dims, {data.begin(), data.end()}});
+  return {};
+}
+
+std::vector<uint8_t> Writer::serialize() const {
+  Encoder out;
+  out.put<uint32_t>(kMagic);
+  out.put<uint32_t>(3);
+  out.put<uint64_t>(tensors_.size());
+  out.put<uint64_t>(n_kv_);
+  out.put_bytes(meta_.bytes());
+  uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    out.put_string(t.name);
+    out.put<uint32_t>(static_cast<uint32_t>(t.dims.size()));
+    for (uint64_t d : t.dims) out.put<uint64_t>(d);
+    out.put<uint32_t>(static_cast<uint32_t>(t.type));
+    out.put<uint64_t>(offset);
+    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+  }
+  out.pad_to(alignment_);
+  for (const auto& t : tensors_) {
+    out.put_bytes(t.data);
+    out.pad_to(alignment_);
+  }
+  return std::move(out.bytes());
+}
+
+Status Writer::write(const std::string& path) const {
+  std::vector<uint8_t> bytes = serialize();
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) return io_error("cannot create output GGUF file");
+  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
+    return io_error("short write to output GGUF file");
+  }
+  if (std::fflush(f.get()) != 0) return io_error("cannot flush output GGUF file");
+  return {};
+}
+
+}  // namespace metro::gguf

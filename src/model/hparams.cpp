@@ -1,0 +1,120 @@
+#include "model/hparams.h"
+
+#include <cmath>
+#include <string>
+
+namespace metro::model {
+
+bool is_supported_architecture(const std::string& arch) {
+  return arch == "llama" || arch == "qwen2" || arch == "mistral";
+}
+
+namespace {
+
+Status bad(const std::string& msg) { return data_loss("model metadata: " + msg); }
+
+// Reads a positive u32 `{arch}.suffix` (required).
+Expected<uint32_t> req_u32(const gguf::File& f, const std::string& key, uint32_t max) {
+  METRO_ASSIGN_OR_RETURN(uint32_t v, f.get_u32(key));
+  if (v == 0 || v > max) {
+    return bad("'" + key + "' = " + std::to_string(v) + " is outside [1, " +
+               std::to_string(max) + "]");
+  }
+  return v;
+}
+
+Expected<uint32_t> opt_u32(const gguf::File& f, const std::string& key, uint32_t dflt,
+                           uint32_t max) {
+  if (!f.has(key)) return dflt;
+  return req_u32(f, key, max);
+}
+
+}  // namespace
+
+Expected<HParams> HParams::from_gguf(const gguf::File& f) {
+  HParams h;
+  METRO_ASSIGN_OR_RETURN(std::string_view arch, f.get_string("general.architecture"));
+  h.architecture = std::string(arch);
+  if (!is_supported_architecture(h.architecture)) {
+    return unimplemented("architecture '" + h.architecture.substr(0, 64) +
+                         "' is not supported (llama, mistral, qwen2 are)");
+  }
+  if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
+  const std::string a = h.architecture + ".";
+
+  METRO_ASSIGN_OR_RETURN(h.n_embd, req_u32(f, a + "embedding_length", 1u << 16));
+  METRO_ASSIGN_OR_RETURN(h.n_layer, req_u32(f, a + "block_count", 1024));
+  METRO_ASSIGN_OR_RETURN(h.n_head, req_u32(f, a + "attention.head_count", 1024));
+  METRO_ASSIGN_OR_RETURN(h.n_head_kv, opt_u32(f, a + "attention.head_count_kv", h.n_head, 1024));
+  METRO_ASSIGN_OR_RETURN(h.n_ff, req_u32(f, a + "feed_forward_length", 1u << 20));
+  METRO_ASSIGN_OR_RETURN(h.n_ctx_train, opt_u32(f, a + "context_length", 2048, 1u << 24));
+
+  if (h.n_head % h.n_head_kv != 0) {
+    return bad("head_count " + std::to_string(h.n_head) + " is not a multiple of head_count_kv " +
+               std::to_string(h.n_head_kv));
+  }
+  const bool explicit_dim = f.has(a + "attention.key_length");
+  if (!explicit_dim && h.n_embd % h.n_head != 0) {
+    return bad("embedding_length " + std::to_string(h.n_embd) +
+               " is not a multiple of head_count " + std::to_string(h.n_head));
+  }
+  METRO_ASSIGN_OR_RETURN(h.head_dim,
+                         opt_u32(f, a + "attention.key_length", h.n_embd / h.n_head, 1024));
+  METRO_ASSIGN_OR_RETURN(h.head_dim_v, opt_u32(f, a + "attention.value_length", h.head_dim, 1024));
+  if (h.head_dim_v != h.head_dim) return unimplemented("value_length differs from key_length");
+  if (h.head_dim % 2 != 0) return bad("head dimension " + std::to_string(h.head_dim) + " is odd");
+  METRO_ASSIGN_OR_RETURN(h.n_rot, opt_u32(f, a + "rope.dimension_count", h.head_dim, h.head_dim));
+  if (h.n_rot % 2 != 0) return bad("rope.dimension_count is odd");
+
+  if (f.has(a + "attention.layer_norm_rms_epsilon")) {
+    METRO_ASSIGN_OR_RETURN(h.rms_eps, f.get_f32(a + "attention.layer_norm_rms_epsilon"));
+    if (!(h.rms_eps > 0.0f && h.rms_eps < 1.0f)) return bad("rms epsilon out of range");
+  }
+  if (f.has(a + "rope.freq_base")) {
+    METRO_ASSIGN_OR_RETURN(h.rope_freq_base, f.get_f32(a + "rope.freq_base"));
+    if (!(h.rope_freq_base > 1.0f && std::isfinite(h.rope_freq_base))) {
+      return bad("rope.freq_base out of range");
+    }
+  }
+  if (f.has(a + "rope.scaling.type")) {
+    METRO_ASSIGN_OR_RETURN(std::string_view st, f.get_string(a + "rope.scaling.type"));
+    if (st == "linear") {
+      h.rope_scaling = RopeScaling::kLinear;
+    } else if (st == "yarn") {
+      return unimplemented("YaRN rope scaling is not supported yet");
+    } else if (st != "none") {
+      return unimplemented("rope scaling type '" + std::string(st.substr(0, 32)) + "'");
+    }
+  }
+  if (h.rope_scaling == RopeScaling::kLinear && f.has(a + "rope.scaling.factor")) {
+    METRO_ASSIGN_OR_RETURN(h.rope_scale_factor, f.get_f32(a + "rope.scaling.factor"));
+    if (!(h.rope_scale_factor >= 1.0f && h.rope_scale_factor <= 1024.0f)) {
+      return bad("rope.scaling.factor out of range");
+    }
+  }
+  h.rope_type = h.architecture == "qwen2" ? RopeType::kNeox : RopeType::kNormal;
+
+  if (f.has(a + "vocab_size")) {
+    METRO_ASSIGN_OR_RETURN(h.n_vocab, req_u32(f, a + "vocab_size", 1u << 22));
+  } else {
+    METRO_ASSIGN_OR_RETURN(size_t nv, f.get_array_size("tokenizer.ggml.tokens"));
+    if (nv == 0 || nv > (1u << 22)) return bad("vocabulary size out of range");
+    h.n_vocab = static_cast<uint32_t>(nv);
+  }
+
+  // Consistency with the tensors present (RELIABILITY.md 4): a layer count far above the
+  // tensors in the file is refused here, with the first missing tensor's name.
+  for (uint32_t il = 0; il < h.n_layer; ++il) {
+    std::string name = "blk." + std::to_string(il) + ".attn_norm.weight";
+    if (!f.find_tensor(name)) {
+      return bad("block_count is " + std::to_string(h.n_layer) + " but tensor '" + name +
+                 "' is missing");
+    }
+  }
+  h.tied_output = f.find_tensor("output.weight") == nullptr;
+  h.has_qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  h.has_rope_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;
+  return h;
+}
+
+}  // namespace metro::model

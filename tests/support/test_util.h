@@ -1,0 +1,50 @@
+// Helpers shared by tests: paths to the default model, temporary files, running the CLI.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace metro::testing {
+
+// models/SmolLM2-135M-Instruct.Q4_1.gguf in the source tree (METRO_MODEL overrides).
+std::string default_model_path();
+// True when the default model is present; tests that need it call REQUIRE_MODEL().
+bool have_default_model();
+
+// A file under the test temp dir, removed when the object dies.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& suffix = ".gguf");
+  ~TempFile();
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+  void write(std::span<const uint8_t> bytes) const;
+  void write(const std::string& text) const;
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;       // -1 when killed by a signal
+  int signal = 0;           // the signal, if any
+  std::string out;          // stdout
+  std::string err;          // stderr
+};
+
+// Runs build/bin/metro with arguments (no shell), capturing stdout and stderr.
+CommandResult run_metro(const std::vector<std::string>& args);
+
+std::string source_path(const std::string& relative);
+
+}  // namespace metro::testing
+
+// Fails (not skips) when the default model is absent: `make test` fetches it first.
+#define REQUIRE_MODEL()                                                             \
+  do {                                                                              \
+    if (!::metro::testing::have_default_model())                                    \
+      GTEST_FAIL() << "default model missing: run `make model` (or set METRO_MODEL)"; \
+  } while (0)
