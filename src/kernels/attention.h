@@ -1,0 +1,62 @@
+// Causal attention over a paged KV cache, flash style (online softmax, one pass over keys),
+// grouped-query aware: the keys and values of one KV head are read once for all the query
+// heads of its group.
+//
+// KV memory is a list of pages (blocks of `block_size` tokens) per layer. Inside a page,
+// K and V are each stored head-major: [n_head_kv][block_size][row], a row being head_dim
+// elements in `type` (F16, or Q8_0 blocks of 32). Head-major keeps one head's keys
+// contiguous, which is what a GQA group reads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/dtype.h"
+
+namespace metro::kernels {
+
+struct KvPageLayout {
+  DType type = DType::kF16;  // F16 or Q8_0
+  int block_size = 16;       // tokens per page
+  int n_head_kv = 0;
+  int head_dim = 0;
+
+  size_t row_bytes() const { return kernels::row_bytes(type, head_dim); }
+  size_t head_bytes() const { return row_bytes() * static_cast<size_t>(block_size); }
+  size_t page_bytes() const { return head_bytes() * static_cast<size_t>(n_head_kv); }
+};
+
+// Writes one token's K or V (x: [n_head_kv][head_dim] F32) into slot `slot` of a page.
+void kv_store(const KvPageLayout& layout, uint8_t* page, int slot, const float* x);
+// Reads one token's row back to F32 (tests, debugging).
+void kv_load(const KvPageLayout& layout, const uint8_t* page, int slot, int head, float* out);
+
+// One sequence's queries in a step. Query i sits at position pos0 + i and attends to keys
+// at positions [0, pos0 + i] (causal); keys of all those positions are already stored.
+// Key position p lives in page p / block_size, slot p % block_size.
+struct AttentionSeq {
+  const float* q = nullptr;  // [n_q][n_head][head_dim]
+  float* out = nullptr;      // [n_q][n_head][head_dim]
+  int n_q = 0;
+  int64_t pos0 = 0;
+  const uint8_t* const* k_pages = nullptr;  // this layer's K page of each block
+  const uint8_t* const* v_pages = nullptr;  // this layer's V page of each block
+  size_t q_stride = 0;                      // floats between query tokens
+  size_t out_stride = 0;                    // floats between output tokens
+};
+
+struct AttentionParams {
+  KvPageLayout layout;
+  int n_head = 0;
+  float scale = 0.0f;  // usually 1/sqrt(head_dim)
+};
+
+// Thread ith's share of attention for every sequence of a step. Work is split into items
+// (sequence, KV head, tile of queries) dealt out to threads; no allocation.
+void attention(const AttentionParams& p, std::span<const AttentionSeq> seqs, int ith, int nth);
+
+// Scalar reference: dense softmax in double over the same pages.
+void attention_ref(const AttentionParams& p, const AttentionSeq& seq);
+
+}  // namespace metro::kernels

@@ -1,0 +1,26 @@
+// Scalar reference implementations of every block format: the definition of what the SIMD
+// kernels must compute, used by tests and as the fallback on CPUs without AVX2.
+//
+// Formats follow the GGUF/ggml block layouts bit for bit, so weights from any GGUF file
+// dequantize to the values the reference implementation (llama.cpp) computes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace metro::kernels {
+
+// n must be a multiple of traits(t).block_size.
+void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
+void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
+
+// Dot product of a weight row in type `wt` with an activation row already quantized to
+// traits(wt).dot_partner; n elements. Accumulates in double: a precise reference.
+double vec_dot_ref(DType wt, const void* w, const void* a, int64_t n);
+
+// Worst-case round-trip error bound of quantize+dequantize for one block of values, as a
+// multiple of the block's max |x| (documented per format in quant_ref.cpp).
+double roundtrip_error_bound(DType t);
+
+}  // namespace metro::kernels
