@@ -1,0 +1,92 @@
+// Sampling: a chain of small steps that turns one row of logits into a token.
+//
+//   logit bias -> repetition / presence / frequency penalties -> temperature
+//   -> top-k -> top-p -> min-p -> greedy (temperature 0) or a seeded draw
+//
+// Log-probabilities reported to the user are those of the model's raw distribution
+// (log-softmax of the unprocessed logits), as vLLM reports them by default.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace metro::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;   // 0: greedy
+  int top_k = 0;              // 0: off
+  float top_p = 1.0f;         // 1: off
+  float min_p = 0.0f;         // 0: off
+  float repetition_penalty = 1.0f;  // over prompt and generated tokens; 1: off
+  float presence_penalty = 0.0f;    // over generated tokens
+  float frequency_penalty = 0.0f;   // over generated tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  uint64_t seed = 0;
+  bool has_seed = false;      // without a seed the engine draws one
+  int top_logprobs = 0;       // alternatives to report per token (0: none)
+  bool logprobs = false;      // report the chosen token's log-probability
+
+  // Validates ranges (NaN-safe: every check is written so NaN fails it).
+  Status validate(int32_t n_vocab) const;
+};
+
+// Tokens a request has seen, for penalties: the prompt's distinct tokens and the counts of
+// generated ones (sparse, so thousands of concurrent requests stay cheap).
+class TokenHistory {
+ public:
+  void set_prompt(std::span<const int32_t> prompt);
+  void add_generated(int32_t id) { ++generated_[id]; }
+  bool in_prompt(int32_t id) const;
+  std::span<const int32_t> prompt_tokens() const { return prompt_sorted_; }
+  const std::unordered_map<int32_t, int>& generated() const { return generated_; }
+
+ private:
+  std::vector<int32_t> prompt_sorted_;  // distinct prompt tokens, sorted
+  std::unordered_map<int32_t, int> generated_;
+};
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;                    // of the chosen token (raw distribution)
+  std::vector<TokenLogprob> top;           // top_logprobs alternatives, best first
+};
+
+// Scratch reused across calls (one per engine thread; never shared between threads).
+struct SamplerScratch {
+  std::vector<float> logits;
+  std::vector<std::pair<float, int32_t>> cand;  // (value, id)
+};
+
+class Sampler {
+ public:
+  Sampler(SamplingParams params, uint64_t seed);
+
+  // Picks a token from one row of raw logits (not modified).
+  SampleResult sample(std::span<const float> logits, const TokenHistory& history,
+                      SamplerScratch& scratch);
+
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+};
+
+// log-softmax of `logits` at `id` and the top `n` (id, logprob) pairs of the raw row.
+float raw_logprob(std::span<const float> logits, int32_t id, float* log_sum_exp_out = nullptr);
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n);
+
+}  // namespace metro::engine

@@ -1,0 +1,217 @@
+#include "engine/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace metro::engine {
+namespace {
+
+std::vector<float> logits_from_probs(const std::vector<double>& p) {
+  std::vector<float> l;
+  for (double x : p) l.push_back(static_cast<float>(std::log(x)));
+  return l;
+}
+
+std::map<int32_t, int> draw_counts(const SamplingParams& sp, const std::vector<float>& logits,
+                                   int n, uint64_t seed = 7) {
+  Sampler s(sp, seed);
+  TokenHistory h;
+  SamplerScratch scratch;
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < n; ++i) counts[s.sample(logits, h, scratch).token]++;
+  return counts;
+}
+
+TEST(Sampling, GreedyTakesArgmaxLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  Sampler s(p, 1);
+  TokenHistory h;
+  SamplerScratch sc;
+  EXPECT_EQ(s.sample(std::vector<float>{0.1f, 3.0f, 3.0f, -1.0f}, h, sc).token, 1);
+}
+
+TEST(Sampling, DrawFollowsSoftmaxWithinStatisticalBounds) {
+  const std::vector<double> probs = {0.5, 0.25, 0.15, 0.1};
+  SamplingParams p;  // temperature 1
+  const int n = 20000;
+  auto counts = draw_counts(p, logits_from_probs(probs), n);
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const double expect = probs[i] * n;
+    const double sd = std::sqrt(n * probs[i] * (1 - probs[i]));
+    EXPECT_NEAR(counts[static_cast<int32_t>(i)], expect, 5 * sd) << "token " << i;
+  }
+}
+
+TEST(Sampling, TemperatureSharpens) {
+  const std::vector<double> probs = {0.6, 0.4};
+  SamplingParams p;
+  p.temperature = 0.5f;  // p^(1/T) renormalised: 0.36/(0.36+0.16) = 0.6923
+  const int n = 20000;
+  auto counts = draw_counts(p, logits_from_probs(probs), n);
+  const double q = 0.36 / 0.52;
+  EXPECT_NEAR(counts[0], q * n, 5 * std::sqrt(n * q * (1 - q)));
+}
+
+TEST(Sampling, SameSeedSameOutputDifferentSeedDiffers) {
+  std::vector<float> l(1000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(std::sin(static_cast<double>(i)));
+  SamplingParams p;
+  auto run = [&](uint64_t seed) {
+    Sampler s(p, seed);
+    TokenHistory h;
+    SamplerScratch sc;
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) out.push_back(s.sample(l, h, sc).token);
+    return out;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+}
+
+TEST(Sampling, TopKTopPMinPRestrictTheSupport) {
+  const auto l = logits_from_probs({0.5, 0.3, 0.15, 0.05});
+  SamplingParams k;
+  k.top_k = 2;
+  for (auto& [id, c] : draw_counts(k, l, 3000)) EXPECT_LT(id, 2);
+  SamplingParams tp;
+  tp.top_p = 0.7f;  // 0.5 then 0.8 >= 0.7: tokens {0, 1}
+  auto c = draw_counts(tp, l, 3000);
+  EXPECT_EQ(c.count(2) + c.count(3), 0u);
+  EXPECT_GT(c[1], 0);
+  SamplingParams tp2;
+  tp2.top_p = 0.5f;  // the first token alone reaches 0.5
+  EXPECT_EQ(draw_counts(tp2, l, 500).size(), 1u);
+  SamplingParams mp;
+  mp.min_p = 0.35f;  // keeps p >= 0.175: tokens {0, 1}
+  auto m = draw_counts(mp, l, 3000);
+  EXPECT_EQ(m.count(2) + m.count(3), 0u);
+  EXPECT_GT(m[1], 0);
+}
+
+TEST(Sampling, TopPWorksOnAFlatLargeVocabulary) {
+  // 5000 equal logits: top_p 0.9 must keep 4500 tokens, which needs the sorted prefix to grow.
+  std::vector<float> l(5000, 0.0f);
+  SamplingParams p;
+  p.top_p = 0.9f;
+  auto c = draw_counts(p, l, 3000);
+  int max_id = 0;
+  for (auto& [id, n] : c) max_id = std::max(max_id, id);
+  EXPECT_LT(max_id, 4500);
+  EXPECT_GT(max_id, 4000);
+}
+
+TEST(Sampling, LogitBiasForcesAToken) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{3, 100.0f}};
+  Sampler s(p, 1);
+  TokenHistory h;
+  SamplerScratch sc;
+  EXPECT_EQ(s.sample(std::vector<float>{5, 4, 3, 2}, h, sc).token, 3);
+}
+
+TEST(Sampling, PenaltiesFollowTheirDefinitions) {
+  // presence 0.5 + frequency 1.0 x 2 occurrences = -2.5 on token 0: 3.0 -> 0.5 < 1.0
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 1.0f;
+  Sampler s(p, 1);
+  TokenHistory h;
+  h.add_generated(0);
+  h.add_generated(0);
+  SamplerScratch sc;
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 1.0f}, h, sc).token, 1);
+  TokenHistory h1;
+  h1.add_generated(0);  // 3.0 - 1.5 = 1.5 > 1.0
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 1.0f}, h1, sc).token, 0);
+
+  // repetition 2: positive logits halve, negative double; applies to prompt tokens too.
+  SamplingParams r;
+  r.temperature = 0.0f;
+  r.repetition_penalty = 2.0f;
+  Sampler rs(r, 1);
+  TokenHistory hp;
+  std::vector<int32_t> prompt = {0};
+  hp.set_prompt(prompt);
+  EXPECT_EQ(rs.sample(std::vector<float>{3.0f, 2.0f}, hp, sc).token, 1);  // 1.5 < 2
+  EXPECT_EQ(rs.sample(std::vector<float>{3.0f, 1.0f}, hp, sc).token, 0);  // 1.5 > 1
+  std::vector<int32_t> prompt2 = {1};
+  hp.set_prompt(prompt2);
+  EXPECT_EQ(rs.sample(std::vector<float>{-1.5f, -1.0f}, hp, sc).token, 0);  // -1.5 > -2
+}
+
+TEST(Sampling, LogprobsAreTheRawLogSoftmax) {
+  const std::vector<float> l = {1.0f, 2.0f, 0.5f, -1.0f};
+  double z = 0;
+  for (float v : l) z += std::exp(static_cast<double>(v));
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = true;
+  p.top_logprobs = 3;
+  p.logit_bias = {{0, 10.0f}};  // processing must not change reported logprobs
+  Sampler s(p, 1);
+  TokenHistory h;
+  SamplerScratch sc;
+  auto r = s.sample(l, h, sc);
+  EXPECT_EQ(r.token, 0);
+  EXPECT_NEAR(r.logprob, 1.0 - std::log(z), 1e-5);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].id, 1);
+  EXPECT_EQ(r.top[1].id, 0);
+  EXPECT_EQ(r.top[2].id, 2);
+  EXPECT_NEAR(r.top[0].logprob, 2.0 - std::log(z), 1e-5);
+}
+
+TEST(SamplingParams, ValidationIsNanSafe) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  auto bad = [](SamplingParams p) { return !p.validate(100).ok(); };
+  SamplingParams ok;
+  EXPECT_TRUE(ok.validate(100).ok());
+  SamplingParams t;
+  t.temperature = nan;
+  EXPECT_TRUE(bad(t));
+  EXPECT_NE(t.validate(100).message().find("NaN"), std::string::npos);
+  t.temperature = inf;
+  EXPECT_TRUE(bad(t));
+  t.temperature = -1;
+  EXPECT_TRUE(bad(t));
+  SamplingParams tp;
+  tp.top_p = nan;
+  EXPECT_TRUE(bad(tp));
+  tp.top_p = 0.0f;
+  EXPECT_TRUE(bad(tp));
+  SamplingParams mp;
+  mp.min_p = nan;
+  EXPECT_TRUE(bad(mp));
+  SamplingParams pp;
+  pp.presence_penalty = nan;
+  EXPECT_TRUE(bad(pp));
+  pp.presence_penalty = 3;
+  EXPECT_TRUE(bad(pp));
+  SamplingParams fp;
+  fp.frequency_penalty = -inf;
+  EXPECT_TRUE(bad(fp));
+  SamplingParams rp;
+  rp.repetition_penalty = 0;
+  EXPECT_TRUE(bad(rp));
+  SamplingParams lb;
+  lb.logit_bias = {{100, 1.0f}};
+  EXPECT_TRUE(bad(lb));
+  lb.logit_bias = {{1, nan}};
+  EXPECT_TRUE(bad(lb));
+  SamplingParams tk;
+  tk.top_k = -1;
+  EXPECT_TRUE(bad(tk));
+  SamplingParams tl;
+  tl.top_logprobs = 21;
+  EXPECT_TRUE(bad(tl));
+}
+
+}  // namespace
+}  // namespace metro::engine
