@@ -1,0 +1,151 @@
+#include "kv/kv_cache_manager.h"
+
+#include "base/check.h"
+#include "base/hash.h"
+
+namespace metro::kv {
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& cfg)
+    : cfg_(cfg), pool_(cfg.n_blocks, cfg.block_size) {}
+
+uint64_t KvCacheManager::root_hash() const { return mix64(cfg_.model_variant ^ 0x6b7663616368ull); }
+
+uint64_t KvCacheManager::chain_hash(uint64_t variant, uint64_t parent,
+                                    std::span<const int32_t> tokens) {
+  return hash_combine(parent, hash_bytes(tokens.data(), tokens.size_bytes(), variant));
+}
+
+uint64_t KvCacheManager::block_hash(uint64_t parent, std::span<const int32_t> tokens) const {
+  return chain_hash(cfg_.model_variant, parent, tokens);
+}
+
+int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens) {
+  SeqBlocks& s = seqs_[seq];
+  METRO_CHECK(s.blocks.empty());
+  s.last_hash = root_hash();
+  if (!cfg_.prefix_cache || tokens.empty()) return 0;
+  const int bs = cfg_.block_size;
+  const int usable = static_cast<int>(tokens.size()) - 1;  // keep the last token to compute
+  queries_ += tokens.size();
+  int n = 0;
+  while (n + bs <= usable) {
+    auto blk = tokens.subspan(static_cast<size_t>(n), static_cast<size_t>(bs));
+    const uint64_t h = block_hash(s.last_hash, blk);
+    auto hit = pool_.lookup(h, s.last_hash, blk);
+    if (!hit) break;
+    pool_.ref(*hit);
+    s.blocks.push_back(*hit);
+    s.last_hash = h;
+    ++s.n_hashed;
+    n += bs;
+  }
+  s.n_tokens = n;
+  hits_ += static_cast<uint64_t>(n);
+  return n;
+}
+
+int32_t KvCacheManager::blocks_needed(SeqId seq, int n_new) const {
+  auto it = seqs_.find(seq);
+  const int have_tokens = it == seqs_.end() ? 0 : it->second.n_tokens;
+  const int have_blocks = it == seqs_.end() ? 0 : static_cast<int>(it->second.blocks.size());
+  const int bs = cfg_.block_size;
+  const int need = (have_tokens + n_new + bs - 1) / bs;
+  return need > have_blocks ? need - have_blocks : 0;
+}
+
+std::optional<std::span<const BlockId>> KvCacheManager::allocate(SeqId seq, int n_new) {
+  METRO_CHECK(n_new >= 0);
+  const int32_t need = blocks_needed(seq, n_new);
+  if (need > pool_.n_free()) return std::nullopt;
+  SeqBlocks& s = seqs_[seq];
+  if (s.blocks.empty() && s.n_hashed == 0) s.last_hash = root_hash();
+  for (int32_t i = 0; i < need; ++i) {
+    auto b = pool_.allocate();
+    METRO_CHECK(b.has_value());
+    s.blocks.push_back(*b);
+  }
+  s.n_tokens += n_new;
+  return std::span<const BlockId>(s.blocks);
+}
+
+void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_computed) {
+  if (!cfg_.prefix_cache) return;
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  SeqBlocks& s = it->second;
+  const int bs = cfg_.block_size;
+  const int full = std::min<int>(n_computed, static_cast<int>(tokens.size())) / bs;
+  while (s.n_hashed < full && s.n_hashed < static_cast<int>(s.blocks.size())) {
+    auto blk = tokens.subspan(static_cast<size_t>(s.n_hashed) * static_cast<size_t>(bs),
+                              static_cast<size_t>(bs));
+    const uint64_t h = block_hash(s.last_hash, blk);
+    pool_.set_hash(s.blocks[static_cast<size_t>(s.n_hashed)], h, s.last_hash, blk);
+    s.last_hash = h;
+    ++s.n_hashed;
+  }
+}
+
+void KvCacheManager::free(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  auto& blocks = it->second.blocks;
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.unref(*b);
+  seqs_.erase(it);
+}
+
+std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId child, int n_tokens) {
+  auto pit = seqs_.find(parent);
+  METRO_CHECK(pit != seqs_.end() && !seqs_.count(child));
+  const SeqBlocks& p = pit->second;
+  const int bs = cfg_.block_size;
+  METRO_CHECK(n_tokens <= p.n_tokens);
+  const int n_full = n_tokens / bs;
+  const bool partial = n_tokens % bs != 0;
+  std::optional<BlockId> copy_dst;
+  if (partial) {
+    copy_dst = pool_.allocate();
+    if (!copy_dst) return std::nullopt;
+  }
+  SeqBlocks c;
+  for (int i = 0; i < n_full; ++i) {
+    pool_.ref(p.blocks[static_cast<size_t>(i)]);
+    c.blocks.push_back(p.blocks[static_cast<size_t>(i)]);
+  }
+  c.n_hashed = std::min(p.n_hashed, n_full);
+  c.last_hash = root_hash();
+  // The chained hash of the shared prefix equals the parent's at that depth; recompute it
+  // lazily on the child's first commit by restarting from the root when it is not known.
+  if (c.n_hashed == p.n_hashed) c.last_hash = p.last_hash;
+  else c.n_hashed = 0;
+  std::optional<BlockCopy> copy;
+  if (partial) {
+    c.blocks.push_back(*copy_dst);
+    copy = BlockCopy{p.blocks[static_cast<size_t>(n_full)], *copy_dst};
+  }
+  c.n_tokens = n_tokens;
+  seqs_.emplace(child, std::move(c));
+  return copy;
+}
+
+std::span<const BlockId> KvCacheManager::table(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return {};
+  return it->second.blocks;
+}
+
+int KvCacheManager::n_slots(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.n_tokens;
+}
+
+KvCacheStats KvCacheManager::stats() const {
+  KvCacheStats s;
+  s.blocks_total = pool_.n_blocks();
+  s.blocks_used = pool_.n_used();
+  s.blocks_cached = pool_.n_cached();
+  s.prefix_queries = queries_;
+  s.prefix_hits = hits_;
+  return s;
+}
+
+}  // namespace metro::kv
