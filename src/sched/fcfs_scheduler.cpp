@@ -1,0 +1,152 @@
+#include <algorithm>
+#include <deque>
+
+#include "base/check.h"
+#include "sched/scheduler.h"
+
+namespace metro::sched {
+
+namespace {
+
+class FcfsScheduler final : public Scheduler {
+ public:
+  FcfsScheduler(const SchedulerConfig& cfg, kv::KvCacheManager& kv) : cfg_(cfg), kv_(kv) {}
+
+  void add(SeqState* seq) override {
+    seq->status = SeqStatus::kWaiting;
+    waiting_.push_back(seq);
+  }
+
+  void add_running(SeqState* seq) override {
+    seq->status = SeqStatus::kRunning;
+    seq->admit_order = ++admit_counter_;
+    running_.push_back(seq);
+  }
+
+  StepPlan schedule(int64_t now_ns) override {
+    StepPlan plan;
+    int budget = cfg_.max_batch_tokens;
+    int logits = 0;
+
+    // 1. Running sequences, oldest admission first: their next token or prefill chunk.
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+      SeqState* s = running_[i];
+      int n = std::min(s->n_uncomputed(), budget);
+      if (n <= 0 || static_cast<int>(plan.seqs.size()) >= cfg_.max_seqs) {
+        ++i;
+        continue;
+      }
+      const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
+      if (wants_logits && logits >= cfg_.max_logits) {
+        ++i;
+        continue;
+      }
+      if (!allocate_or_preempt(s, n, &plan)) {
+        // s itself was the newest running sequence and got preempted; running_ shrank.
+        continue;
+      }
+      plan.seqs.push_back({s, n});
+      budget -= n;
+      logits += wants_logits ? 1 : 0;
+      ++i;
+    }
+
+    // 2. Waiting sequences in arrival order (preempted ones went back to the front).
+    while (!waiting_.empty() && budget > 0 && static_cast<int>(plan.seqs.size()) < cfg_.max_seqs &&
+           static_cast<int>(running_.size()) < cfg_.max_seqs) {
+      SeqState* s = waiting_.front();
+      if (!kv_.has(s->id)) {
+        const int cached = kv_.computed_blocks(s->id, s->tokens);
+        s->n_computed = cached;
+        if (s->n_preemptions == 0) s->n_cached_prompt = std::min(cached, s->n_prompt);
+      }
+      const int n = std::min(s->n_uncomputed(), budget);
+      const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
+      if (wants_logits && logits >= cfg_.max_logits) break;
+      if (!kv_.allocate(s->id, n)) {
+        // No room: give back prefix hits so cached blocks stay evictable, retry later.
+        kv_.free(s->id);
+        s->n_computed = 0;
+        break;
+      }
+      waiting_.pop_front();
+      s->status = SeqStatus::kRunning;
+      s->admit_order = ++admit_counter_;
+      if (s->first_scheduled_ns == 0) s->first_scheduled_ns = now_ns;
+      running_.push_back(s);
+      plan.seqs.push_back({s, n});
+      budget -= n;
+      logits += wants_logits ? 1 : 0;
+    }
+    plan.n_tokens = cfg_.max_batch_tokens - budget;
+    return plan;
+  }
+
+  void update(const StepPlan& plan) override {
+    for (const ScheduledSeq& ss : plan.seqs) {
+      SeqState* s = ss.seq;
+      s->n_computed += ss.n_tokens;
+      kv_.commit(s->id, s->tokens, s->n_computed);
+    }
+  }
+
+  void remove(SeqState* seq) override {
+    kv_.free(seq->id);
+    auto r = std::find(running_.begin(), running_.end(), seq);
+    if (r != running_.end()) running_.erase(r);
+    auto w = std::find(waiting_.begin(), waiting_.end(), seq);
+    if (w != waiting_.end()) waiting_.erase(w);
+    seq->status = SeqStatus::kFinished;
+  }
+
+  SchedulerCounts counts() const override {
+    return {static_cast<int>(waiting_.size()), static_cast<int>(running_.size()), preemptions_};
+  }
+
+  const char* name() const override { return "fcfs"; }
+
+ private:
+  // Allocates n slots for running sequence s, preempting the most recently admitted running
+  // sequences until it fits. Returns false if s itself had to be preempted.
+  bool allocate_or_preempt(SeqState* s, int n, StepPlan* plan) {
+    while (!kv_.allocate(s->id, n)) {
+      SeqState* victim = *std::max_element(running_.begin(), running_.end(),
+                                           [](const SeqState* a, const SeqState* b) {
+                                             return a->admit_order < b->admit_order;
+                                           });
+      preempt(victim, plan);
+      if (victim == s) return false;
+    }
+    return true;
+  }
+
+  void preempt(SeqState* victim, StepPlan* plan) {
+    // A victim scheduled earlier in this step is dropped from the plan.
+    auto p = std::find_if(plan->seqs.begin(), plan->seqs.end(),
+                          [&](const ScheduledSeq& ss) { return ss.seq == victim; });
+    METRO_CHECK(p == plan->seqs.end());  // victims are newer than anything already planned
+    kv_.free(victim->id);
+    victim->n_computed = 0;
+    victim->status = SeqStatus::kWaiting;
+    ++victim->n_preemptions;
+    ++preemptions_;
+    running_.erase(std::find(running_.begin(), running_.end(), victim));
+    waiting_.push_front(victim);
+    plan->preempted.push_back(victim);
+  }
+
+  SchedulerConfig cfg_;
+  kv::KvCacheManager& kv_;
+  std::vector<SeqState*> running_;   // in admission order
+  std::deque<SeqState*> waiting_;    // in arrival order, preempted first
+  uint64_t admit_counter_ = 0;
+  uint64_t preemptions_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_fcfs_scheduler(const SchedulerConfig& cfg, kv::KvCacheManager& kv) {
+  return std::make_unique<FcfsScheduler>(cfg, kv);
+}
+
+}  // namespace metro::sched

@@ -1,0 +1,45 @@
+// The scheduler's view of one sequence. The scheduler thinks in computed vs total tokens,
+// not phases: a sequence is "prefilling" while n_computed < tokens.size() - 1 and decoding
+// when one token (the last sampled one) remains to compute.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace metro::sched {
+
+enum class SlaClass : uint8_t { kRealtime = 0, kStandard = 1, kBatch = 2 };
+inline constexpr int kNumSlaClasses = 3;
+
+const char* sla_class_name(SlaClass c);
+// "realtime" | "standard" | "batch"; false for anything else.
+bool parse_sla_class(const std::string& s, SlaClass* out);
+
+enum class SeqStatus : uint8_t { kWaiting, kRunning, kFinished };
+
+struct SeqState {
+  uint64_t id = 0;               // unique; the KV cache's key
+  std::vector<int32_t> tokens;   // prompt, then generated tokens (the engine appends)
+  int n_prompt = 0;
+  int n_computed = 0;            // leading tokens whose K/V are in the cache
+  int n_cached_prompt = 0;       // prompt tokens served by the prefix cache
+  int max_new_tokens = 0;        // upper bound on generated tokens
+  int64_t arrival_ns = 0;
+
+  // Traffic policy (issue 8): class, tenant, optional deadline.
+  SlaClass sla_class = SlaClass::kStandard;
+  std::string tenant;
+  int64_t deadline_ns = 0;       // 0: none
+
+  // Owned by the scheduler.
+  SeqStatus status = SeqStatus::kWaiting;
+  uint64_t admit_order = 0;      // increases with each admission to running
+  int n_preemptions = 0;
+  int64_t first_scheduled_ns = 0;
+
+  int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
+  int n_uncomputed() const { return static_cast<int>(tokens.size()) - n_computed; }
+};
+
+}  // namespace metro::sched
