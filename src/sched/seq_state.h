@@ -26,6 +26,7 @@ struct SeqState {
   int n_cached_prompt = 0;       // prompt tokens served by the prefix cache
   int max_new_tokens = 0;        // upper bound on generated tokens
   int64_t arrival_ns = 0;
+  bool use_prefix_cache = true;  // off for embeddings (every hidden state must be computed)
 
   // Traffic policy (issue 8): class, tenant, optional deadline.
   SlaClass sla_class = SlaClass::kStandard;

@@ -1,0 +1,75 @@
+// What callers hand the engine (Request) and what comes back on a request's stream (Event).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "sched/seq_state.h"
+
+namespace metro::engine {
+
+enum class RequestKind : uint8_t {
+  kGenerate,  // sample tokens after the prompt
+  kEmbed,     // mean-pooled, L2-normalised final hidden state of the prompt
+};
+
+struct StopConditions {
+  int max_tokens = 16;                  // generated tokens per choice, >= 1
+  std::vector<std::string> stop;        // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;  // extra stop tokens (not included in the output)
+  bool ignore_eos = false;              // keep going past end-of-generation tokens
+};
+
+struct Request {
+  RequestKind kind = RequestKind::kGenerate;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+  int n = 1;  // choices sampled from the same prompt (they share its KV blocks)
+  sched::SlaClass sla_class = sched::SlaClass::kStandard;
+  std::string tenant;
+  int64_t deadline_ns = 0;  // steady-clock deadline; 0 for none
+};
+
+enum class FinishReason : uint8_t {
+  kStop,    // end-of-generation token, stop token or stop string
+  kLength,  // max_tokens or the context window
+  kAbort,   // abort() or a client that stopped reading
+  kError,
+};
+
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct Usage {
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;   // served from the prefix cache
+  int completion_tokens = 0;      // over all choices
+};
+
+struct TokenInfo {
+  int32_t id = -1;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;  // when requested
+};
+
+struct Event {
+  enum class Kind : uint8_t {
+    kDelta,    // new text (and tokens) of choice `index`
+    kFinish,   // choice `index` finished with `reason`
+    kDone,     // every choice finished; `usage` is final; the stream ends here
+    kEmbedding,  // an embedding request's vector, then kDone
+  };
+  Kind kind = Kind::kDelta;
+  int index = 0;
+  std::string text;
+  std::vector<TokenInfo> tokens;  // the tokens behind `text` (may be ahead of or behind it)
+  FinishReason reason = FinishReason::kStop;
+  std::string message;            // for kError finishes
+  Usage usage;
+  std::vector<float> embedding;
+  int64_t time_ns = 0;            // steady clock when the engine emitted it
+};
+
+}  // namespace metro::engine
