@@ -5,5 +5,8 @@
 namespace metro::cli {
 
 int cmd_inspect(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
 
 }  // namespace metro::cli

@@ -14,6 +14,9 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"run", metro::cli::cmd_run, "generate text from a prompt"},
+    {"bench", metro::cli::cmd_bench, "measure prompt processing and generation speed"},
+    {"perplexity", metro::cli::cmd_perplexity, "perplexity of a model over a text file"},
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
 };
 

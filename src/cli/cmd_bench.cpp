@@ -1,0 +1,269 @@
+// metro bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--batch 1,4,16,32] [--json]
+//
+// Like llama-bench: prompt processing (pp: one batch of p tokens) and generation (tg: n
+// tokens one at a time from an empty context) in tokens/s, median and spread over
+// repetitions, plus weight bytes read per generated token, achieved GB/s and the fraction
+// of this machine's measured read bandwidth. With --batch, like llama-batched-bench: for
+// each count of sequences, prefill of p tokens each and decode of n tokens each, summed.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "base/aligned.h"
+#include "base/clock.h"
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "kernels/matmul.h"
+#include "kv/kv_arena.h"
+
+namespace metro::cli {
+namespace {
+
+using nlohmann::json;
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  Spread s;
+  if (v.empty()) return s;
+  s.min = v.front();
+  s.max = v.back();
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return s;
+}
+
+// Read bandwidth of this machine with `pool`'s threads, GB/s (best of a few passes over a
+// buffer far larger than the caches).
+double measure_read_bandwidth(ThreadPool& pool) {
+  const size_t n = (512u << 20) / sizeof(uint64_t);
+  AlignedBuffer<uint64_t> buf(n);
+  for (size_t i = 0; i < n; i += 512) buf[i] = i;
+  std::vector<uint64_t> sinks(static_cast<size_t>(pool.size()) * 8);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const int64_t t0 = now_ns();
+    pool.parallel_for(n / 8, [&](size_t b, size_t e, int ith) {
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+      const uint64_t* p = buf.data();
+      for (size_t i = b * 8; i < e * 8; i += 8) {
+        a0 ^= p[i]; a1 ^= p[i + 1]; a2 ^= p[i + 2]; a3 ^= p[i + 3];
+        a4 ^= p[i + 4]; a5 ^= p[i + 5]; a6 ^= p[i + 6]; a7 ^= p[i + 7];
+      }
+      sinks[static_cast<size_t>(ith) * 8] = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+    });
+    const double s = static_cast<double>(now_ns() - t0) * 1e-9;
+    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / s / 1e9);
+  }
+  volatile uint64_t keep = sinks[0];
+  (void)keep;
+  return best;
+}
+
+struct Runner {
+  const model::Model& m;
+  ThreadPool& pool;
+  model::Workspace ws;
+  std::mt19937 rng{1234};
+
+  int32_t random_token() {
+    return static_cast<int32_t>(rng() % m.hparams().n_vocab);
+  }
+
+  // Prefill of n_seq prompts of p tokens each (chunks of at most ws max_tokens tokens,
+  // whole sequences' chunks interleaved), then n decode steps over all sequences.
+  // Returns {prefill seconds, decode seconds, unused KV slot fraction}.
+  std::tuple<double, double, double> run(int n_seq, int p, int n) {
+    const int bs = 16;
+    kernels::KvPageLayout layout;
+    layout.type = kernels::DType::kF16;
+    layout.block_size = bs;
+    layout.n_head_kv = static_cast<int>(m.hparams().n_head_kv);
+    layout.head_dim = static_cast<int>(m.hparams().head_dim);
+    const int per_seq_blocks = (p + n + bs - 1) / bs;
+    kv::KvArena arena(m.hparams(), layout, n_seq * per_seq_blocks);
+    std::vector<std::vector<kv::BlockId>> owned(static_cast<size_t>(n_seq));
+    std::vector<std::span<const kv::BlockId>> tables;
+    for (int s = 0; s < n_seq; ++s) {
+      for (int b = 0; b < per_seq_blocks; ++b) owned[static_cast<size_t>(s)].push_back(s * per_seq_blocks + b);
+      tables.emplace_back(owned[static_cast<size_t>(s)]);
+    }
+    const model::KvView view = arena.view(tables);
+    model::Batch batch;
+    const int max_tokens = ws.limits().max_tokens;
+
+    const int64_t t0 = now_ns();
+    std::vector<int> done(static_cast<size_t>(n_seq), 0);
+    int remaining = n_seq * p;
+    while (remaining > 0) {
+      batch.clear();
+      for (int s = 0; s < n_seq && batch.size() < max_tokens; ++s) {
+        const int take = std::min(p - done[static_cast<size_t>(s)], max_tokens - batch.size());
+        for (int i = 0; i < take; ++i) {
+          const int pos = done[static_cast<size_t>(s)] + i;
+          batch.add(random_token(), pos, s, pos == p - 1);
+        }
+        done[static_cast<size_t>(s)] += take;
+        remaining -= take;
+      }
+      auto out = m.forward(batch, view, ws, pool);
+      METRO_CHECK_MSG(out.ok(), out.status().message().c_str());
+    }
+    const int64_t t1 = now_ns();
+    for (int step = 0; step < n; ++step) {
+      batch.clear();
+      for (int s = 0; s < n_seq; ++s) batch.add(random_token(), p + step, s, true);
+      auto out = m.forward(batch, view, ws, pool);
+      METRO_CHECK_MSG(out.ok(), out.status().message().c_str());
+    }
+    const int64_t t2 = now_ns();
+    const double slots = static_cast<double>(n_seq) * ((p + n + bs - 1) / bs) * bs;
+    const double used = static_cast<double>(n_seq) * (p + n);
+    return {static_cast<double>(t1 - t0) * 1e-9, static_cast<double>(t2 - t1) * 1e-9,
+            (slots - used) / slots};
+  }
+};
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    v.push_back(std::stoi(s.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return v;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Measure prompt processing and generation speed", "metro bench"};
+  std::string model_path, batch_list;
+  int p = 512, n = 128, reps = 5, threads = default_threads();
+  bool as_json = false, no_repack = false;
+  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  app.add_option("-p,--n-prompt", p, "prompt tokens (pp test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
+  app.add_option("-n,--n-gen", n, "generated tokens (tg test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
+  app.add_option("-r,--repetitions", reps, "repetitions")->check(CLI::Range(1, 1000));
+  app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
+  app.add_option("--batch", batch_list, "sequence counts for batched prefill/decode, e.g. 1,4,16,32");
+  app.add_flag("--json", as_json, "print one JSON object");
+  app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  std::vector<int> batches;
+  try {
+    if (!batch_list.empty()) batches = parse_list(batch_list);
+  } catch (...) {
+    return fail("bench", invalid_argument("--batch takes a comma-separated list of counts"));
+  }
+  for (int b : batches) {
+    if (b < 1 || b > 1024) return fail("bench", invalid_argument("--batch counts must be in [1, 1024]"));
+  }
+  auto lm = load_model(model_path, !no_repack);
+  if (!lm.ok()) return fail("bench", lm.status());
+  const model::Model& m = *lm->model;
+  ThreadPool pool(threads);
+  const int max_seq = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
+  model::WorkspaceLimits lim;
+  lim.max_tokens = std::max(512, max_seq);
+  lim.max_logits = std::max(1, max_seq);
+  lim.max_seqs = std::max(1, max_seq);
+  lim.max_blocks_per_seq = (p + n) / 16 + 2;
+  Runner runner{m, pool, m.make_workspace(lim)};
+
+  json j;
+  j["model"] = m.hparams().name;
+  j["weights"] = m.weights().describe_layouts();
+  j["threads"] = threads;
+  j["kernel_isa"] = std::string(kernels::kernel_isa());
+  j["n_prompt"] = p;
+  j["n_gen"] = n;
+  j["repetitions"] = reps;
+  const double bw = measure_read_bandwidth(pool);
+  const uint64_t bpt = m.weights().bytes_per_token();
+  j["mem_read_gbps"] = bw;
+  j["weight_bytes_per_token"] = bpt;
+
+  if (batches.empty()) {
+    runner.run(1, 16, 4);  // warm-up: page in weights, settle the pool
+    std::vector<double> pp, tg;
+    for (int r = 0; r < reps; ++r) {
+      auto [pp_s, unused_tg, unused] = runner.run(1, p, 0 + 1);
+      (void)unused_tg;
+      (void)unused;
+      pp.push_back(p / pp_s);
+    }
+    for (int r = 0; r < reps; ++r) {
+      auto [pp_s, tg_s, unused] = runner.run(1, 1, n);
+      (void)pp_s;
+      (void)unused;
+      tg.push_back(n / tg_s);
+    }
+    const Spread a = spread(pp), b = spread(tg);
+    j["pp"] = a.median;
+    j["tg"] = b.median;
+    j["pp_min"] = a.min;
+    j["pp_max"] = a.max;
+    j["tg_min"] = b.min;
+    j["tg_max"] = b.max;
+    j["pp_runs"] = pp;
+    j["tg_runs"] = tg;
+    const double gbps = static_cast<double>(bpt) * b.median / 1e9;
+    j["tg_gbps"] = gbps;
+    j["tg_bw_fraction"] = bw > 0 ? gbps / bw : 0.0;
+    if (as_json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("model: %s | threads %d | kernels %s\nweights: %s\n", m.hparams().name.c_str(),
+                  threads, std::string(kernels::kernel_isa()).c_str(), m.weights().describe_layouts().c_str());
+      std::printf("%-8s %12s %12s %12s\n", "test", "tokens/s", "min", "max");
+      std::printf("pp%-6d %12.2f %12.2f %12.2f\n", p, a.median, a.min, a.max);
+      std::printf("tg%-6d %12.2f %12.2f %12.2f\n", n, b.median, b.min, b.max);
+      std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s, %.0f%% of the %.2f GB/s measured read bandwidth\n",
+                  static_cast<double>(bpt) / (1 << 20), gbps, 100.0 * gbps / bw, bw);
+    }
+    return 0;
+  }
+
+  runner.run(1, 16, 4);
+  json arr = json::array();
+  if (!as_json) {
+    std::printf("model: %s | threads %d | kernels %s | prompt %d, generate %d per sequence\n",
+                m.hparams().name.c_str(), threads, std::string(kernels::kernel_isa()).c_str(), p, n);
+    std::printf("%6s %14s %14s %12s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused");
+  }
+  for (int ns : batches) {
+    std::vector<double> pre, dec;
+    double unused_frac = 0;
+    for (int r = 0; r < reps; ++r) {
+      auto [pp_s, tg_s, unused] = runner.run(ns, p, n);
+      pre.push_back(ns * static_cast<double>(p) / pp_s);
+      dec.push_back(ns * static_cast<double>(n) / tg_s);
+      unused_frac = unused;
+    }
+    const Spread a = spread(pre), b = spread(dec);
+    arr.push_back({{"n_seq", ns}, {"prefill_tps", a.median}, {"decode_tps", b.median},
+                   {"prefill_min", a.min}, {"prefill_max", a.max}, {"decode_min", b.min},
+                   {"decode_max", b.max}, {"kv_unused_fraction", unused_frac}});
+    if (!as_json) {
+      std::printf("%6d %14.2f %14.2f %11.1f%%\n", ns, a.median, b.median, 100 * unused_frac);
+    }
+  }
+  j["batch"] = arr;
+  j["kv_bytes_per_token_f16"] = m.hparams().kv_bytes_per_token(2.0);
+  if (as_json) std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace metro::cli

@@ -1,0 +1,30 @@
+#include "cli/common.h"
+
+#include <cstdio>
+
+#include "base/clock.h"
+#include "base/cpu_features.h"
+
+namespace metro::cli {
+
+Expected<LoadedModel> load_model(const std::string& path, bool allow_repack) {
+  Stopwatch sw;
+  LoadedModel lm;
+  model::ModelOptions opts;
+  opts.allow_repack = allow_repack;
+  METRO_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::load(path, opts));
+  METRO_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(m->file()));
+  lm.model = std::move(m);
+  lm.tokenizer = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
+  lm.load_seconds = sw.elapsed_s();
+  return lm;
+}
+
+int default_threads() { return cpu_features().physical_cores; }
+
+int fail(const char* cmd, const Status& s) {
+  std::fprintf(stderr, "metro %s: %s\n", cmd, s.message().c_str());
+  return 1;
+}
+
+}  // namespace metro::cli

@@ -1,0 +1,27 @@
+// Helpers shared by CLI commands: loading a model with its tokenizer, printing errors.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace metro::cli {
+
+struct LoadedModel {
+  std::shared_ptr<const model::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  double load_seconds = 0.0;
+};
+
+Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true);
+
+// Physical cores (the default for -t).
+int default_threads();
+
+// "metro <cmd>: <message>" on stderr; returns 1.
+int fail(const char* cmd, const Status& s);
+
+}  // namespace metro::cli

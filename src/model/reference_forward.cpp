@@ -1,0 +1,174 @@
+#include "model/reference_forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "kernels/dtype.h"
+#include "kernels/quant_ref.h"
+
+namespace metro::model {
+
+namespace {
+
+using Mat = std::vector<double>;  // row-major [rows][cols]
+
+struct DenseMat {
+  int64_t rows = 0, cols = 0;
+  Mat w;
+};
+
+Expected<DenseMat> dense(const gguf::File& f, const std::string& name) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return not_found("tensor '" + name + "' is missing");
+  auto dt = kernels::dtype_from_ggml(t->type());
+  if (!dt) return unimplemented("tensor '" + name + "' type");
+  DenseMat m;
+  m.cols = static_cast<int64_t>(t->ne[0]);
+  m.rows = t->n_dims > 1 ? static_cast<int64_t>(t->ne[1]) : 1;
+  m.w.resize(static_cast<size_t>(m.rows * m.cols));
+  std::vector<float> row(static_cast<size_t>(m.cols));
+  const size_t rb = kernels::row_bytes(*dt, m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    kernels::dequantize_row_ref(*dt, t->data + static_cast<size_t>(r) * rb, row.data(), m.cols);
+    for (int64_t c = 0; c < m.cols; ++c) m.w[static_cast<size_t>(r * m.cols + c)] = row[static_cast<size_t>(c)];
+  }
+  return m;
+}
+
+std::vector<double> matvec(const DenseMat& m, const std::vector<double>& x) {
+  std::vector<double> y(static_cast<size_t>(m.rows), 0.0);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < m.cols; ++c) s += m.w[static_cast<size_t>(r * m.cols + c)] * x[static_cast<size_t>(c)];
+    y[static_cast<size_t>(r)] = s;
+  }
+  return y;
+}
+
+std::vector<double> rms_norm(const std::vector<double>& x, const DenseMat& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double scale = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale * w.w[i];
+  return y;
+}
+
+void rope(std::vector<double>& v, int n_head, const HParams& hp, int64_t pos, const DenseMat* factors) {
+  const int hd = static_cast<int>(hp.head_dim), n_rot = static_cast<int>(hp.n_rot);
+  const double p = static_cast<double>(pos) /
+                   (hp.rope_scaling == RopeScaling::kLinear ? hp.rope_scale_factor : 1.0);
+  for (int h = 0; h < n_head; ++h) {
+    double* x = v.data() + static_cast<size_t>(h) * static_cast<size_t>(hd);
+    for (int i = 0; i < n_rot / 2; ++i) {
+      double freq = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / n_rot);
+      if (factors) freq /= factors->w[static_cast<size_t>(i)];
+      const double c = std::cos(p * freq), s = std::sin(p * freq);
+      const int a = hp.rope_type == RopeType::kNeox ? i : 2 * i;
+      const int b = hp.rope_type == RopeType::kNeox ? i + n_rot / 2 : 2 * i + 1;
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * c - x1 * s;
+      x[b] = x0 * s + x1 * c;
+    }
+  }
+}
+
+}  // namespace
+
+Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
+                                                            std::span<const int32_t> tokens) {
+  METRO_ASSIGN_OR_RETURN(HParams hp, HParams::from_gguf(f));
+  const int n_embd = static_cast<int>(hp.n_embd), hd = static_cast<int>(hp.head_dim);
+  const int n_head = static_cast<int>(hp.n_head), n_kv = static_cast<int>(hp.n_head_kv);
+  const int gqa = n_head / n_kv;
+  METRO_ASSIGN_OR_RETURN(DenseMat embd, dense(f, "token_embd.weight"));
+  METRO_ASSIGN_OR_RETURN(DenseMat out_norm, dense(f, "output_norm.weight"));
+  DenseMat head_storage;
+  const DenseMat* head = &embd;
+  if (!hp.tied_output) {
+    METRO_ASSIGN_OR_RETURN(head_storage, dense(f, "output.weight"));
+    head = &head_storage;
+  }
+  DenseMat factors;
+  if (hp.has_rope_freq_factors) {
+    METRO_ASSIGN_OR_RETURN(factors, dense(f, "rope_freqs.weight"));
+  }
+  const size_t T = tokens.size();
+  std::vector<std::vector<double>> x(T);
+  for (size_t t = 0; t < T; ++t) {
+    x[t].assign(embd.w.begin() + static_cast<long>(tokens[t]) * n_embd,
+                embd.w.begin() + static_cast<long>(tokens[t] + 1) * n_embd);
+  }
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    METRO_ASSIGN_OR_RETURN(DenseMat an, dense(f, p + "attn_norm.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wq, dense(f, p + "attn_q.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wk, dense(f, p + "attn_k.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wv, dense(f, p + "attn_v.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wo, dense(f, p + "attn_output.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat fn, dense(f, p + "ffn_norm.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wg, dense(f, p + "ffn_gate.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wu, dense(f, p + "ffn_up.weight"));
+    METRO_ASSIGN_OR_RETURN(DenseMat wd, dense(f, p + "ffn_down.weight"));
+    DenseMat bq, bk, bv;
+    if (hp.has_qkv_bias) {
+      METRO_ASSIGN_OR_RETURN(bq, dense(f, p + "attn_q.bias"));
+      METRO_ASSIGN_OR_RETURN(bk, dense(f, p + "attn_k.bias"));
+      METRO_ASSIGN_OR_RETURN(bv, dense(f, p + "attn_v.bias"));
+    }
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (size_t t = 0; t < T; ++t) {
+      auto h = rms_norm(x[t], an, hp.rms_eps);
+      q[t] = matvec(wq, h);
+      k[t] = matvec(wk, h);
+      v[t] = matvec(wv, h);
+      if (hp.has_qkv_bias) {
+        for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += bq.w[i];
+        for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += bk.w[i];
+        for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += bv.w[i];
+      }
+      rope(q[t], n_head, hp, static_cast<int64_t>(t), hp.has_rope_freq_factors ? &factors : nullptr);
+      rope(k[t], n_kv, hp, static_cast<int64_t>(t), hp.has_rope_freq_factors ? &factors : nullptr);
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<double> att(static_cast<size_t>(n_head * hd), 0.0);
+      for (int h = 0; h < n_head; ++h) {
+        const int kvh = h / gqa;
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (size_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int i = 0; i < hd; ++i) {
+            d += q[t][static_cast<size_t>(h * hd + i)] * k[j][static_cast<size_t>(kvh * hd + i)];
+          }
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (double& e : s) z += (e = std::exp(e - mx));
+        for (size_t j = 0; j <= t; ++j) {
+          for (int i = 0; i < hd; ++i) {
+            att[static_cast<size_t>(h * hd + i)] += s[j] / z * v[j][static_cast<size_t>(kvh * hd + i)];
+          }
+        }
+      }
+      auto o = matvec(wo, att);
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+      auto h2 = rms_norm(x[t], fn, hp.rms_eps);
+      auto g = matvec(wg, h2), u = matvec(wu, h2);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      auto d = matvec(wd, g);
+      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+    }
+  }
+  std::vector<std::vector<float>> logits(T);
+  for (size_t t = 0; t < T; ++t) {
+    auto h = rms_norm(x[t], out_norm, hp.rms_eps);
+    auto l = matvec(*head, h);
+    logits[t].assign(l.begin(), l.end());
+  }
+  return logits;
+}
+
+}  // namespace metro::model

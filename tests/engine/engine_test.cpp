@@ -1,0 +1,261 @@
+// The engine end to end on the default model: batch invariance, prefix caching,
+// preemption, n > 1, stop conditions, aborts and embeddings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "support/test_util.h"
+
+namespace metro::engine {
+namespace {
+
+using metro::testing::collect;
+using metro::testing::collect_choices;
+using metro::testing::default_model;
+using metro::testing::Generation;
+using metro::testing::greedy_request;
+using metro::testing::sanitized;
+
+std::unique_ptr<Engine> make_engine(EngineConfig cfg) {
+  const auto& sm = default_model();
+  if (cfg.n_threads == 0) cfg.n_threads = 2;
+  auto e = Engine::create(sm.model, *sm.tokenizer, cfg);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(*e);
+}
+
+std::vector<std::vector<int32_t>> prompts(int n) {
+  static const char* kTopics[] = {"trains", "the ocean", "bread", "prime numbers", "Paris",
+                                  "a cat", "volcanoes", "jazz"};
+  const auto& tok = *default_model().tokenizer;
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::string p = "Question " + std::to_string(i) + ": write ";
+    for (int k = 0; k <= i % 5; ++k) p += "a few words ";
+    p += std::string("about ") + kTopics[i % 8] + ".";
+    out.push_back(tok.encode(p, true, false));
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<std::vector<int32_t>>& ps,
+                                          int max_tokens, bool together) {
+  std::vector<std::vector<int32_t>> out(ps.size());
+  if (together) {
+    std::vector<Handle> hs;
+    for (const auto& p : ps) hs.push_back(*e.submit(greedy_request(p, max_tokens)));
+    for (size_t i = 0; i < hs.size(); ++i) out[i] = collect(hs[i]).tokens;
+  } else {
+    for (size_t i = 0; i < ps.size(); ++i) out[i] = collect(*e.submit(greedy_request(ps[i], max_tokens))).tokens;
+  }
+  return out;
+}
+
+TEST(Engine, BatchInvarianceAcrossChunkSizesAndBlockSizes) {
+  REQUIRE_MODEL();
+  const int n = sanitized() ? 8 : 32, gen = sanitized() ? 4 : 12;
+  auto ps = prompts(n);
+  EngineConfig solo;
+  solo.max_seqs = 1;
+  auto alone = run_all(*make_engine(solo), ps, gen, false);
+  for (const auto& a : alone) ASSERT_EQ(static_cast<int>(a.size()), gen);
+  for (int chunk : {7, 64, 512}) {
+    for (int block : {16, 32}) {
+      if (sanitized() && !(chunk == 7 && block == 32)) continue;
+      EngineConfig cfg;
+      cfg.max_seqs = 32;
+      cfg.max_batch_tokens = chunk;
+      cfg.kv_block = block;
+      auto got = run_all(*make_engine(cfg), ps, gen, true);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(got[static_cast<size_t>(i)], alone[static_cast<size_t>(i)])
+            << "prompt " << i << " chunk " << chunk << " block " << block;
+      }
+    }
+  }
+}
+
+TEST(Engine, PrefixCacheHitsAndSameOutput) {
+  REQUIRE_MODEL();
+  const auto& tok = *default_model().tokenizer;
+  std::string shared = "You are a helpful assistant. ";
+  while (tok.encode(shared, true, false).size() < 200) shared += "Answer briefly and precisely. ";
+  auto base = tok.encode(shared, true, false);
+  base.resize(200);
+  auto a = base, b = base;
+  for (int32_t t : tok.encode(" First question: why is the sky blue?", false, false)) a.push_back(t);
+  for (int32_t t : tok.encode(" Second question: what is rust?", false, false)) b.push_back(t);
+
+  EngineConfig off;
+  off.prefix_cache = false;
+  auto eng_off = make_engine(off);
+  Generation b_nocache = collect(*eng_off->submit(greedy_request(b, 8)));
+  EXPECT_EQ(b_nocache.usage.cached_prompt_tokens, 0);
+
+  auto eng = make_engine({});
+  Generation ga = collect(*eng->submit(greedy_request(a, 8)));
+  EXPECT_EQ(ga.usage.cached_prompt_tokens, 0);
+  Generation gb = collect(*eng->submit(greedy_request(b, 8)));
+  EXPECT_GE(gb.usage.cached_prompt_tokens, 192);
+  EXPECT_EQ(gb.usage.prompt_tokens, static_cast<int>(b.size()));
+  EXPECT_EQ(gb.tokens, b_nocache.tokens);
+  EXPECT_GT(eng->stats().prefix_hits, 0u);
+}
+
+TEST(Engine, PreemptionUnderATightBudgetKeepsOutputs) {
+  REQUIRE_MODEL();
+  const int n = sanitized() ? 6 : 20, gen = sanitized() ? 6 : 24;
+  auto ps = prompts(n);
+  EngineConfig roomy;
+  roomy.max_seqs = 32;
+  auto want = run_all(*make_engine(roomy), ps, gen, true);
+  EngineConfig tight;
+  tight.max_seqs = 32;
+  tight.kv_block = 16;
+  tight.ctx_total = 3 * 48;  // room for about three sequences
+  tight.prefix_cache = false;
+  auto eng = make_engine(tight);
+  auto got = run_all(*eng, ps, gen, true);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << i;
+  EXPECT_GT(eng->stats().preemptions, 0u);
+  EXPECT_EQ(eng->stats().kv_blocks_used, 0);
+}
+
+TEST(Engine, ChoicesShareThePromptAndMatchSeparateSeededRequests) {
+  REQUIRE_MODEL();
+  auto p = prompts(1)[0];
+  Request r;
+  r.prompt = p;
+  r.n = 3;
+  r.stop.max_tokens = 10;
+  r.sampling.temperature = 0.9f;
+  r.sampling.seed = 77;
+  r.sampling.has_seed = true;
+  auto eng = make_engine({});
+  auto choices = collect_choices(*eng->submit(r), 3);
+  EXPECT_EQ(choices[0].usage.completion_tokens,
+            static_cast<int>(choices[0].tokens.size() + choices[1].tokens.size() + choices[2].tokens.size()));
+  for (int i = 0; i < 3; ++i) {
+    Request single = r;
+    single.n = 1;
+    single.sampling.seed = 77 + static_cast<uint64_t>(i);
+    auto eng2 = make_engine({.prefix_cache = false});
+    EXPECT_EQ(collect(*eng2->submit(single)).tokens, choices[static_cast<size_t>(i)].tokens) << "choice " << i;
+  }
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& c : choices) distinct.insert(c.tokens);
+  EXPECT_GT(distinct.size(), 1u);
+  EXPECT_EQ(eng->stats().kv_blocks_used, 0);
+}
+
+TEST(Engine, StopConditionsAndUsage) {
+  REQUIRE_MODEL();
+  auto eng = make_engine({});
+  auto p = prompts(1)[0];
+  Generation full = collect(*eng->submit(greedy_request(p, 16)));
+  ASSERT_EQ(full.tokens.size(), 16u);
+  EXPECT_EQ(full.reason, FinishReason::kLength);
+  EXPECT_EQ(full.usage.completion_tokens, 16);
+  EXPECT_EQ(full.usage.prompt_tokens, static_cast<int>(p.size()));
+  // A stop string taken from the middle of the greedy text ends generation before it.
+  ASSERT_GT(full.text.size(), 8u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  Request r = greedy_request(p, 16);
+  r.stop.stop = {stop};
+  Generation s = collect(*eng->submit(r));
+  EXPECT_EQ(s.reason, FinishReason::kStop);
+  EXPECT_EQ(s.text, full.text.substr(0, full.text.find(stop)));
+  // A stop token: the 4th greedy token.
+  Request t = greedy_request(p, 16);
+  t.stop.stop_token_ids = {full.tokens[3]};
+  Generation st = collect(*eng->submit(t));
+  EXPECT_EQ(st.reason, FinishReason::kStop);
+  EXPECT_LE(st.tokens.size(), 4u);
+}
+
+TEST(Engine, RefusesWhatCanNeverFit) {
+  REQUIRE_MODEL();
+  auto eng = make_engine({.ctx_total = 256});
+  auto r = greedy_request(std::vector<int32_t>(300, 5), 4);
+  auto h = eng->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), ErrorCode::kOutOfRange);
+  EXPECT_FALSE(eng->submit(greedy_request({}, 4)).ok());
+  EXPECT_FALSE(eng->submit(greedy_request({-1}, 4)).ok());
+  EXPECT_FALSE(eng->submit(greedy_request({1 << 20}, 4)).ok());
+  EXPECT_FALSE(eng->submit(greedy_request({1, 2}, 0)).ok());
+  auto ctx = greedy_request({1, 2}, 100000);
+  EXPECT_EQ(eng->submit(ctx).status().code(), ErrorCode::kOutOfRange);
+}
+
+TEST(Engine, StressRandomArrivalsAndAbortsLeaveNoBlocks) {
+  REQUIRE_MODEL();
+  const int total = sanitized() ? 100 : 1000;
+  auto eng = make_engine({.ctx_total = 4096, .max_batch_tokens = 128, .max_seqs = 32});
+  std::mt19937 rng(5);
+  const auto& tok = *default_model().tokenizer;
+  std::vector<Handle> live;
+  int finished = 0;
+  for (int i = 0; i < total; ++i) {
+    std::vector<int32_t> prompt;
+    const int len = 1 + static_cast<int>(rng() % 40);
+    for (int k = 0; k < len; ++k) prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(tok.n_vocab())));
+    Request r = greedy_request(prompt, 1 + static_cast<int>(rng() % 6));
+    r.n = rng() % 10 == 0 ? 2 : 1;
+    auto h = eng->submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    live.push_back(*h);
+    if (rng() % 4 == 0) eng->abort(live[rng() % live.size()].id);
+    if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    if (live.size() > 64) {
+      collect_choices(live.front(), 2);
+      live.erase(live.begin());
+      ++finished;
+    }
+  }
+  for (auto& h : live) {
+    collect_choices(h, 2);
+    ++finished;
+  }
+  EXPECT_EQ(finished, total);
+  // Requests end before their blocks are freed on the engine thread: wait for a step.
+  for (int i = 0; i < 100 && eng->stats().kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto st = eng->stats();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+}
+
+TEST(Engine, EmbeddingsAreUnitNormAndDeterministic) {
+  REQUIRE_MODEL();
+  auto eng = make_engine({});
+  const auto& tok = *default_model().tokenizer;
+  Request r;
+  r.kind = RequestKind::kEmbed;
+  r.prompt = tok.encode("The quick brown fox jumps over the lazy dog.", true, false);
+  Generation a = collect(*eng->submit(r));
+  ASSERT_EQ(a.embedding.size(), default_model().model->hparams().n_embd);
+  double norm = 0;
+  for (float v : a.embedding) norm += static_cast<double>(v) * v;
+  EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-5);
+  // Alongside a generation, and again: the same vector.
+  auto g = eng->submit(greedy_request(prompts(1)[0], 8));
+  Generation b = collect(*eng->submit(r));
+  collect(*g);
+  EXPECT_EQ(a.embedding, b.embedding);
+  Request other = r;
+  other.prompt = tok.encode("Completely unrelated words about tax law.", true, false);
+  Generation c = collect(*eng->submit(other));
+  double dot = 0;
+  for (size_t i = 0; i < a.embedding.size(); ++i) dot += static_cast<double>(a.embedding[i]) * c.embedding[i];
+  EXPECT_LT(dot, 0.9999);
+}
+
+}  // namespace
+}  // namespace metro::engine

@@ -1,0 +1,240 @@
+// The fast forward pass against the double-precision reference forward pass, over
+// synthetic models in several weight formats, and its invariances: chunking, batching with
+// other sequences, paging layout and thread count must not change the logits beyond
+// float rounding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kv/kv_arena.h"
+#include "model/model.h"
+#include "model/reference_forward.h"
+#include "support/synthetic_model.h"
+
+namespace metro::model {
+namespace {
+
+using kernels::DType;
+using metro::testing::make_synthetic_model;
+using metro::testing::SyntheticModelSpec;
+
+struct Loaded {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<Model> model;
+};
+
+Loaded load(const SyntheticModelSpec& spec) {
+  Loaded l;
+  l.bytes = make_synthetic_model(spec);
+  auto f = gguf::File::parse(l.bytes);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  auto m = Model::from_file(std::move(*f));
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  l.model = std::move(*m);
+  return l;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+// Logits of every position, computed in steps of `chunk` tokens.
+std::vector<std::vector<float>> run(const Model& m, const std::vector<int32_t>& toks, int chunk,
+                                    int threads = 2, int block_size = 16) {
+  ThreadPool pool(threads);
+  WorkspaceLimits lim;
+  lim.max_tokens = chunk;
+  lim.max_logits = chunk;
+  lim.max_seqs = 4;
+  lim.max_blocks_per_seq = static_cast<int>(toks.size()) / block_size + 2;
+  Workspace ws = m.make_workspace(lim);
+  SequenceKv kv(m.hparams(), static_cast<int>(toks.size()), DType::kF16, block_size);
+  std::vector<std::vector<float>> out;
+  for (size_t s = 0; s < toks.size(); s += static_cast<size_t>(chunk)) {
+    Batch b;
+    for (size_t i = s; i < std::min(toks.size(), s + static_cast<size_t>(chunk)); ++i) {
+      b.add(toks[i], static_cast<int32_t>(i), 0, true);
+    }
+    auto r = m.forward(b, kv.view(), ws, pool);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    for (int row = 0; row < r->n_rows; ++row) {
+      auto v = r->row(row);
+      out.emplace_back(v.begin(), v.end());
+    }
+  }
+  return out;
+}
+
+struct Diff {
+  double rel_rms = 0;   // ||a - b|| / ||b|| over everything
+  double min_cos = 1;   // worst per-position cosine similarity
+  int argmax_mismatch = 0;
+};
+
+Diff compare(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  Diff d;
+  double num = 0, den = 0;
+  for (size_t t = 0; t < b.size(); ++t) {
+    double dot = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < b[t].size(); ++i) {
+      const double x = a[t][i], y = b[t][i];
+      num += (x - y) * (x - y);
+      den += y * y;
+      dot += x * y;
+      na += x * x;
+      nb += y * y;
+    }
+    d.min_cos = std::min(d.min_cos, dot / std::sqrt(na * nb));
+    auto am = std::max_element(a[t].begin(), a[t].end()) - a[t].begin();
+    auto bm = std::max_element(b[t].begin(), b[t].end()) - b[t].begin();
+    d.argmax_mismatch += am != bm;
+  }
+  d.rel_rms = std::sqrt(num / den);
+  return d;
+}
+
+class ForwardVsReference : public ::testing::TestWithParam<DType> {};
+
+// Tolerances: float weights keep F32 activations, so only float rounding (~1e-6 relative
+// per op over a few hundred ops) separates them from the reference. Quantized weights dot
+// with activations quantized to 8 bits: each activation carries up to 1/254 of its block's
+// max as error, which after norms and two layers stays within a few percent of the logits'
+// magnitude; cosine similarity catches direction errors, rel_rms magnitude errors.
+TEST_P(ForwardVsReference, MatchesWithinQuantizationError) {
+  SyntheticModelSpec spec;
+  spec.matrix_type = GetParam();
+  spec.embd_type = GetParam() == DType::kF16 ? DType::kF16 : DType::kQ8_0;
+  Loaded l = load(spec);
+  auto toks = random_tokens(40, static_cast<int>(spec.n_vocab), 5);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  auto got = run(*l.model, toks, 64);
+  Diff d = compare(got, *ref);
+  const bool is_float = GetParam() == DType::kF16;
+  EXPECT_LT(d.rel_rms, is_float ? 1e-3 : 0.05) << kernels::dtype_name(GetParam());
+  EXPECT_GT(d.min_cos, is_float ? 0.99999 : 0.998) << kernels::dtype_name(GetParam());
+  EXPECT_LE(d.argmax_mismatch, is_float ? 0 : 4) << kernels::dtype_name(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, ForwardVsReference,
+                         ::testing::Values(DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                           DType::kQ4_K, DType::kQ6_K),
+                         [](const auto& info) { return std::string(kernels::dtype_name(info.param)); });
+
+TEST(Forward, QwenStyleBiasesAndNeoxRope) {
+  SyntheticModelSpec spec;
+  spec.arch = "qwen2";
+  spec.qkv_bias = true;
+  spec.tied_output = false;
+  Loaded l = load(spec);
+  EXPECT_TRUE(l.model->hparams().has_qkv_bias);
+  auto toks = random_tokens(24, static_cast<int>(spec.n_vocab), 9);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok());
+  Diff d = compare(run(*l.model, toks, 64), *ref);
+  EXPECT_LT(d.rel_rms, 1e-3);
+}
+
+TEST(Forward, ChunkingAndThreadsDoNotChangeLogits) {
+  SyntheticModelSpec spec;
+  spec.matrix_type = DType::kQ4_0;
+  spec.embd_type = DType::kQ8_0;
+  Loaded l = load(spec);
+  auto toks = random_tokens(50, static_cast<int>(spec.n_vocab), 11);
+  auto whole = run(*l.model, toks, 64, 2);
+  for (int chunk : {1, 7, 16}) {
+    Diff d = compare(run(*l.model, toks, chunk, 2), whole);
+    EXPECT_LT(d.rel_rms, 1e-5) << "chunk " << chunk;
+    EXPECT_EQ(d.argmax_mismatch, 0) << "chunk " << chunk;
+  }
+  for (int threads : {1, 3}) {
+    Diff d = compare(run(*l.model, toks, 64, threads), whole);
+    EXPECT_EQ(d.rel_rms, 0.0) << "threads " << threads;
+  }
+  for (int bs : {5, 32}) {
+    Diff d = compare(run(*l.model, toks, 64, 2, bs), whole);
+    EXPECT_LT(d.rel_rms, 1e-6) << "block size " << bs;
+  }
+}
+
+TEST(Forward, SequencesInOneBatchMatchSequencesAlone) {
+  SyntheticModelSpec spec;
+  spec.matrix_type = DType::kQ8_0;
+  spec.embd_type = DType::kQ8_0;
+  Loaded l = load(spec);
+  const Model& m = *l.model;
+  std::vector<std::vector<int32_t>> seqs = {random_tokens(9, 300, 1), random_tokens(17, 300, 2),
+                                            random_tokens(3, 300, 3)};
+  // Shuffled, non-contiguous block ids for each sequence in one shared arena.
+  const int bs = 4;
+  kernels::KvPageLayout layout{DType::kF16, bs, static_cast<int>(m.hparams().n_head_kv),
+                               static_cast<int>(m.hparams().head_dim)};
+  kv::KvArena arena(m.hparams(), layout, 16);
+  std::vector<int32_t> ids(16);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(4));
+  std::vector<std::vector<int32_t>> owned = {{ids[0], ids[1], ids[2]},
+                                             {ids[3], ids[4], ids[5], ids[6], ids[7]},
+                                             {ids[8]}};
+  std::vector<std::span<const int32_t>> tables(owned.begin(), owned.end());
+  KvView view = arena.view(tables);
+  ThreadPool pool(2);
+  WorkspaceLimits lim{64, 64, 4, 8};
+  Workspace ws = m.make_workspace(lim);
+  Batch b;
+  for (int s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < seqs[static_cast<size_t>(s)].size(); ++i) {
+      b.add(seqs[static_cast<size_t>(s)][i], static_cast<int32_t>(i), s, true);
+    }
+  }
+  auto out = m.forward(b, view, ws, pool);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  int row = 0;
+  for (int s = 0; s < 3; ++s) {
+    auto alone = run(m, seqs[static_cast<size_t>(s)], 64);
+    std::vector<std::vector<float>> batched;
+    for (size_t i = 0; i < seqs[static_cast<size_t>(s)].size(); ++i) {
+      auto v = out->row(row++);
+      batched.emplace_back(v.begin(), v.end());
+    }
+    Diff d = compare(batched, alone);
+    EXPECT_LT(d.rel_rms, 1e-5) << "sequence " << s;
+    EXPECT_EQ(d.argmax_mismatch, 0);
+  }
+}
+
+TEST(Forward, RefusesMalformedBatches) {
+  SyntheticModelSpec spec;
+  Loaded l = load(spec);
+  const Model& m = *l.model;
+  ThreadPool pool(1);
+  Workspace ws = m.make_workspace({8, 8, 2, 4});
+  SequenceKv kv(m.hparams(), 32);
+  Batch gap;
+  gap.add(1, 0, 0, true);
+  gap.add(2, 2, 0, true);
+  EXPECT_FALSE(m.forward(gap, kv.view(), ws, pool).ok());
+  Batch bad_id;
+  bad_id.add(300, 0, 0, true);
+  EXPECT_FALSE(m.forward(bad_id, kv.view(), ws, pool).ok());
+  Batch bad_seq;
+  bad_seq.add(1, 0, 3, true);
+  EXPECT_FALSE(m.forward(bad_seq, kv.view(), ws, pool).ok());
+  Batch too_long;
+  for (int i = 0; i < 9; ++i) too_long.add(1, i, 0, false);
+  EXPECT_FALSE(m.forward(too_long, kv.view(), ws, pool).ok());
+  Batch beyond_kv;
+  beyond_kv.add(1, 40, 0, true);
+  EXPECT_FALSE(m.forward(beyond_kv, kv.view(), ws, pool).ok());
+}
+
+}  // namespace
+}  // namespace metro::model

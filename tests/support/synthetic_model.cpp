@@ -1,0 +1,88 @@
+#include "support/synthetic_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "gguf/writer.h"
+#include "kernels/quant_ref.h"
+
+namespace metro::testing {
+
+namespace {
+
+std::vector<uint8_t> quantized(kernels::DType t, const std::vector<float>& v, int64_t cols) {
+  const int64_t rows = static_cast<int64_t>(v.size()) / cols;
+  const size_t rb = kernels::row_bytes(t, cols);
+  std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::quantize_row_ref(t, v.data() + r * cols, out.data() + static_cast<size_t>(r) * rb, cols);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
+  std::mt19937 rng(static_cast<uint32_t>(s.seed));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  gguf::Writer w;
+  const std::string a = s.arch + ".";
+  w.add_string("general.architecture", s.arch);
+  w.add_string("general.name", "synthetic");
+  w.add_u32(a + "embedding_length", s.n_embd);
+  w.add_u32(a + "block_count", s.n_layer);
+  w.add_u32(a + "attention.head_count", s.n_head);
+  w.add_u32(a + "attention.head_count_kv", s.n_head_kv);
+  w.add_u32(a + "feed_forward_length", s.n_ff);
+  w.add_u32(a + "context_length", s.n_ctx);
+  w.add_u32(a + "vocab_size", s.n_vocab);
+  w.add_f32(a + "rope.freq_base", s.rope_base);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  std::vector<std::string> toks;
+  for (uint32_t i = 0; i < s.n_vocab; ++i) toks.push_back("t" + std::to_string(i));
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string_array("tokenizer.ggml.tokens", toks);
+
+  auto add = [&](const std::string& name, kernels::DType t, std::vector<uint64_t> dims, float scale) {
+    uint64_t n = 1;
+    for (auto d : dims) n *= d;
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng) * scale;
+    auto bytes = quantized(t, v, static_cast<int64_t>(dims[0]));
+    auto st = w.add_tensor(name, kernels::traits(t).ggml, dims, bytes);
+    (void)st;
+  };
+  auto add_norm = [&](const std::string& name, uint64_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = 1.0f + 0.1f * nd(rng);
+    auto st = w.add_tensor(name, gguf::GgmlType::kF32, {n},
+                           {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
+    (void)st;
+  };
+  const uint64_t hd = s.n_embd / s.n_head;
+  const uint64_t nq = s.n_head * hd, nkv = s.n_head_kv * hd;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
+  add("token_embd.weight", s.embd_type, {s.n_embd, s.n_vocab}, 1.0f);
+  add_norm("output_norm.weight", s.n_embd);
+  if (!s.tied_output) add("output.weight", s.matrix_type, {s.n_embd, s.n_vocab}, ws);
+  for (uint32_t il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    add_norm(p + "attn_norm.weight", s.n_embd);
+    add(p + "attn_q.weight", s.matrix_type, {s.n_embd, nq}, ws);
+    add(p + "attn_k.weight", s.matrix_type, {s.n_embd, nkv}, ws);
+    add(p + "attn_v.weight", s.matrix_type, {s.n_embd, nkv}, ws);
+    if (s.qkv_bias) {
+      add(p + "attn_q.bias", kernels::DType::kF32, {nq}, 0.1f);
+      add(p + "attn_k.bias", kernels::DType::kF32, {nkv}, 0.1f);
+      add(p + "attn_v.bias", kernels::DType::kF32, {nkv}, 0.1f);
+    }
+    add(p + "attn_output.weight", s.matrix_type, {nq, s.n_embd}, ws);
+    add_norm(p + "ffn_norm.weight", s.n_embd);
+    add(p + "ffn_gate.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
+    add(p + "ffn_up.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
+    add(p + "ffn_down.weight", s.matrix_type, {s.n_ff, s.n_embd}, 1.0f / std::sqrt(static_cast<float>(s.n_ff)));
+  }
+  return w.serialize();
+}
+
+}  // namespace metro::testing

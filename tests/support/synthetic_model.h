@@ -1,0 +1,33 @@
+// Small llama-family GGUF models with random weights, written by metro's GGUF writer, for
+// tests of the forward pass against the reference forward pass.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace metro::testing {
+
+struct SyntheticModelSpec {
+  std::string arch = "llama";
+  uint32_t n_embd = 256;
+  uint32_t n_layer = 2;
+  uint32_t n_head = 4;
+  uint32_t n_head_kv = 2;
+  uint32_t n_ff = 512;
+  uint32_t n_vocab = 300;
+  uint32_t n_ctx = 512;
+  float rope_base = 10000.0f;
+  kernels::DType matrix_type = kernels::DType::kF16;  // every 2-D weight
+  kernels::DType embd_type = kernels::DType::kF16;
+  bool tied_output = true;
+  bool qkv_bias = false;
+  uint64_t seed = 1;
+};
+
+// The GGUF bytes of such a model (a byte-level-free minimal "gpt2" vocabulary included).
+std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& spec);
+
+}  // namespace metro::testing
