@@ -5,5 +5,6 @@
 namespace metro::cli {
 
 int cmd_inspect(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
 
 }  // namespace metro::cli

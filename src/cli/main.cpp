@@ -15,6 +15,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
+    {"tokenize", metro::cli::cmd_tokenize, "print the token ids and pieces of a text"},
 };
 
 void usage(FILE* out) {
