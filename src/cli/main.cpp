@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"bench", metro::cli::cmd_bench, "measure prompt processing and generation speed"},
     {"perplexity", metro::cli::cmd_perplexity, "perplexity of a model over a text file"},
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
+    {"tokenize", metro::cli::cmd_tokenize, "print the token ids and pieces of a text"},
 };
 
 void usage(FILE* out) {

@@ -44,6 +44,9 @@ struct QuantizedActs {
   int64_t k = 0;
   const uint8_t* data = nullptr;
   size_t row_stride = 0;
+  // Q8_0 partner only: per-block sums of the quants (m rows of k/32), which the kernels
+  // use for the offset of Q4_0/Q5_0 weights; quantize_acts fills it in `out` after the rows.
+  const int16_t* block_sums = nullptr;
 };
 
 // Bytes needed to hold m rows of k activations quantized for weights of `weight_type`.

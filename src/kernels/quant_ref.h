@@ -19,6 +19,12 @@ void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
 // traits(wt).dot_partner; n elements. Accumulates in double: a precise reference.
 double vec_dot_ref(DType wt, const void* w, const void* a, int64_t n);
 
+// The same sum with every term (and every integer product) taken by absolute value. Any
+// float evaluation of the dot product that combines the per-block terms in some order is
+// within (number of blocks + a few) * 2^-24 of this magnitude of vec_dot_ref: tests derive
+// their tolerances from it.
+double vec_dot_magnitude_ref(DType wt, const void* w, const void* a, int64_t n);
+
 // Worst-case round-trip error bound of quantize+dequantize for one block of values, as a
 // multiple of the block's max |x| (documented per format in quant_ref.cpp).
 double roundtrip_error_bound(DType t);

@@ -1,0 +1,61 @@
+// Internal to kernels/attention*: the work-item geometry and the per-ISA tile kernels.
+//
+// A work item is (sequence, KV head, tile of rows). The rows of a KV head are its query
+// heads across the sequence's queries, query-major: row r is query r / group, head
+// kv_head * group + r % group. So a tile shares every K/V row it reads among all of its
+// rows, and the rows' causal limits (pos0 + r / group) rise with r.
+//
+// Every row is computed by the same sequence of float operations whatever tile it lands in
+// (keys are scored in fixed chunks of kKeyChunk positions counted from 0), so results do
+// not depend on the tiling or on the number of threads.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/attention.h"
+
+namespace metro::kernels::detail {
+
+inline constexpr int kMaxHeadDim = 256;
+inline constexpr int kKeyChunk = 32;       // keys per online-softmax step
+inline constexpr int kMaxTileRows = 128;
+inline constexpr int kMaxTileFloats = 8192;  // rows * head_dim of a tile's Q and accumulators
+
+struct AttentionTile {
+  int kv_head = 0;
+  int row_begin = 0;
+  int row_end = 0;
+};
+
+using AttentionTileFn = void (*)(const AttentionParams& p, const AttentionSeq& seq,
+                                 const AttentionTile& tile);
+using StoreF16Fn = void (*)(const float* x, uint8_t* dst, int64_t n);  // dst: 2n bytes
+
+struct AttentionKernels {
+  std::string_view isa;
+  AttentionTileFn tile;
+  StoreF16Fn store_f16;
+};
+
+extern const AttentionKernels kAttentionScalar;  // attention.cpp
+extern const AttentionKernels kAttentionAvx2;    // attention_avx2.cpp
+
+// The kernels chosen for this CPU.
+const AttentionKernels& attention_kernels();
+
+// Rows per tile: as many whole query groups as fit kMaxTileRows and kMaxTileFloats.
+int attention_tile_rows(int group, int head_dim);
+
+// attention() with an explicit kernel table (tests run every table present on the CPU).
+void attention_with(const AttentionKernels& k, const AttentionParams& p,
+                    std::span<const AttentionSeq> seqs, int ith, int nth);
+
+// Address of the K or V row of `kv_head` at key position pos.
+inline const uint8_t* kv_row(const KvPageLayout& l, const uint8_t* const* pages, int kv_head,
+                             int64_t pos) {
+  return pages[pos / l.block_size] + static_cast<size_t>(kv_head) * l.head_bytes() +
+         static_cast<size_t>(pos % l.block_size) * l.row_bytes();
+}
+
+}  // namespace metro::kernels::detail

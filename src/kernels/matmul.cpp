@@ -1,0 +1,192 @@
+// matmul's driver: weight wrapping and repacking, activation quantization, and the split
+// of the output among threads. The arithmetic is in the kernel tables (kernel_table.h).
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "base/check.h"
+#include "base/cpu_features.h"
+#include "kernels/kernel_table.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/quant_ref.h"
+#include "kernels/repack.h"
+
+namespace metro::kernels {
+
+namespace {
+
+// Up to this many act rows, the whole of x is one tile column (GEMV: weights stream once
+// and every weight block loaded serves all rows). Beyond it, acts are cut into chunks
+// that stay in L2 while the weight rows of a thread's share pass over them.
+constexpr int64_t kGemvMaxActs = 4;
+constexpr int64_t kActChunk = 64;
+
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+int64_t partner_block(DType weight_type) { return traits(traits(weight_type).dot_partner).block_size; }
+
+}  // namespace
+
+const KernelTable* avx2_kernels() {
+  return nullptr;  // AVX2 kernels: next commit
+}
+
+const KernelTable& active_kernels() {
+  static const KernelTable& table = avx2_kernels() ? *avx2_kernels() : scalar_kernels();
+  return table;
+}
+
+std::string_view kernel_isa() { return active_kernels().isa; }
+
+std::string Weight::describe() const {
+  std::string s(dtype_name(type));
+  s += layout == kLayoutX8 ? " x8 interleaved" : " row-major";
+  return s;
+}
+
+Weight make_weight_with(const KernelTable& kt, DType type, const void* data, int64_t n_rows,
+                        int64_t n_cols, bool allow_repack) {
+  METRO_CHECK(n_rows > 0 && n_cols > 0 && n_cols % traits(type).block_size == 0);
+  Weight w;
+  w.type = type;
+  w.n_rows = n_rows;
+  w.n_cols = n_cols;
+  w.data = static_cast<const uint8_t*>(data);
+  w.row_stride = row_bytes(type, n_cols);
+  if (allow_repack && has_x8_layout(type) && kt.tile_x8[static_cast<int>(type)] != nullptr) {
+    w.owned = std::make_shared<AlignedBuffer<uint8_t>>(x8_bytes(type, n_rows, n_cols));
+    repack_x8(type, w.data, w.row_stride, n_rows, n_cols, w.owned->data());
+    w.data = w.owned->data();
+    w.layout = kLayoutX8;
+  }
+  return w;
+}
+
+Weight make_weight(DType type, const void* data, int64_t n_rows, int64_t n_cols, bool allow_repack) {
+  return make_weight_with(active_kernels(), type, data, n_rows, n_cols, allow_repack);
+}
+
+size_t quantized_acts_bytes(DType weight_type, int64_t m, int64_t k) {
+  const DType p = traits(weight_type).dot_partner;
+  size_t bytes = align64(static_cast<size_t>(m) * row_bytes(p, k));
+  if (p == DType::kQ8_0) bytes += align64(static_cast<size_t>(m * (k / kQK)) * sizeof(int16_t));
+  return bytes;
+}
+
+QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const float* x,
+                                 int64_t m, int64_t k, size_t x_stride, uint8_t* out, int ith,
+                                 int nth) {
+  const DType p = traits(weight_type).dot_partner;
+  const int64_t bs = partner_block(weight_type);
+  METRO_CHECK(k % bs == 0 && m >= 0);
+  QuantizedActs q;
+  q.type = p;
+  q.m = m;
+  q.k = k;
+  q.data = out;
+  q.row_stride = row_bytes(p, k);
+  int16_t* sums = nullptr;
+  if (p == DType::kQ8_0) {
+    sums = reinterpret_cast<int16_t*>(out + align64(static_cast<size_t>(m) * q.row_stride));
+    q.block_sums = sums;
+  }
+  // Blocks are independent: threads take equal runs of the flattened (row, block) list.
+  const int64_t nb = k / bs;
+  const int64_t total = m * nb;
+  const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
+  const QuantizeRowFn quantize = kt.quantize_row[static_cast<int>(p)];
+  const size_t bpb = static_cast<size_t>(traits(p).bytes_per_block);
+  for (int64_t u = u0; u < u1;) {
+    const int64_t i = u / nb, b0 = u % nb;
+    const int64_t b1 = std::min(nb, b0 + (u1 - u));
+    uint8_t* dst = out + static_cast<size_t>(i) * q.row_stride + static_cast<size_t>(b0) * bpb;
+    quantize(x + static_cast<size_t>(i) * x_stride + static_cast<size_t>(b0 * bs), dst, (b1 - b0) * bs);
+    if (sums) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const auto blk = load_block<BlockQ8_0>(out + static_cast<size_t>(i) * q.row_stride, b);
+        int s = 0;
+        for (int8_t v : blk.qs) s += v;
+        sums[i * nb + b] = static_cast<int16_t>(s);
+      }
+    }
+    u += b1 - b0;
+  }
+  return q;
+}
+
+QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_t k,
+                            size_t x_stride, uint8_t* out, int ith, int nth) {
+  return quantize_acts_with(active_kernels(), weight_type, x, m, k, x_stride, out, ith, nth);
+}
+
+void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x, float* y,
+                 size_t y_stride, int ith, int nth) {
+  METRO_CHECK(x.k == w.n_cols && x.type == traits(w.type).dot_partner);
+  METRO_CHECK(x.type != DType::kQ8_0 || x.block_sums != nullptr);
+  const TileFn fn = w.layout == kLayoutX8 ? kt.tile_x8[static_cast<int>(w.type)]
+                                          : kt.tile_row_major[static_cast<int>(w.type)];
+  METRO_CHECK_MSG(fn != nullptr, "matmul: no kernel for this weight type and layout");
+  if (x.m == 0) return;
+  const int64_t groups = (w.n_rows + kX8Rows - 1) / kX8Rows;
+  const int64_t chunk = x.m <= kGemvMaxActs ? x.m : kActChunk;
+  const int64_t n_chunks = (x.m + chunk - 1) / chunk;
+  const size_t group_stride = w.layout == kLayoutX8 ? x8_group_stride(w.type, w.n_cols)
+                                                    : kX8Rows * w.row_stride;
+  const int64_t nb = x.k / partner_block(w.type);
+  // Units are (act chunk, 8-row group) pairs, chunk-major; each thread takes an equal run.
+  // Every output element is computed the same way in any tile, so the split never
+  // changes results.
+  const int64_t total = groups * n_chunks;
+  const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
+  for (int64_t u = u0; u < u1;) {
+    const int64_t c = u / groups, g0 = u % groups;
+    const int64_t g1 = std::min(groups, g0 + (u1 - u));
+    MatmulTile t;
+    t.w = w.data + static_cast<size_t>(g0) * group_stride;
+    t.w_stride = w.layout == kLayoutX8 ? group_stride : w.row_stride;
+    t.n_rows = std::min(w.n_rows, g1 * kX8Rows) - g0 * kX8Rows;
+    const int64_t i0 = c * chunk;
+    t.a = x.data + static_cast<size_t>(i0) * x.row_stride;
+    t.a_stride = x.row_stride;
+    t.a_sums = x.block_sums ? x.block_sums + i0 * nb : nullptr;
+    t.n_acts = std::min(x.m, i0 + chunk) - i0;
+    t.k = x.k;
+    t.y = y + static_cast<size_t>(i0) * y_stride + static_cast<size_t>(g0 * kX8Rows);
+    t.y_stride = y_stride;
+    fn(t);
+    u += g1 - g0;
+  }
+}
+
+void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth) {
+  matmul_with(active_kernels(), w, x, y, y_stride, ith, nth);
+}
+
+void matmul_ref(const Weight& w, const float* x, int64_t m, size_t x_stride, float* y, size_t y_stride) {
+  std::vector<float> row(static_cast<size_t>(w.n_cols));
+  std::vector<uint8_t> blocks(static_cast<size_t>(kX8Rows * traits(w.type).bytes_per_block));
+  const int64_t bs = traits(w.type).block_size;
+  for (int64_t j = 0; j < w.n_rows; ++j) {
+    if (w.layout == kLayoutX8) {
+      // Back to GGUF blocks, one block of the row at a time.
+      const uint8_t* group = w.data + static_cast<size_t>(j / kX8Rows) * x8_group_stride(w.type, w.n_cols);
+      for (int64_t b = 0; b < w.n_cols / bs; ++b) {
+        unpack_x8_block(w.type, group + static_cast<size_t>(b) * blocks.size(), blocks.data());
+        dequantize_row_ref(w.type, blocks.data() + (j % kX8Rows) * traits(w.type).bytes_per_block,
+                           row.data() + b * bs, bs);
+      }
+    } else {
+      dequantize_row_ref(w.type, w.data + static_cast<size_t>(j) * w.row_stride, row.data(), w.n_cols);
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + static_cast<size_t>(i) * x_stride;
+      double acc = 0.0;
+      for (int64_t c = 0; c < w.n_cols; ++c) acc += static_cast<double>(row[c]) * xi[c];
+      y[static_cast<size_t>(i) * y_stride + static_cast<size_t>(j)] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace metro::kernels

@@ -1,0 +1,193 @@
+#include "kernels/repack.h"
+
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/quant_blocks.h"
+
+namespace metro::kernels {
+
+namespace {
+
+// Q5 fifth bits: row-major qh (bit e = element e) <-> transposed byte 4r + c, bit g.
+void transpose_qh_in(const uint8_t qh_row[4], int r, uint8_t qh_x8[32]) {
+  uint32_t bits;
+  std::memcpy(&bits, qh_row, 4);
+  for (int c = 0; c < 4; ++c) {
+    uint8_t v = 0;
+    for (int g = 0; g < 8; ++g) v = static_cast<uint8_t>(v | (((bits >> (4 * g + c)) & 1u) << g));
+    qh_x8[4 * r + c] = v;
+  }
+}
+
+void transpose_qh_out(const uint8_t qh_x8[32], int r, uint8_t qh_row[4]) {
+  uint32_t bits = 0;
+  for (int c = 0; c < 4; ++c) {
+    for (int g = 0; g < 8; ++g) bits |= static_cast<uint32_t>((qh_x8[4 * r + c] >> g) & 1u) << (4 * g + c);
+  }
+  std::memcpy(qh_row, &bits, 4);
+}
+
+// 16 nibble bytes of a row <-> 4 words of 4 bytes per row.
+void interleave_qs16(const uint8_t qs[16], int r, uint8_t out[128]) {
+  for (int t = 0; t < 4; ++t) std::memcpy(out + 32 * t + 4 * r, qs + 4 * t, 4);
+}
+
+void deinterleave_qs16(const uint8_t in[128], int r, uint8_t qs[16]) {
+  for (int t = 0; t < 4; ++t) std::memcpy(qs + 4 * t, in + 32 * t + 4 * r, 4);
+}
+
+// Fills one group block from block b of 8 rows (absent rows: zero blocks).
+void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) {
+  switch (t) {
+    case DType::kQ4_0: {
+      BlockQ4_0x8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ4_0>(rows[r], b);
+        g.d[r] = s.d;
+        interleave_qs16(s.qs, r, g.qs);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
+    case DType::kQ4_1: {
+      BlockQ4_1x8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ4_1>(rows[r], b);
+        g.d[r] = s.d;
+        g.m[r] = s.m;
+        interleave_qs16(s.qs, r, g.qs);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
+    case DType::kQ5_0: {
+      BlockQ5_0x8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ5_0>(rows[r], b);
+        g.d[r] = s.d;
+        transpose_qh_in(s.qh, r, g.qh);
+        interleave_qs16(s.qs, r, g.qs);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
+    case DType::kQ5_1: {
+      BlockQ5_1x8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ5_1>(rows[r], b);
+        g.d[r] = s.d;
+        g.m[r] = s.m;
+        transpose_qh_in(s.qh, r, g.qh);
+        interleave_qs16(s.qs, r, g.qs);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
+    case DType::kQ8_0: {
+      BlockQ8_0x8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ8_0>(rows[r], b);
+        g.d[r] = s.d;
+        for (int w = 0; w < 8; ++w) std::memcpy(g.qs + 32 * w + 4 * r, s.qs + 4 * w, 4);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
+    default: METRO_CHECK_MSG(false, "repack_x8: no x8 layout for this type");
+  }
+}
+
+}  // namespace
+
+bool has_x8_layout(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
+         t == DType::kQ8_0;
+}
+
+size_t x8_group_stride(DType t, int64_t n_cols) { return kX8Rows * row_bytes(t, n_cols); }
+
+size_t x8_bytes(DType t, int64_t n_rows, int64_t n_cols) {
+  const auto groups = static_cast<size_t>((n_rows + kX8Rows - 1) / kX8Rows);
+  return groups * x8_group_stride(t, n_cols);
+}
+
+void repack_x8(DType t, const uint8_t* src, size_t src_stride, int64_t n_rows, int64_t n_cols,
+               uint8_t* dst) {
+  METRO_CHECK(has_x8_layout(t) && n_cols % kQK == 0);
+  const int64_t nb = n_cols / kQK;
+  const size_t group_block = static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kX8Rows) {
+    const uint8_t* rows[8];
+    for (int r = 0; r < 8; ++r) rows[r] = r0 + r < n_rows ? src + static_cast<size_t>(r0 + r) * src_stride : nullptr;
+    uint8_t* group = dst + static_cast<size_t>(r0 / kX8Rows) * x8_group_stride(t, n_cols);
+    for (int64_t b = 0; b < nb; ++b) pack_group(t, rows, b, group + static_cast<size_t>(b) * group_block);
+  }
+}
+
+void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
+  switch (t) {
+    case DType::kQ4_0: {
+      const auto g = load_block<BlockQ4_0x8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ4_0 s;
+        s.d = g.d[r];
+        deinterleave_qs16(g.qs, r, s.qs);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ4_1: {
+      const auto g = load_block<BlockQ4_1x8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ4_1 s;
+        s.d = g.d[r];
+        s.m = g.m[r];
+        deinterleave_qs16(g.qs, r, s.qs);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ5_0: {
+      const auto g = load_block<BlockQ5_0x8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ5_0 s;
+        s.d = g.d[r];
+        transpose_qh_out(g.qh, r, s.qh);
+        deinterleave_qs16(g.qs, r, s.qs);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ5_1: {
+      const auto g = load_block<BlockQ5_1x8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ5_1 s;
+        s.d = g.d[r];
+        s.m = g.m[r];
+        transpose_qh_out(g.qh, r, s.qh);
+        deinterleave_qs16(g.qs, r, s.qs);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto g = load_block<BlockQ8_0x8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ8_0 s;
+        s.d = g.d[r];
+        for (int w = 0; w < 8; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    default: METRO_CHECK_MSG(false, "unpack_x8_block: no x8 layout for this type");
+  }
+}
+
+}  // namespace metro::kernels

@@ -1,0 +1,67 @@
+// The x8-interleaved weight layout (internal to kernels/).
+//
+// Rows are taken 8 at a time; block b of the 8 rows becomes one group block holding the 8
+// scales side by side and the quants interleaved 4 bytes per row, so that one 32-byte
+// load gives bytes 4t..4t+3 of every row: each 32-bit SIMD lane then belongs to one
+// weight row, an act's 4 bytes broadcast to all lanes multiply 8 rows at once, and the
+// 8 scales convert with one instruction. Rows past n_rows in the last group are zero.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace metro::kernels {
+
+// Lane r, byte c of the 32-byte word t is byte 4t + c of row r's qs.
+struct BlockQ4_0x8 {
+  uint16_t d[8];
+  uint8_t qs[128];
+};
+
+struct BlockQ4_1x8 {
+  uint16_t d[8];
+  uint16_t m[8];
+  uint8_t qs[128];
+};
+
+// qh is transposed so the fifth bits unpack with shifts: bit g of byte 4r + c is the
+// fifth bit of element 4g + c of row r.
+struct BlockQ5_0x8 {
+  uint16_t d[8];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+
+struct BlockQ5_1x8 {
+  uint16_t d[8];
+  uint16_t m[8];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+
+struct BlockQ8_0x8 {
+  uint16_t d[8];
+  int8_t qs[256];
+};
+
+static_assert(sizeof(BlockQ4_0x8) == 8 * 18 && sizeof(BlockQ4_1x8) == 8 * 20);
+static_assert(sizeof(BlockQ5_0x8) == 8 * 22 && sizeof(BlockQ5_1x8) == 8 * 24);
+static_assert(sizeof(BlockQ8_0x8) == 8 * 34);
+
+inline constexpr int kX8Rows = 8;
+
+bool has_x8_layout(DType t);
+// Bytes between consecutive 8-row groups, and of the whole repacked matrix.
+size_t x8_group_stride(DType t, int64_t n_cols);
+size_t x8_bytes(DType t, int64_t n_rows, int64_t n_cols);
+
+// src: n_rows row-major rows of n_cols, src_stride bytes apart; dst: x8_bytes(...) bytes.
+void repack_x8(DType t, const uint8_t* src, size_t src_stride, int64_t n_rows, int64_t n_cols,
+               uint8_t* dst);
+
+// The inverse for one group block: writes the 8 rows' blocks, GGUF layout, back to back.
+void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks);
+
+}  // namespace metro::kernels

@@ -1,0 +1,34 @@
+// Internal: the shared state behind a Tokenizer handle, and the one rule of decoding both
+// Tokenizer::decode and IncrementalDetokenizer follow.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+#include "tokenizer/word_cache.h"
+
+namespace metro::tokenizer {
+
+struct Tokenizer::Impl {
+  explicit Impl(Vocab v) : vocab(std::move(v)) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  Vocab vocab;
+  std::optional<PreTokenizer> pre;  // BPE only
+  std::optional<BpeModel> bpe;      // BPE only; refers to `vocab`, so Impl never moves
+  WordCache cache;
+};
+
+// Appends the bytes `id` contributes to a decoded text. `strip_next` carries the SPM
+// leading-space rule between tokens: after the start and after each special token, the
+// next text token loses one leading space (encoding added it).
+void append_decoded(const Vocab& vocab, int32_t id, const DecodeOptions& options,
+                    bool& strip_next, std::string& out);
+
+}  // namespace metro::tokenizer

@@ -1,0 +1,372 @@
+// Paged attention against the dense double-precision reference, for every kernel table the
+// CPU can run, across sequence mixes, GQA shapes, page sizes and KV types; thread-count
+// independence; causality; KV page storage.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/cpu_features.h"
+#include "base/fp16.h"
+#include "base/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/attention_impl.h"
+#include "kernels/ops.h"
+#include "kernels/quant_ref.h"
+
+namespace metro::kernels {
+namespace {
+
+constexpr double kU = 0x1p-24;
+
+std::vector<const detail::AttentionKernels*> kernel_tables() {
+  std::vector<const detail::AttentionKernels*> t = {&detail::kAttentionScalar};
+  if (cpu_features().has_avx2_level()) t.push_back(&detail::kAttentionAvx2);
+  return t;
+}
+
+// One sequence's queries, pages and outputs. Pages start as 0xFF bytes (NaN in F16, a NaN
+// scale in Q8_0), so any read of a slot that was never written poisons the result.
+struct SeqData {
+  int n_q = 0;
+  int64_t pos0 = 0;
+  std::vector<float> q;
+  std::vector<std::vector<uint8_t>> k_pages, v_pages;
+  std::vector<const uint8_t*> k_ptrs, v_ptrs;
+  std::vector<float> out;
+
+  AttentionSeq view(int n_head, int head_dim) {
+    AttentionSeq s;
+    s.q = q.data();
+    s.out = out.data();
+    s.n_q = n_q;
+    s.pos0 = pos0;
+    s.k_pages = k_ptrs.data();
+    s.v_pages = v_ptrs.data();
+    s.q_stride = static_cast<size_t>(n_head) * head_dim;
+    s.out_stride = static_cast<size_t>(n_head) * head_dim;
+    return s;
+  }
+};
+
+struct Shape {
+  int n_head;
+  int n_head_kv;
+  int head_dim;
+  int block_size;
+  DType type;
+};
+
+KvPageLayout layout_of(const Shape& sh) {
+  KvPageLayout l;
+  l.type = sh.type;
+  l.block_size = sh.block_size;
+  l.n_head_kv = sh.n_head_kv;
+  l.head_dim = sh.head_dim;
+  return l;
+}
+
+SeqData make_seq(const Shape& sh, int n_q, int64_t pos0, uint32_t seed) {
+  const KvPageLayout lay = layout_of(sh);
+  SeqData d;
+  d.n_q = n_q;
+  d.pos0 = pos0;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  // Queries a little larger than keys so some softmaxes are peaked and some flat.
+  d.q.resize(static_cast<size_t>(n_q) * sh.n_head * sh.head_dim);
+  for (auto& x : d.q) x = 2.5f * unit(rng);
+  d.out.assign(d.q.size(), -12345.0f);
+  const int64_t n_keys = pos0 + n_q;
+  const int64_t n_pages = (n_keys + sh.block_size - 1) / sh.block_size;
+  for (int64_t b = 0; b < n_pages; ++b) {
+    d.k_pages.emplace_back(lay.page_bytes(), uint8_t{0xFF});
+    d.v_pages.emplace_back(lay.page_bytes(), uint8_t{0xFF});
+  }
+  std::vector<float> row(static_cast<size_t>(sh.n_head_kv) * sh.head_dim);
+  for (int64_t pos = 0; pos < n_keys; ++pos) {
+    const int slot = static_cast<int>(pos % sh.block_size);
+    for (auto& x : row) x = unit(rng);
+    kv_store(lay, d.k_pages[pos / sh.block_size].data(), slot, row.data());
+    for (auto& x : row) x = 3.0f * unit(rng);
+    kv_store(lay, d.v_pages[pos / sh.block_size].data(), slot, row.data());
+  }
+  for (auto& p : d.k_pages) d.k_ptrs.push_back(p.data());
+  for (auto& p : d.v_pages) d.v_ptrs.push_back(p.data());
+  return d;
+}
+
+// Error bound of one output row (query i, head h) of the flash kernels against the exact
+// result, from the data. With u = 2^-24, S = scale * max_j sum_d |q_d k_jd|,
+// V = max |v_jd|, n keys visible, R = max_j |s_j - max s|, and D the depth of the score
+// sums (head_dim for a sequential sum, head_dim/8 + 3 for 8 FMA lanes and a 3-level tree):
+//   score error       delta <= (D + 3) u S             (+ the scaled q's rounding)
+//   weight error      eps   <= 2 delta + e + u R + 2u n/32 (exp error e; rounded s - m;
+//                                                          rescale multiplies per chunk)
+//   output error            <= 2 eps V + (n + n/32 + 10) u V (weights' effect on a convex
+//                                                             combination; the two sums)
+struct DenseKv {
+  std::vector<float> k, v;  // [n_head_kv][n_keys][head_dim]
+  int64_t n_keys = 0;
+};
+
+DenseKv dense_kv(const Shape& sh, const SeqData& d) {
+  const KvPageLayout lay = layout_of(sh);
+  DenseKv kv;
+  kv.n_keys = d.pos0 + d.n_q;
+  kv.k.resize(static_cast<size_t>(sh.n_head_kv * kv.n_keys * sh.head_dim));
+  kv.v.resize(kv.k.size());
+  for (int h = 0; h < sh.n_head_kv; ++h) {
+    for (int64_t pos = 0; pos < kv.n_keys; ++pos) {
+      const int slot = static_cast<int>(pos % sh.block_size);
+      const size_t off = static_cast<size_t>((h * kv.n_keys + pos) * sh.head_dim);
+      kv_load(lay, d.k_pages[pos / sh.block_size].data(), slot, h, kv.k.data() + off);
+      kv_load(lay, d.v_pages[pos / sh.block_size].data(), slot, h, kv.v.data() + off);
+    }
+  }
+  return kv;
+}
+
+double row_tolerance(const Shape& sh, const AttentionParams& p, const SeqData& d,
+                     const DenseKv& kv, int i, int h, int score_depth) {
+  const int group = sh.n_head / sh.n_head_kv;
+  const int kvh = h / group;
+  const int64_t n = d.pos0 + i + 1;
+  const float* q = d.q.data() + (static_cast<size_t>(i) * sh.n_head + h) * sh.head_dim;
+  double s_abs = 0, v_abs = 0, s_max = -1e300, s_min = 1e300;
+  for (int64_t pos = 0; pos < n; ++pos) {
+    const size_t off = static_cast<size_t>((kvh * kv.n_keys + pos) * sh.head_dim);
+    const float* k = kv.k.data() + off;
+    const float* v = kv.v.data() + off;
+    double sa = 0, s = 0;
+    for (int c = 0; c < sh.head_dim; ++c) {
+      sa += std::fabs(static_cast<double>(q[c]) * k[c]);
+      s += static_cast<double>(q[c]) * k[c];
+      v_abs = std::max(v_abs, std::fabs(static_cast<double>(v[c])));
+    }
+    s_abs = std::max(s_abs, sa * p.scale);
+    s_max = std::max(s_max, s * p.scale);
+    s_min = std::min(s_min, s * p.scale);
+  }
+  const double nd = static_cast<double>(n);
+  const double delta = (score_depth + 3) * kU * s_abs;
+  const double eps = 2 * delta + kExpMaxRelError + kU * (s_max - s_min) + 2 * kU * (nd / 32 + 1);
+  return 2 * eps * v_abs + (nd + nd / 32 + 10) * kU * v_abs;
+}
+
+struct Case {
+  std::string name;
+  Shape shape;
+  std::vector<std::pair<int, int64_t>> seqs;  // (n_q, pos0)
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class AttentionTest : public ::testing::TestWithParam<Case> {};
+
+void run_attention(const detail::AttentionKernels& k, const AttentionParams& p,
+                   std::vector<SeqData>& data, int nth) {
+  std::vector<AttentionSeq> views;
+  for (auto& d : data) {
+    std::fill(d.out.begin(), d.out.end(), -12345.0f);
+    views.push_back(d.view(p.n_head, p.layout.head_dim));
+  }
+  for (int ith = 0; ith < nth; ++ith) detail::attention_with(k, p, views, ith, nth);
+}
+
+TEST_P(AttentionTest, MatchesReferenceForAnyThreadCount) {
+  const Case& c = GetParam();
+  const Shape& sh = c.shape;
+  AttentionParams p;
+  p.layout = layout_of(sh);
+  p.n_head = sh.n_head;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+
+  std::vector<SeqData> data;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    data.push_back(make_seq(sh, c.seqs[s].first, c.seqs[s].second, static_cast<uint32_t>(100 + s)));
+  }
+  std::vector<std::vector<float>> want;
+  std::vector<DenseKv> dense;
+  for (auto& d : data) {
+    dense.push_back(dense_kv(sh, d));
+    AttentionSeq v = d.view(sh.n_head, sh.head_dim);
+    std::vector<float> out(d.out.size());
+    v.out = out.data();
+    attention_ref(p, v);
+    want.push_back(std::move(out));
+  }
+
+  for (const detail::AttentionKernels* k : kernel_tables()) {
+    SCOPED_TRACE(std::string(k->isa));
+    run_attention(*k, p, data, 1);
+    const int depth = k->isa == "avx2" ? sh.head_dim / 8 + 3 : sh.head_dim;
+    std::vector<std::vector<float>> one_thread;
+    for (size_t s = 0; s < data.size(); ++s) {
+      const SeqData& d = data[s];
+      for (int i = 0; i < d.n_q; ++i) {
+        for (int h = 0; h < sh.n_head; ++h) {
+          const double tol = row_tolerance(sh, p, d, dense[s], i, h, depth);
+          const size_t off = (static_cast<size_t>(i) * sh.n_head + h) * sh.head_dim;
+          for (int c2 = 0; c2 < sh.head_dim; ++c2) {
+            ASSERT_NEAR(d.out[off + c2], want[s][off + c2], tol)
+                << "seq " << s << " query " << i << " head " << h << " dim " << c2;
+          }
+        }
+      }
+      one_thread.push_back(d.out);
+    }
+    for (int nth : {2, 3}) {
+      run_attention(*k, p, data, nth);
+      for (size_t s = 0; s < data.size(); ++s) {
+        ASSERT_EQ(0, std::memcmp(data[s].out.data(), one_thread[s].data(),
+                                 one_thread[s].size() * sizeof(float)))
+            << "nth " << nth << " differs from one thread, seq " << s;
+      }
+    }
+  }
+}
+
+const Shape kSmol{9, 3, 64, 16, DType::kF16};
+
+Shape with(Shape s, int block_size, DType type) {
+  s.block_size = block_size;
+  s.type = type;
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, AttentionTest,
+    ::testing::Values(
+        Case{"decode_first_token_f16", kSmol, {{1, 0}}},
+        Case{"decode_first_token_q8", with(kSmol, 16, DType::kQ8_0), {{1, 0}}},
+        Case{"decode_bs16_f16", kSmol, {{1, 100}}},
+        Case{"decode_bs32_f16", with(kSmol, 32, DType::kF16), {{1, 100}}},
+        Case{"decode_bs5_f16", with(kSmol, 5, DType::kF16), {{1, 100}}},
+        Case{"decode_bs16_q8", with(kSmol, 16, DType::kQ8_0), {{1, 100}}},
+        Case{"decode_bs32_q8", with(kSmol, 32, DType::kQ8_0), {{1, 100}}},
+        Case{"decode_bs5_q8", with(kSmol, 5, DType::kQ8_0), {{1, 100}}},
+        Case{"q7_mha_hd128", Shape{8, 8, 128, 32, DType::kF16}, {{7, 0}}},
+        Case{"q7_pos45_gqa4_q8", Shape{32, 8, 64, 5, DType::kQ8_0}, {{7, 45}}},
+        Case{"q64_f16", kSmol, {{64, 0}}},
+        Case{"q64_q8", with(kSmol, 16, DType::kQ8_0), {{64, 0}}},
+        Case{"q64_pos33_gqa4_hd128", Shape{32, 8, 128, 32, DType::kF16}, {{64, 33}}},
+        Case{"q200_f16", kSmol, {{200, 0}}},
+        Case{"q200_pos57_bs5_q8", with(kSmol, 5, DType::kQ8_0), {{200, 57}}},
+        Case{"q200_pos20_mha_hd128", Shape{8, 8, 128, 16, DType::kQ8_0}, {{200, 20}}},
+        Case{"mixed_f16", kSmol, {{1, 300}, {7, 0}, {64, 20}, {1, 5}, {200, 10}}},
+        Case{"mixed_q8", with(kSmol, 32, DType::kQ8_0), {{1, 300}, {7, 0}, {64, 20}, {1, 5}}},
+        Case{"mixed_mha_hd128_q8", Shape{8, 8, 128, 32, DType::kQ8_0}, {{1, 40}, {7, 13}, {1, 0}}},
+        Case{"mixed_gqa4_hd128_bs5", Shape{32, 8, 128, 5, DType::kF16}, {{64, 0}, {1, 77}, {7, 3}}},
+        Case{"empty_seq_skipped", kSmol, {{0, 4}, {3, 2}}}),
+    [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
+
+// A query must not see keys after its position: keys of later queries in the same step, or
+// slots of the page never written. Changing them must not change a single bit.
+TEST(Attention, KeysAfterAQueryHaveNoEffect) {
+  for (const detail::AttentionKernels* k : kernel_tables()) {
+    for (DType type : {DType::kF16, DType::kQ8_0}) {
+      SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(type)));
+      const Shape sh{9, 3, 64, 16, type};
+      AttentionParams p;
+      p.layout = layout_of(sh);
+      p.n_head = sh.n_head;
+      p.scale = 0.125f;
+      std::vector<SeqData> data;
+      data.push_back(make_seq(sh, 7, 20, 7));  // keys 0..26; slots 27..31 never written
+      run_attention(*k, p, data, 1);
+      const std::vector<float> before = data[0].out;
+
+      // Overwrite the last query's own key and value (position 26) and the unwritten
+      // slots with large finite garbage; queries 0..5 must be unchanged.
+      std::vector<float> garbage(static_cast<size_t>(sh.n_head_kv) * sh.head_dim, 3.0e4f);
+      for (int slot = 26 % 16; slot < 16; ++slot) {
+        kv_store(p.layout, data[0].k_pages[1].data(), slot, garbage.data());
+        kv_store(p.layout, data[0].v_pages[1].data(), slot, garbage.data());
+      }
+      run_attention(*k, p, data, 1);
+      const size_t per_query = static_cast<size_t>(sh.n_head) * sh.head_dim;
+      EXPECT_EQ(0, std::memcmp(before.data(), data[0].out.data(), 6 * per_query * sizeof(float)));
+      // ... and the last query does see its own key.
+      EXPECT_NE(0, std::memcmp(before.data() + 6 * per_query, data[0].out.data() + 6 * per_query,
+                               per_query * sizeof(float)));
+    }
+  }
+}
+
+TEST(Attention, RunsOnAThreadPool) {
+  const Shape sh = kSmol;
+  AttentionParams p;
+  p.layout = layout_of(sh);
+  p.n_head = sh.n_head;
+  p.scale = 0.125f;
+  std::vector<SeqData> data;
+  data.push_back(make_seq(sh, 33, 40, 1));
+  data.push_back(make_seq(sh, 1, 90, 2));
+  std::vector<AttentionSeq> views;
+  for (auto& d : data) views.push_back(d.view(sh.n_head, sh.head_dim));
+  attention(p, views, 0, 1);
+  const std::vector<float> serial0 = data[0].out, serial1 = data[1].out;
+  ThreadPool pool(2);
+  pool.run([&](int ith, int nth) { attention(p, views, ith, nth); });
+  EXPECT_EQ(serial0, data[0].out);
+  EXPECT_EQ(serial1, data[1].out);
+}
+
+TEST(Attention, TileRowsRespectTheScratchBounds) {
+  for (int hd : {8, 64, 128, 256}) {
+    for (int group : {1, 3, 4, 7, 8, 64, 200}) {
+      const int rows = detail::attention_tile_rows(group, hd);
+      EXPECT_GT(rows, 0);
+      EXPECT_LE(rows, detail::kMaxTileRows);
+      EXPECT_LE(rows * hd, detail::kMaxTileFloats);
+      if (group <= rows) {
+        EXPECT_EQ(rows % group, 0) << "tiles hold whole query groups";
+      }
+    }
+  }
+}
+
+// F16 pages hold exactly fp32_to_fp16 of the input (the AVX2 F16C store included, over
+// normals, subnormals, ties and infinities); Q8_0 pages exactly quantize_row_ref's bytes.
+TEST(KvPages, StoreMatchesTheReferenceFormats) {
+  const int hd = 64;
+  std::vector<float> x(2 * hd);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (auto& v : x) v = unit(rng) * 100.0f;
+  x[0] = 1e-6f;          // F16 subnormal
+  x[1] = 6.1e-5f;        // near the smallest normal
+  x[2] = 70000.0f;       // overflows to inf
+  x[3] = 1.0f + 0x1p-11f;  // a tie: rounds to even
+  x[4] = -0.0f;
+  x[hd + 5] = 1.0f + 3 * 0x1p-11f;  // a tie that rounds up
+  for (DType type : {DType::kF16, DType::kQ8_0}) {
+    KvPageLayout lay;
+    lay.type = type;
+    lay.block_size = 5;
+    lay.n_head_kv = 2;
+    lay.head_dim = hd;
+    std::vector<uint8_t> page(lay.page_bytes(), 0);
+    kv_store(lay, page.data(), 3, x.data());
+    std::vector<uint8_t> want(lay.row_bytes());
+    std::vector<float> back(hd), want_back(hd);
+    for (int h = 0; h < 2; ++h) {
+      quantize_row_ref(type, x.data() + h * hd, want.data(), hd);
+      const uint8_t* row = page.data() + h * lay.head_bytes() + 3 * lay.row_bytes();
+      EXPECT_EQ(0, std::memcmp(row, want.data(), want.size())) << dtype_name(type) << " head " << h;
+      kv_load(lay, page.data(), 3, h, back.data());
+      dequantize_row_ref(type, want.data(), want_back.data(), hd);
+      EXPECT_EQ(back, want_back);
+    }
+    // Other slots untouched.
+    for (size_t i = 0; i < lay.row_bytes(); ++i) ASSERT_EQ(page[i], 0);
+  }
+}
+
+}  // namespace
+}  // namespace metro::kernels

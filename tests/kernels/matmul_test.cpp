@@ -1,0 +1,218 @@
+// matmul against the scalar references, for every kernel table the CPU runs.
+//
+// Tolerances:
+//  - against vec_dot_ref on the same quantized acts: the kernels compute each block's
+//    integer sum exactly and only round when they combine blocks in float, a few roundings
+//    per block term plus one per addition: |y - ref| <= (n_terms + 8) * 2^-24 * magnitude,
+//    where magnitude (vec_dot_magnitude_ref) is the sum of the terms' absolute values and
+//    n_terms is k / block size (k for the float formats). We allow twice that.
+//  - against matmul_ref on the unquantized acts: in addition, each act block's
+//    quantization error, at most roundtrip_error_bound(partner) * (block max |x|), times
+//    the sum of |w| over that block.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "base/aligned.h"
+#include "base/thread_pool.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/matmul.h"
+#include "kernels/quant_ref.h"
+
+namespace metro::kernels {
+namespace {
+
+using testing::Dist;
+
+std::vector<const KernelTable*> tables() {
+  std::vector<const KernelTable*> v{&scalar_kernels()};
+  if (avx2_kernels()) v.push_back(avx2_kernels());
+  return v;
+}
+
+struct Problem {
+  DType type;
+  int64_t n, k, m;
+  std::vector<float> wf;  // n x k weights before quantization
+  std::vector<float> x;   // m x k acts
+  std::vector<uint8_t> w; // n rows of the quantized weights
+};
+
+Problem make_problem(DType t, int64_t n, int64_t k, int64_t m, uint32_t seed) {
+  Problem p{t, n, k, m, {}, {}, {}};
+  p.wf = testing::make_data(Dist::kNormal, n * k, seed);
+  // Outlier rows and sign-skewed rows exercise the scale and min paths.
+  for (int64_t j = 0; j < n; j += 3) {
+    for (int64_t c = 0; c < k; ++c) p.wf[j * k + c] = std::fabs(p.wf[j * k + c]) * (j % 2 ? 1.0f : 0.3f);
+  }
+  p.x = testing::make_data(seed % 2 ? Dist::kOutliers : Dist::kNormal, m * k, seed + 1);
+  p.w = testing::quantize(t, p.wf);
+  return p;
+}
+
+struct Result {
+  std::vector<float> y;
+  std::shared_ptr<AlignedBuffer<uint8_t>> acts;
+  QuantizedActs qa;
+  size_t acts_bytes = 0;
+  bool same_acts(const Result& o) const {
+    return acts_bytes == o.acts_bytes && std::memcmp(acts->data(), o.acts->data(), acts_bytes) == 0;
+  }
+};
+
+// quantize_acts + matmul with nth threads' shares run one after the other.
+Result run(const KernelTable& kt, const Weight& w, const Problem& p, int nth) {
+  Result r;
+  r.acts_bytes = quantized_acts_bytes(p.type, p.m, p.k);
+  r.acts = std::make_shared<AlignedBuffer<uint8_t>>(r.acts_bytes);
+  uint8_t* buf = r.acts->data();
+  for (int ith = 0; ith < nth; ++ith) {
+    r.qa = quantize_acts_with(kt, p.type, p.x.data(), p.m, p.k, static_cast<size_t>(p.k), buf, ith, nth);
+  }
+  const size_t y_stride = static_cast<size_t>(p.n + 3);  // not the row count: strides matter
+  r.y.assign(static_cast<size_t>(p.m) * y_stride, -1.0f);
+  for (int ith = 0; ith < nth; ++ith) matmul_with(kt, w, r.qa, r.y.data(), y_stride, ith, nth);
+  return r;
+}
+
+void check_against_refs(const Problem& p, const Result& r, const std::string& what) {
+  const size_t y_stride = static_cast<size_t>(p.n + 3);
+  const DType partner = traits(p.type).dot_partner;
+  const int64_t bs = traits(partner).block_size;
+  const double n_terms = static_cast<double>(partner == DType::kF32 ? p.k : p.k / bs);
+  std::vector<float> yref(static_cast<size_t>(p.m * p.n));
+  const Weight wrow = make_weight_with(scalar_kernels(), p.type, p.w.data(), p.n, p.k, false);
+  matmul_ref(wrow, p.x.data(), p.m, static_cast<size_t>(p.k), yref.data(), static_cast<size_t>(p.n));
+  const auto wdeq = testing::dequantize(p.type, p.w, p.n * p.k);
+  const size_t wrow_bytes = row_bytes(p.type, p.k);
+  for (int64_t i = 0; i < p.m; ++i) {
+    const uint8_t* a = r.qa.data + static_cast<size_t>(i) * r.qa.row_stride;
+    for (int64_t j = 0; j < p.n; ++j) {
+      const float got = r.y[static_cast<size_t>(i) * y_stride + static_cast<size_t>(j)];
+      const uint8_t* wj = p.w.data() + static_cast<size_t>(j) * wrow_bytes;
+      const double ref = vec_dot_ref(p.type, wj, a, p.k);
+      const double mag = vec_dot_magnitude_ref(p.type, wj, a, p.k);
+      ASSERT_NEAR(got, ref, 2 * (n_terms + 8) * 0x1p-24 * mag + 1e-30)
+          << what << " vs vec_dot_ref at act " << i << " row " << j;
+      // Against the float reference: the act quantization error, block by block.
+      double qerr = 0.0, abs_wx = 0.0;
+      for (int64_t b0 = 0; b0 < p.k; b0 += bs) {
+        double amax = 0.0, wsum = 0.0;
+        for (int64_t c = b0; c < b0 + bs; ++c) {
+          amax = std::max(amax, std::fabs(static_cast<double>(p.x[i * p.k + c])));
+          wsum += std::fabs(static_cast<double>(wdeq[j * p.k + c]));
+          abs_wx += std::fabs(static_cast<double>(wdeq[j * p.k + c]) * p.x[i * p.k + c]);
+        }
+        qerr += roundtrip_error_bound(partner) * amax * wsum;
+      }
+      const double tol = qerr + 2 * (n_terms + 8) * 0x1p-24 * (mag + abs_wx) + 1e-30;
+      ASSERT_NEAR(got, yref[static_cast<size_t>(i * p.n + j)], tol)
+          << what << " vs matmul_ref at act " << i << " row " << j;
+    }
+    // Columns past n are not written.
+    for (size_t j = static_cast<size_t>(p.n); j < y_stride; ++j) ASSERT_EQ(r.y[static_cast<size_t>(i) * y_stride + j], -1.0f);
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Shape {
+  int64_t n, k, m;
+};
+
+std::vector<Shape> shapes_for(DType t) {
+  if (traits(t).dot_partner == DType::kQ8_K) {
+    return {{1, 256, 1}, {9, 512, 3}, {17, 256, 5}, {13, 4096, 2}, {24, 768, 70}};
+  }
+  return {{1, 32, 1}, {7, 64, 1}, {8, 96, 2}, {13, 288, 3}, {17, 32, 4}, {37, 160, 5},
+          {20, 4096, 1}, {9, 576, 17}, {40, 224, 70}, {3, 1536, 9}};
+}
+
+TEST(Matmul, EveryTableTypeAndShapeMatchesReferences) {
+  for (const KernelTable* kt : tables()) {
+    for (DType t : testing::weight_types()) {
+      uint32_t seed = 1;
+      for (const Shape& s : shapes_for(t)) {
+        const Problem p = make_problem(t, s.n, s.k, s.m, seed++);
+        for (bool repack : {false, true}) {
+          const Weight w = make_weight_with(*kt, t, p.w.data(), p.n, p.k, repack);
+          const std::string what = std::string(kt->isa) + " " + w.describe() + " n=" + std::to_string(s.n) +
+                                   " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m);
+          const Result r1 = run(*kt, w, p, 1);
+          check_against_refs(p, r1, what);
+          if (HasFatalFailure()) return;
+          for (int nth : {2, 3}) {
+            const Result rn = run(*kt, w, p, nth);
+            ASSERT_TRUE(same_bits(r1.y, rn.y)) << what << " nth=" << nth;
+            ASSERT_TRUE(r1.same_acts(rn)) << what << " quantize_acts nth=" << nth;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Repacked and row-major weights give the same bits, and a row of a batch gives the same
+// bits as that row alone: results never depend on layout or batch composition.
+TEST(Matmul, LayoutAndBatchInvariant) {
+  for (const KernelTable* kt : tables()) {
+    for (DType t : testing::weight_types()) {
+      const int64_t k = traits(t).dot_partner == DType::kQ8_K ? 512 : 192;
+      const Problem p = make_problem(t, 21, k, 11, 77);
+      const Weight wr = make_weight_with(*kt, t, p.w.data(), p.n, p.k, false);
+      const Weight wx = make_weight_with(*kt, t, p.w.data(), p.n, p.k, true);
+      const Result a = run(*kt, wr, p, 1);
+      const Result b = run(*kt, wx, p, 2);
+      ASSERT_TRUE(same_bits(a.y, b.y)) << kt->isa << " " << dtype_name(t);
+      for (int64_t i : {0, 5, 10}) {
+        Problem single = p;
+        single.m = 1;
+        single.x.assign(p.x.begin() + i * k, p.x.begin() + (i + 1) * k);
+        const Result s = run(*kt, wx, single, 1);
+        for (int64_t j = 0; j < p.n; ++j) {
+          ASSERT_EQ(s.y[static_cast<size_t>(j)], a.y[static_cast<size_t>(i * (p.n + 3) + j)])
+              << kt->isa << " " << dtype_name(t) << " act " << i << " row " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, DescribeSaysLayout) {
+  const Problem p = make_problem(DType::kQ4_1, 16, 64, 1, 3);
+  EXPECT_EQ(make_weight(DType::kQ4_1, p.w.data(), 16, 64, false).describe(), "Q4_1 row-major");
+  const Weight w = make_weight(DType::kQ4_1, p.w.data(), 16, 64, true);
+  if (w.layout != kLayoutRowMajor) {
+    EXPECT_EQ(w.describe(), "Q4_1 x8 interleaved");
+  }
+}
+
+// The public entry points inside a real pool: quantize, barrier, multiply.
+TEST(Matmul, RunsInsideThreadPool) {
+  ThreadPool pool(2);
+  const Problem p = make_problem(DType::kQ4_1, 576, 576, 5, 11);
+  const Weight w = make_weight(DType::kQ4_1, p.w.data(), p.n, p.k, true);
+  AlignedBuffer<uint8_t> acts(quantized_acts_bytes(p.type, p.m, p.k));
+  std::vector<float> y(static_cast<size_t>(p.m * p.n));
+  pool.run([&](int ith, int nth) {
+    const QuantizedActs qa = quantize_acts(p.type, p.x.data(), p.m, p.k, static_cast<size_t>(p.k), acts.data(), ith, nth);
+    pool.barrier();
+    matmul(w, qa, y.data(), static_cast<size_t>(p.n), ith, nth);
+  });
+  const Result r1 = run(active_kernels(), w, p, 1);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      ASSERT_EQ(y[static_cast<size_t>(i * p.n + j)], r1.y[static_cast<size_t>(i * (p.n + 3) + j)]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace metro::kernels
