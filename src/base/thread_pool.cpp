@@ -13,6 +13,22 @@
 
 namespace metro {
 
+namespace {
+// Spin-wait helper: pause first (the common case is a wait of microseconds), then yield the
+// core so an oversubscribed machine (more runnable threads than cores) still makes progress
+// instead of burning whole time slices in a barrier.
+template <class Pred>
+void spin_until(Pred done) {
+  for (uint32_t i = 0; !done(); ++i) {
+    if (i < 4096) {
+      METRO_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
@@ -36,7 +52,7 @@ void ThreadPool::run_raw(RawFn fn, void* ctx) {
   generation_.fetch_add(1, std::memory_order_acq_rel);  // publishes fn_/ctx_
   generation_.notify_all();
   fn(ctx, 0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) METRO_CPU_RELAX();
+  spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 void ThreadPool::worker_main(int ith) {
@@ -67,7 +83,7 @@ void ThreadPool::barrier() {
     barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
-  while (barrier_phase_.load(std::memory_order_acquire) == phase) METRO_CPU_RELAX();
+  spin_until([&] { return barrier_phase_.load(std::memory_order_acquire) != phase; });
 }
 
 }  // namespace metro

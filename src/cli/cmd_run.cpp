@@ -9,7 +9,6 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
-#include "tokenizer/chat_template.h"
 
 namespace metro::cli {
 
@@ -51,22 +50,7 @@ int cmd_run(int argc, char** argv) {
 
   std::vector<int32_t> ids;
   if (chat) {
-    Expected<tokenizer::ChatTemplate> tmpl =
-        chat_template_file.empty() ? tokenizer::ChatTemplate::from_gguf(lm->model->file())
-                                   : tokenizer::ChatTemplate::from_file(chat_template_file);
-    if (!tmpl.ok()) return fail("run", tmpl.status());
-    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
-    tokenizer::ChatTemplateOptions opts;
-    opts.add_generation_prompt = true;
-    opts.bos_token = tok.bos_id() >= 0 ? tok.token_to_piece(tok.bos_id()) : "";
-    opts.eos_token = tok.eos_id() >= 0 ? tok.token_to_piece(tok.eos_id()) : "";
-    auto text = tmpl->render(messages, opts);
-    if (!text.ok()) return fail("run", text.status());
-    // The template spells special tokens out: parse them; add BOS only if the template did not.
-    ids = tok.encode(*text, /*add_special=*/false, /*parse_special=*/true);
-    if (tok.add_bos() && tok.bos_id() >= 0 && (ids.empty() || ids[0] != tok.bos_id())) {
-      ids.insert(ids.begin(), tok.bos_id());
-    }
+    return fail("run", unimplemented("--chat: chat templates are not merged yet"));
   } else {
     ids = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/false);
   }
