@@ -18,7 +18,11 @@
 
 namespace metro::kernels {
 
-// A rectangle of the output: weight rows [0, n_rows) of a tile times act rows [0, n_acts).
+// Most act rows one tile holds (kernels may keep per-act state on the stack).
+inline constexpr int64_t kMaxTileActs = 64;
+
+// A rectangle of the output: weight rows [0, n_rows) of a tile times act rows [0, n_acts),
+// n_acts <= kMaxTileActs.
 struct MatmulTile {
   const uint8_t* w = nullptr;  // first weight row (row-major) or first 8-row group (x8)
   size_t w_stride = 0;         // bytes between weight rows, or between 8-row groups

@@ -15,13 +15,16 @@
 
 namespace metro::kernels {
 
+// Defined in matmul_avx2.cpp; only called once the CPU is known to run it.
+const KernelTable& avx2_table();
+
 namespace {
 
 // Up to this many act rows, the whole of x is one tile column (GEMV: weights stream once
 // and every weight block loaded serves all rows). Beyond it, acts are cut into chunks
 // that stay in L2 while the weight rows of a thread's share pass over them.
 constexpr int64_t kGemvMaxActs = 4;
-constexpr int64_t kActChunk = 64;
+constexpr int64_t kActChunk = kMaxTileActs;
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -30,7 +33,8 @@ int64_t partner_block(DType weight_type) { return traits(traits(weight_type).dot
 }  // namespace
 
 const KernelTable* avx2_kernels() {
-  return nullptr;  // AVX2 kernels: next commit
+  if (!cpu_features().has_avx2_level()) return nullptr;
+  return &avx2_table();
 }
 
 const KernelTable& active_kernels() {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -131,8 +132,14 @@ std::vector<Shape> shapes_for(DType t) {
   if (traits(t).dot_partner == DType::kQ8_K) {
     return {{1, 256, 1}, {9, 512, 3}, {17, 256, 5}, {13, 4096, 2}, {24, 768, 70}};
   }
-  return {{1, 32, 1}, {7, 64, 1}, {8, 96, 2}, {13, 288, 3}, {17, 32, 4}, {37, 160, 5},
-          {20, 4096, 1}, {9, 576, 17}, {40, 224, 70}, {3, 1536, 9}};
+  std::vector<Shape> v = {{1, 32, 1}, {7, 64, 1}, {8, 96, 2}, {13, 288, 3}, {17, 32, 4}, {37, 160, 5},
+                          {20, 4096, 1}, {9, 576, 17}, {40, 224, 70}, {3, 1536, 9}};
+  if (!traits(t).quantized) {  // any k: tails shorter than a SIMD register
+    v.push_back({5, 37, 3});
+    v.push_back({9, 7, 1});
+    v.push_back({11, 1, 6});
+  }
+  return v;
 }
 
 TEST(Matmul, EveryTableTypeAndShapeMatchesReferences) {
@@ -191,6 +198,26 @@ TEST(Matmul, DescribeSaysLayout) {
   const Weight w = make_weight(DType::kQ4_1, p.w.data(), 16, 64, true);
   if (w.layout != kLayoutRowMajor) {
     EXPECT_EQ(w.describe(), "Q4_1 x8 interleaved");
+  }
+}
+
+// Every table's act quantizers give the reference's bytes (ties included: the "halves"
+// rows land exactly on .5 after scaling).
+TEST(QuantizeActs, EveryTableMatchesReferenceBytes) {
+  std::vector<float> halves(512);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = i % 32 == 0 ? 127.0f : static_cast<float>(i % 32) - 15.5f;
+  for (const KernelTable* kt : tables()) {
+    for (DType p : {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K}) {
+      for (int d = 0; d <= static_cast<int>(std::size(testing::kAllDists)); ++d) {
+        const std::vector<float> x = d < static_cast<int>(std::size(testing::kAllDists))
+                                         ? testing::make_data(testing::kAllDists[d], 512, 31u + static_cast<uint32_t>(d))
+                                         : halves;
+        std::vector<uint8_t> got(row_bytes(p, 512)), want(row_bytes(p, 512));
+        kt->quantize_row[static_cast<int>(p)](x.data(), got.data(), 512);
+        quantize_row_ref(p, x.data(), want.data(), 512);
+        ASSERT_EQ(got, want) << kt->isa << " " << dtype_name(p) << " data " << d;
+      }
+    }
   }
 }
 
