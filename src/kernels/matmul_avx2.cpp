@@ -97,6 +97,13 @@ constexpr bool is_5bit() {
   return std::is_same_v<F, Q5_0Fmt> || std::is_same_v<F, Q5_1Fmt>;
 }
 
+// Keeps v in a register as computed here: stops the compiler from reassociating a chain
+// of additions into a wide tree of live temporaries (which spills on 16 registers).
+template <class V>
+inline void keep(V& v) {
+  __asm__("" : "+x"(v));
+}
+
 template <class F, int R>
 inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[R]) {
   if constexpr (std::is_same_v<F, Q8_0Fmt>) {
@@ -108,6 +115,7 @@ inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[
       for (int i = 0; i < R; ++i) {
         const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast_i32(aq[i] + 4 * g), w));
         out[i] = _mm256_add_epi32(out[i], maddubs_sum(p));
+        keep(out[i]);
       }
     }
   } else {
@@ -120,6 +128,8 @@ inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[
       p[i] = _mm256_setzero_si256();
       out[i] = _mm256_setzero_si256();
     }
+    // Saturating adds never saturate here (see the ranges above); unlike plain adds the
+    // compiler keeps them in order, as a chain per act row.
     for (int t = 0; t < 4; ++t) {
       const __m256i w = load256(qs + 32 * t);
       __m256i lo = _mm256_and_si256(w, m4);
@@ -129,8 +139,8 @@ inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[
         hi = _mm256_or_si256(hi, fifth_bits(qh, t + 4));
       }
       for (int i = 0; i < R; ++i) {
-        p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(lo, bcast_i32(aq[i] + 4 * t)));
-        p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(hi, bcast_i32(aq[i] + 16 + 4 * t)));
+        p[i] = _mm256_adds_epi16(p[i], _mm256_maddubs_epi16(lo, bcast_i32(aq[i] + 4 * t)));
+        p[i] = _mm256_adds_epi16(p[i], _mm256_maddubs_epi16(hi, bcast_i32(aq[i] + 16 + 4 * t)));
       }
       if (is_5bit<F>() && t == 1) {  // four maddubs per 16-bit lane so far: flush
         for (int i = 0; i < R; ++i) {
@@ -143,48 +153,55 @@ inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[
   }
 }
 
-// The block's contribution to R accumulators (the recipe in the file comment).
-template <class F, int R>
-inline void combine(const __m256i isum[R], __m256 d8, __m256 m8, const uint8_t* const ab[R],
-                    const int16_t* const sums[R], __m256 acc[R]) {
-  for (int i = 0; i < R; ++i) {
-    __m256i is = isum[i];
-    if constexpr (F::kOffset != 0) is = _mm256_sub_epi32(is, _mm256_set1_epi32(F::kOffset * *sums[i]));
-    uint16_t dh;
-    std::memcpy(&dh, ab[i], 2);
-    const __m256 scale = _mm256_mul_ps(d8, _mm256_set1_ps(f16(dh)));
-    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), scale, acc[i]);
-    if constexpr (F::kMin) {
-      uint16_t sh;
-      std::memcpy(&sh, ab[i] + offsetof(BlockQ8_1, s), 2);
-      acc[i] = _mm256_fmadd_ps(m8, _mm256_set1_ps(f16(sh)), acc[i]);
-    }
+// Where a tile's act rows and their per-block data are.
+struct ActRows {
+  const uint8_t* a;
+  size_t stride;
+  const float* d;
+  const float* s;
+  const int32_t* sums;
+  int64_t nb;  // blocks per row (stride of the side arrays)
+
+  ActRows from(int64_t i) const {
+    const int64_t o = i * nb;
+    return {a + static_cast<size_t>(i) * stride, stride, d + o, s ? s + o : nullptr, sums ? sums + o : nullptr, nb};
   }
+};
+
+ActRows act_rows(const MatmulTile& t) { return {t.a, t.a_stride, t.a_d, t.a_s, t.a_sums, t.k / kQK}; }
+
+// Adds block b's contribution for act row i (the recipe in the file comment).
+template <class F>
+inline __m256 combine(__m256i isum, __m256 d8, __m256 m8, const ActRows& a, int64_t i, int64_t b, __m256 acc) {
+  const int64_t at = i * a.nb + b;
+  if constexpr (F::kOffset != 0) {
+    constexpr int kShift = F::kOffset == 8 ? 3 : 4;
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_set1_epi32(a.sums[at]), kShift));
+  }
+  const __m256 scale = _mm256_mul_ps(d8, _mm256_broadcast_ss(a.d + at));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+  if constexpr (F::kMin) acc = _mm256_fmadd_ps(m8, _mm256_broadcast_ss(a.s + at), acc);
+  return acc;
 }
 
 // One 8-row group times R act rows, over the whole of k.
 template <class F, int R>
-void x8_micro(const uint8_t* group, int64_t nb, const uint8_t* a0, size_t a_stride, const int16_t* sums0,
-              float* y, size_t y_stride, int rows) {
+void x8_micro(const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows) {
   using Act = typename F::Act;
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* gb = group + b * static_cast<int64_t>(sizeof(typename F::Group));
-    const uint8_t* ab[R];
     const uint8_t* aq[R];
-    const int16_t* sums[R];
     for (int i = 0; i < R; ++i) {
-      ab[i] = a0 + static_cast<size_t>(i) * a_stride + static_cast<size_t>(b) * sizeof(Act);
-      aq[i] = ab[i] + act_qs_offset<Act>();
-      sums[i] = sums0 ? sums0 + i * nb + b : nullptr;
+      aq[i] = a.a + static_cast<size_t>(i) * a.stride + static_cast<size_t>(b) * sizeof(Act) + act_qs_offset<Act>();
     }
     __m256i isum[R];
     x8_isums<F, R>(gb, aq, isum);
     const __m256 d8 = load_f16x8(gb);
     __m256 m8 = _mm256_setzero_ps();
     if constexpr (F::kMin) m8 = load_f16x8(gb + 16);
-    combine<F, R>(isum, d8, m8, ab, sums, acc);
+    for (int i = 0; i < R; ++i) acc[i] = combine<F>(isum[i], d8, m8, a, i, b, acc[i]);
   }
   for (int i = 0; i < R; ++i) store_lanes(y + static_cast<size_t>(i) * y_stride, acc[i], rows);
 }
@@ -197,22 +214,18 @@ constexpr int x8_tile_acts() {
 template <class F>
 void tile_x8(const MatmulTile& t) {
   constexpr int R = x8_tile_acts<F>();
-  const int64_t nb = t.k / kQK;
+  const ActRows a = act_rows(t);
   for (int64_t g = 0; g * kX8Rows < t.n_rows; ++g) {
     const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
     const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g * kX8Rows));
     float* yg = t.y + g * kX8Rows;
     int64_t i = 0;
-    auto at = [&](int64_t i0) { return t.a + static_cast<size_t>(i0) * t.a_stride; };
-    auto sums_at = [&](int64_t i0) { return t.a_sums ? t.a_sums + i0 * nb : nullptr; };
-    for (; i + R <= t.n_acts; i += R) {
-      x8_micro<F, R>(group, nb, at(i), t.a_stride, sums_at(i), yg + i * t.y_stride, t.y_stride, rows);
-    }
+    for (; i + R <= t.n_acts; i += R) x8_micro<F, R>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows);
     switch (t.n_acts - i) {
       case 0: break;
-      case 1: x8_micro<F, 1>(group, nb, at(i), t.a_stride, sums_at(i), yg + i * t.y_stride, t.y_stride, rows); break;
-      case 2: x8_micro<F, 2>(group, nb, at(i), t.a_stride, sums_at(i), yg + i * t.y_stride, t.y_stride, rows); break;
-      case 3: x8_micro<F, 3>(group, nb, at(i), t.a_stride, sums_at(i), yg + i * t.y_stride, t.y_stride, rows); break;
+      case 1: x8_micro<F, 1>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows); break;
+      case 2: x8_micro<F, 2>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows); break;
+      case 3: x8_micro<F, 3>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows); break;
       default: METRO_CHECK_MSG(false, "tile_x8: act remainder larger than the register tile");
     }
   }
@@ -240,14 +253,14 @@ void tile_row_major(const MatmulTile& t) {
   using Row = typename F::Row;
   using Act = typename F::Act;
   METRO_CHECK(t.n_acts <= kMaxTileActs);
-  const int64_t nb = t.k / kQK;
+  const ActRows a = act_rows(t);
   __m256 acc[kMaxTileActs];
   for (int64_t g0 = 0; g0 < t.n_rows; g0 += kX8Rows) {
     const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g0));
     const uint8_t* wr[8];
     for (int r = 0; r < 8; ++r) wr[r] = t.w + static_cast<size_t>(g0 + std::min(r, rows - 1)) * t.w_stride;
     for (int64_t i = 0; i < t.n_acts; ++i) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = 0; b < a.nb; ++b) {
       __m256i wv[8], wabs[8] = {};
       alignas(16) uint16_t dh[8], mh[8];
       for (int r = 0; r < 8; ++r) {
@@ -261,8 +274,8 @@ void tile_row_major(const MatmulTile& t) {
       __m256 m8 = _mm256_setzero_ps();
       if constexpr (F::kMin) m8 = load_f16x8(mh);
       for (int64_t i = 0; i < t.n_acts; ++i) {
-        const uint8_t* ab = t.a + static_cast<size_t>(i) * t.a_stride + static_cast<size_t>(b) * sizeof(Act);
-        const __m256i aq = load256(ab + act_qs_offset<Act>());
+        const __m256i aq = load256(a.a + static_cast<size_t>(i) * a.stride + static_cast<size_t>(b) * sizeof(Act) +
+                                   act_qs_offset<Act>());
         __m256i v[8];
         for (int r = 0; r < 8; ++r) {
           if constexpr (F::kSigned) {
@@ -271,12 +284,7 @@ void tile_row_major(const MatmulTile& t) {
             v[r] = maddubs_sum(_mm256_maddubs_epi16(wv[r], aq));
           }
         }
-        const __m256i isum[1] = {reduce8_epi32(v)};
-        const uint8_t* abs1[1] = {ab};
-        const int16_t* sums1[1] = {t.a_sums ? t.a_sums + i * nb + b : nullptr};
-        __m256 acc1[1] = {acc[i]};
-        combine<F, 1>(isum, d8, m8, abs1, sums1, acc1);
-        acc[i] = acc1[0];
+        acc[i] = combine<F>(reduce8_epi32(v), d8, m8, a, i, b, acc[i]);
       }
     }
     for (int64_t i = 0; i < t.n_acts; ++i) store_lanes(t.y + static_cast<size_t>(i) * t.y_stride + g0, acc[i], rows);
