@@ -142,29 +142,33 @@ std::vector<Shape> shapes_for(DType t) {
   return v;
 }
 
-TEST(Matmul, EveryTableTypeAndShapeMatchesReferences) {
+class MatmulPerType : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulPerType, EveryTableAndShapeMatchesReferences) {
+  const DType t = GetParam();
   for (const KernelTable* kt : tables()) {
-    for (DType t : testing::weight_types()) {
-      uint32_t seed = 1;
-      for (const Shape& s : shapes_for(t)) {
-        const Problem p = make_problem(t, s.n, s.k, s.m, seed++);
-        for (bool repack : {false, true}) {
-          const Weight w = make_weight_with(*kt, t, p.w.data(), p.n, p.k, repack);
-          const std::string what = std::string(kt->isa) + " " + w.describe() + " n=" + std::to_string(s.n) +
-                                   " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m);
-          const Result r1 = run(*kt, w, p, 1);
-          check_against_refs(p, r1, what);
-          if (HasFatalFailure()) return;
-          for (int nth : {2, 3}) {
-            const Result rn = run(*kt, w, p, nth);
-            ASSERT_TRUE(same_bits(r1.y, rn.y)) << what << " nth=" << nth;
-            ASSERT_TRUE(r1.same_acts(rn)) << what << " quantize_acts nth=" << nth;
-          }
+    uint32_t seed = 1;
+    for (const Shape& s : shapes_for(t)) {
+      const Problem p = make_problem(t, s.n, s.k, s.m, seed++);
+      for (bool repack : {false, true}) {
+        const Weight w = make_weight_with(*kt, t, p.w.data(), p.n, p.k, repack);
+        const std::string what = std::string(kt->isa) + " " + w.describe() + " n=" + std::to_string(s.n) +
+                                 " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m);
+        const Result r1 = run(*kt, w, p, 1);
+        check_against_refs(p, r1, what);
+        if (HasFatalFailure()) return;
+        for (int nth : {2, 3}) {
+          const Result rn = run(*kt, w, p, nth);
+          ASSERT_TRUE(same_bits(r1.y, rn.y)) << what << " nth=" << nth;
+          ASSERT_TRUE(r1.same_acts(rn)) << what << " quantize_acts nth=" << nth;
         }
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulPerType, ::testing::ValuesIn(testing::weight_types()),
+                         [](const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); });
 
 // Repacked and row-major weights give the same bits, and a row of a batch gives the same
 // bits as that row alone: results never depend on layout or batch composition.
@@ -189,6 +193,19 @@ TEST(Matmul, LayoutAndBatchInvariant) {
         }
       }
     }
+  }
+}
+
+TEST(Matmul, RefReadsRepackedWeights) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) {
+    const Problem p = make_problem(t, 13, 96, 3, 5);
+    const Weight wr = make_weight_with(scalar_kernels(), t, p.w.data(), p.n, p.k, false);
+    const Weight wx = make_weight_with(scalar_kernels(), t, p.w.data(), p.n, p.k, true);
+    ASSERT_EQ(wx.layout, kLayoutX8);
+    std::vector<float> a(static_cast<size_t>(p.m * p.n)), b(a.size());
+    matmul_ref(wr, p.x.data(), p.m, static_cast<size_t>(p.k), a.data(), static_cast<size_t>(p.n));
+    matmul_ref(wx, p.x.data(), p.m, static_cast<size_t>(p.k), b.data(), static_cast<size_t>(p.n));
+    EXPECT_TRUE(same_bits(a, b)) << dtype_name(t);
   }
 }
 
