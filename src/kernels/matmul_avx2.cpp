@@ -128,8 +128,8 @@ inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[
       p[i] = _mm256_setzero_si256();
       out[i] = _mm256_setzero_si256();
     }
-    // Saturating adds never saturate here (see the ranges above); unlike plain adds the
-    // compiler keeps them in order, as a chain per act row.
+    // keep() holds each act row's 16-bit sums as one chain of adds (plain adds: on Zen 3,
+    // saturating ones share the two multiply pipes with maddubs).
     for (int t = 0; t < 4; ++t) {
       const __m256i w = load256(qs + 32 * t);
       __m256i lo = _mm256_and_si256(w, m4);
@@ -139,8 +139,10 @@ inline void x8_isums(const uint8_t* gb, const uint8_t* const aq[R], __m256i out[
         hi = _mm256_or_si256(hi, fifth_bits(qh, t + 4));
       }
       for (int i = 0; i < R; ++i) {
-        p[i] = _mm256_adds_epi16(p[i], _mm256_maddubs_epi16(lo, bcast_i32(aq[i] + 4 * t)));
-        p[i] = _mm256_adds_epi16(p[i], _mm256_maddubs_epi16(hi, bcast_i32(aq[i] + 16 + 4 * t)));
+        p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(lo, bcast_i32(aq[i] + 4 * t)));
+        keep(p[i]);
+        p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(hi, bcast_i32(aq[i] + 16 + 4 * t)));
+        keep(p[i]);
       }
       if (is_5bit<F>() && t == 1) {  // four maddubs per 16-bit lane so far: flush
         for (int i = 0; i < R; ++i) {
@@ -211,6 +213,18 @@ constexpr int x8_tile_acts() {
   return 4;
 }
 
+// The last n < R act rows of a tile.
+template <class F, int N>
+void x8_rest(int64_t n, const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      x8_micro<F, N>(group, a, y, y_stride, rows);
+    } else {
+      x8_rest<F, N - 1>(n, group, a, y, y_stride, rows);
+    }
+  }
+}
+
 template <class F>
 void tile_x8(const MatmulTile& t) {
   constexpr int R = x8_tile_acts<F>();
@@ -221,13 +235,7 @@ void tile_x8(const MatmulTile& t) {
     float* yg = t.y + g * kX8Rows;
     int64_t i = 0;
     for (; i + R <= t.n_acts; i += R) x8_micro<F, R>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows);
-    switch (t.n_acts - i) {
-      case 0: break;
-      case 1: x8_micro<F, 1>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows); break;
-      case 2: x8_micro<F, 2>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows); break;
-      case 3: x8_micro<F, 3>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows); break;
-      default: METRO_CHECK_MSG(false, "tile_x8: act remainder larger than the register tile");
-    }
+    x8_rest<F, R - 1>(t.n_acts - i, group, a.from(i), yg + i * t.y_stride, t.y_stride, rows);
   }
 }
 

@@ -77,21 +77,27 @@ void micro(const uint8_t* const w[kRows], const float* const x[kActs], int64_t k
   }
 }
 
-// Acts outer, rows inner: kActs act rows stay in L1 while the tile's weight rows stream.
+// Weight rows in blocks that stay in L2 (~128 KiB); within a block, acts outer and rows
+// inner, so kActs act rows stay in L1 while the block's weight rows stream from L2.
 template <class C, int kRows, int kActs>
 void tile_loop(const MatmulTile& t) {
-  for (int64_t i0 = 0; i0 < t.n_acts; i0 += kActs) {
-    const int acts = static_cast<int>(std::min<int64_t>(kActs, t.n_acts - i0));
-    const float* x[kActs];
-    for (int i = 0; i < kActs; ++i) {
-      x[i] = reinterpret_cast<const float*>(t.a + static_cast<size_t>(i0 + std::min(i, acts - 1)) * t.a_stride);
-    }
-    for (int64_t j0 = 0; j0 < t.n_rows; j0 += kRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kRows, t.n_rows - j0));
-      const uint8_t* w[kRows];
-      for (int r = 0; r < kRows; ++r) w[r] = t.w + static_cast<size_t>(j0 + std::min(r, rows - 1)) * t.w_stride;
-      micro<C, kRows, kActs>(w, x, t.k, t.y + static_cast<size_t>(i0) * t.y_stride + static_cast<size_t>(j0),
-                             t.y_stride, rows, acts);
+  const int64_t row_bytes = std::max<int64_t>(1, t.k * static_cast<int64_t>(C::kBytes));
+  const int64_t block_rows = std::max<int64_t>(kRows, (128 << 10) / row_bytes / kRows * kRows);
+  for (int64_t r0 = 0; r0 < t.n_rows; r0 += block_rows) {
+    const int64_t r1 = std::min(t.n_rows, r0 + block_rows);
+    for (int64_t i0 = 0; i0 < t.n_acts; i0 += kActs) {
+      const int acts = static_cast<int>(std::min<int64_t>(kActs, t.n_acts - i0));
+      const float* x[kActs];
+      for (int i = 0; i < kActs; ++i) {
+        x[i] = reinterpret_cast<const float*>(t.a + static_cast<size_t>(i0 + std::min(i, acts - 1)) * t.a_stride);
+      }
+      for (int64_t j0 = r0; j0 < r1; j0 += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, r1 - j0));
+        const uint8_t* w[kRows];
+        for (int r = 0; r < kRows; ++r) w[r] = t.w + static_cast<size_t>(j0 + std::min(r, rows - 1)) * t.w_stride;
+        micro<C, kRows, kActs>(w, x, t.k, t.y + static_cast<size_t>(i0) * t.y_stride + static_cast<size_t>(j0),
+                               t.y_stride, rows, acts);
+      }
     }
   }
 }
