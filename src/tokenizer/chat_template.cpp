@@ -133,7 +133,11 @@ Expected<ChatTemplate> ChatTemplate::parse(std::string source, const ChatTemplat
   opts.add_generation_prompt = true;
   t.renders_content_parts_ = true;  // render the probe as is
   auto rendered = t.render(probe, opts);
-  t.renders_content_parts_ = rendered.ok() && rendered->find(kProbeText) != std::string::npos;
+  // Printing the list itself (str() of it, e.g. through `content | trim`) shows the needle
+  // inside the part's repr; that is not handling parts.
+  const std::string repr = "'text': '" + std::string(kProbeText) + "'";
+  t.renders_content_parts_ = rendered.ok() && rendered->find(kProbeText) != std::string::npos &&
+                             rendered->find(repr) == std::string::npos;
   return t;
 }
 

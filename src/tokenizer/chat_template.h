@@ -15,9 +15,10 @@
 //
 // Content parts. OpenAI clients may send `content` as a list of parts
 // [{"type": "text", "text": "..."}]. When a template is parsed, metro renders it once with
-// such a list; if the text does not come out, the template expects strings, and render()
-// then replaces every list content by its text parts joined with "\n" (non-text parts are
-// dropped). Templates that handle lists themselves (they iterate the parts) get the list.
+// such a list; unless the part's text comes out on its own (not inside a printed list, as
+// `content | trim` would print it), the template expects strings, and render() then replaces
+// every list content by its text parts joined with "\n" (non-text parts are dropped).
+// Templates that handle lists themselves (they iterate the parts) get the list.
 //
 // Thread-safety: a ChatTemplate is immutable after parse; render() may run concurrently.
 #pragma once
