@@ -137,9 +137,15 @@ Value f_abs(const Value& v, const Args&, Budget&) {
   throw_type_error("bad operand type for abs(): '" + std::string(v.type_name()) + "'");
 }
 
+// Jinja's attr() reads Python attributes only: a dict's methods, never its keys.
 Value f_attr(const Value& v, const Args& args, Budget& budget) {
   Params p("attr", args, {"name"});
-  return get_attribute(v, string_arg(p[0], "attr name"), budget);
+  const std::string& name = string_arg(p[0], "attr name");
+  if (v.is_dict()) {
+    const Value m = get_attribute(v, name, budget);
+    return m.is_callable() ? m : Value::undefined("'dict object' has no attribute '" + name + "'");
+  }
+  return get_attribute(v, name, budget);
 }
 
 Value f_capitalize(const Value& v, const Args&, Budget& budget) {
@@ -602,7 +608,7 @@ bool affix_matches(const std::string& s, const Value& affix, bool prefix) {
     if (t.size() > s.size()) return false;
     return prefix ? s.compare(0, t.size(), t) == 0 : s.compare(s.size() - t.size(), t.size(), t) == 0;
   };
-  if (affix.is_list()) {
+  if (affix.is_tuple()) {
     for (const Value& a : affix.items()) {
       if (one(a)) return true;
     }

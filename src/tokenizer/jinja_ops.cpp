@@ -55,7 +55,6 @@ int64_t clamp_index(const Value& v, int64_t length, int64_t step, bool is_start)
     if (step > 0) return is_start ? 0 : length;
     return is_start ? length - 1 : -1;
   }
-  if (!v.is_int() && !v.is_bool()) throw_type_error("slice indices must be integers or None");
   int64_t i = v.as_int();
   if (i < 0) {
     i = (i < -length) ? -1 : i + length;
@@ -264,12 +263,13 @@ Value get_item(const Value& obj, const Value& key, Budget& budget) {
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step,
                 Budget& budget) {
   if (obj.is_undefined()) raise_undefined(obj);
-  if (!obj.is_list() && !obj.is_string()) {
-    throw_type_error("'" + std::string(obj.type_name()) + "' object is not subscriptable");
+  // Jinja turns the TypeError of a bad subscript into Undefined.
+  auto bad_index = [](const Value& v) { return !v.is_undefined() && !v.is_none() && !v.is_int() && !v.is_bool(); };
+  if ((!obj.is_list() && !obj.is_string()) || bad_index(start) || bad_index(stop) || bad_index(step)) {
+    return Value::undefined(object_name(obj) + " cannot be sliced that way");
   }
   int64_t st = 1;
   if (!step.is_undefined() && !step.is_none()) {
-    if (!step.is_int() && !step.is_bool()) throw_type_error("slice indices must be integers or None");
     st = step.as_int();
     if (st == 0) throw_type_error("slice step cannot be zero");
   }

@@ -113,3 +113,59 @@ TEST(ChatTemplateGoldenFiles, ContentPartsDetection) {
 
 }  // namespace
 }  // namespace metro::tokenizer
+
+namespace metro::tokenizer {
+namespace {
+
+// Language conformance: tests/fixtures/chat_templates/snippets.json holds small templates
+// (whitespace control, literals, operators, scoping, loops, macros, filters, tests, methods,
+// undefined values, run-time and syntax errors) with jinja2's result for each.
+TEST(ChatTemplateSnippets, MatchJinja2) {
+  const std::string text = read_file(fixture_path("snippets.json"));
+  ASSERT_FALSE(text.empty());
+  const ordered_json doc = ordered_json::parse(text);
+  const ordered_json& ctx = doc.at("context");
+  ChatTemplateOptions opts;
+  opts.add_generation_prompt = ctx.at("add_generation_prompt").get<bool>();
+  opts.bos_token = ctx.at("bos_token").get<std::string>();
+  opts.eos_token = ctx.at("eos_token").get<std::string>();
+  opts.tools = ctx.at("tools");
+  opts.extra_context = ordered_json::object();
+  for (auto it = ctx.begin(); it != ctx.end(); ++it) {
+    if (it.key() != "messages" && it.key() != "tools" && it.key() != "documents" &&
+        it.key() != "add_generation_prompt" && it.key() != "bos_token" && it.key() != "eos_token") {
+      opts.extra_context[it.key()] = it.value();
+    }
+  }
+  opts.local_time = false;
+  opts.now = [] { return std::chrono::system_clock::time_point(std::chrono::seconds(1721995200)); };
+
+  int n = 0;
+  for (const ordered_json& c : doc.at("snippets")) {
+    ++n;
+    const std::string src = c.at("template").get<std::string>();
+    SCOPED_TRACE("template: " + src);
+    const ordered_json& expected = c.at("expected");
+    auto t = ChatTemplate::parse(src);
+    if (expected.value("stage", "") == "parse") {
+      EXPECT_FALSE(t.ok()) << "jinja2 refused it: " << expected.at("error").get<std::string>();
+      continue;
+    }
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    auto out = t->render(ctx.at("messages"), opts);
+    if (expected.contains("output")) {
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      EXPECT_EQ(*out, expected.at("output").get<std::string>());
+      continue;
+    }
+    EXPECT_FALSE(out.ok()) << "jinja2 failed with: " << expected.at("error").get<std::string>()
+                           << "\nmetro rendered: " << *out;
+    if (!out.ok() && expected.value("raised", false)) {
+      EXPECT_EQ(out.status().message(), expected.at("error").get<std::string>());
+    }
+  }
+  EXPECT_GT(n, 150);
+}
+
+}  // namespace
+}  // namespace metro::tokenizer
