@@ -1,5 +1,6 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <new>
 
 #include "gguf/gguf.h"
@@ -25,6 +26,7 @@ constexpr std::string_view kChatml =
 
 // A needle unlikely to occur in a template, for the content-parts probe.
 constexpr std::string_view kProbeText = "MetroContentPartProbe7f3a";
+constexpr uint64_t kProbeMaxSteps = 100'000;
 
 Status to_status(const jinja::Error& e, std::string_view source, bool parsing) {
   const std::string where =
@@ -132,7 +134,11 @@ Expected<ChatTemplate> ChatTemplate::parse(std::string source, const ChatTemplat
   ChatTemplateOptions opts;
   opts.add_generation_prompt = true;
   t.renders_content_parts_ = true;  // render the probe as is
+  // One short message needs far fewer steps than a real chat; a hostile template should not
+  // cost a full budget at parse time.
+  t.limits_.max_steps = std::min<uint64_t>(limits.max_steps, kProbeMaxSteps);
   auto rendered = t.render(probe, opts);
+  t.limits_ = limits;
   // Printing the list itself (str() of it, e.g. through `content | trim`) shows the needle
   // inside the part's repr; that is not handling parts.
   const std::string repr = "'text': '" + std::string(kProbeText) + "'";

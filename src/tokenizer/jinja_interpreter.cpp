@@ -198,37 +198,19 @@ class Interpreter {
       exec_body(s.else_body, frame, out);
       return;
     }
-    const auto n = static_cast<int64_t>(items.size());
+    const auto shared = std::make_shared<const std::vector<Value>>(std::move(items));
+    const auto n = static_cast<int64_t>(shared->size());
     for (int64_t i = 0; i < n; ++i) {
       budget_.tick();
       auto scope = std::make_shared<Frame>();
       scope->parent = frame;
-      bind_targets(s.targets, items[static_cast<size_t>(i)], *scope);
-      scope->set("loop", loop_object(items, i));
+      bind_targets(s.targets, (*shared)[static_cast<size_t>(i)], *scope);
+      auto loop = std::make_shared<LoopData>();
+      loop->items = shared;
+      loop->index0 = i;
+      scope->set("loop", Value::loop(std::move(loop)));
       if (exec_body(s.body, scope, out) == Flow::kBreak) break;
     }
-  }
-
-  Value loop_object(const std::vector<Value>& items, int64_t i) {
-    const auto n = static_cast<int64_t>(items.size());
-    DictData loop;
-    loop.set("index", Value::integer(i + 1));
-    loop.set("index0", Value::integer(i));
-    loop.set("revindex", Value::integer(n - i));
-    loop.set("revindex0", Value::integer(n - i - 1));
-    loop.set("first", Value::boolean(i == 0));
-    loop.set("last", Value::boolean(i == n - 1));
-    loop.set("length", Value::integer(n));
-    loop.set("depth", Value::integer(1));
-    loop.set("depth0", Value::integer(0));
-    if (i > 0) loop.set("previtem", items[static_cast<size_t>(i - 1)]);
-    if (i + 1 < n) loop.set("nextitem", items[static_cast<size_t>(i + 1)]);
-    auto cycle = std::make_shared<Callable>();
-    cycle->kind = Callable::Kind::kLoopCycle;
-    cycle->name = "cycle";
-    cycle->receiver = Value::integer(i);
-    loop.set("cycle", Value::callable(std::move(cycle)));
-    return Value::dict(std::move(loop));
   }
 
   void exec_set(const Stmt& s, const FramePtr& frame) {

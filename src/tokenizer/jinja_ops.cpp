@@ -200,6 +200,35 @@ std::string_view op_symbol(BinaryOp op) {
   return "?";
 }
 
+Value loop_attribute(const Value& loop, std::string_view name) {
+  const LoopData& d = loop.loop_data();
+  const auto n = static_cast<int64_t>(d.items->size());
+  const int64_t i = d.index0;
+  if (name == "index") return Value::integer(i + 1);
+  if (name == "index0") return Value::integer(i);
+  if (name == "revindex") return Value::integer(n - i);
+  if (name == "revindex0") return Value::integer(n - i - 1);
+  if (name == "first") return Value::boolean(i == 0);
+  if (name == "last") return Value::boolean(i == n - 1);
+  if (name == "length") return Value::integer(n);
+  if (name == "depth") return Value::integer(1);
+  if (name == "depth0") return Value::integer(0);
+  if (name == "previtem") {
+    return i > 0 ? (*d.items)[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item");
+  }
+  if (name == "nextitem") {
+    return i + 1 < n ? (*d.items)[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item");
+  }
+  if (name == "cycle") {
+    auto fn = std::make_shared<Callable>();
+    fn->kind = Callable::Kind::kLoopCycle;
+    fn->name = "cycle";
+    fn->receiver = Value::integer(i);
+    return Value::callable(std::move(fn));
+  }
+  return no_attribute(loop, name);
+}
+
 }  // namespace
 
 Value get_attribute(const Value& obj, std::string_view name, Budget& budget) {
@@ -217,6 +246,8 @@ Value get_attribute(const Value& obj, std::string_view name, Budget& budget) {
     case ValueKind::kNamespace:
       if (const Value* v = obj.ns_data().attrs.find(name)) return *v;
       return no_attribute(obj, name);
+    case ValueKind::kLoop:
+      return loop_attribute(obj, name);
     default:
       return no_attribute(obj, name);
   }

@@ -185,6 +185,14 @@ class Parser {
               return body;
             }
           }
+          if (is_closing_tag(name.text)) {
+            std::string msg = "unexpected '" + name.text + "'";
+            if (block != nullptr) {
+              msg += " (expected " + quote_list(end_tags) + " to close the '" + block +
+                     "' block at " + describe_location(lexed_.source, block_offset) + ")";
+            }
+            fail(msg, name);
+          }
           next();
           body.push_back(parse_statement(t.offset));
           break;
@@ -193,6 +201,10 @@ class Parser {
           fail("unexpected " + describe(t), t);
       }
     }
+  }
+
+  static bool is_closing_tag(const std::string& name) {
+    return name == "else" || name == "elif" || name.rfind("end", 0) == 0;
   }
 
   std::unique_ptr<Stmt> parse_statement(uint32_t offset) {

@@ -97,6 +97,14 @@ Value Value::callable(std::shared_ptr<const Callable> fn) {
   return v;
 }
 
+Value Value::loop(std::shared_ptr<const LoopData> loop) {
+  METRO_CHECK(loop != nullptr && loop->items != nullptr);
+  Value v;
+  v.kind_ = ValueKind::kLoop;
+  v.ptr_ = std::move(loop);
+  return v;
+}
+
 int64_t Value::as_int() const {
   METRO_DCHECK(is_bool() || is_int());
   return is_bool() ? (num_.b ? 1 : 0) : num_.i;
@@ -133,6 +141,11 @@ const Callable& Value::callable_data() const {
   return *std::get<std::shared_ptr<const Callable>>(ptr_);
 }
 
+const LoopData& Value::loop_data() const {
+  METRO_CHECK(is_loop());
+  return *std::get<std::shared_ptr<const LoopData>>(ptr_);
+}
+
 const std::string& Value::undefined_hint() const {
   static const std::string kGeneric = "value is undefined";
   if (!is_undefined()) return kGeneric;
@@ -159,6 +172,7 @@ bool Value::truthy() const {
       return dict_data().size() != 0;
     case ValueKind::kNamespace:
     case ValueKind::kCallable:
+    case ValueKind::kLoop:
       return true;
   }
   return false;
@@ -190,6 +204,7 @@ std::string_view Value::type_name() const {
     case ValueKind::kDict: return "dict";
     case ValueKind::kNamespace: return "Namespace";
     case ValueKind::kCallable: return "function";
+    case ValueKind::kLoop: return "LoopContext";
   }
   return "object";
 }
@@ -418,6 +433,10 @@ void append_repr(BoundedWriter& out, const Value& v) {
       return;
     case ValueKind::kCallable:
       out.append("<function " + v.callable_data().name + ">");
+      return;
+    case ValueKind::kLoop:
+      out.append("<LoopContext " + std::to_string(v.loop_data().index0 + 1) + "/" +
+                 std::to_string(v.loop_data().items->size()) + ">");
       return;
   }
 }

@@ -41,12 +41,14 @@ enum class ValueKind : uint8_t {
   kDict,
   kNamespace,
   kCallable,
+  kLoop,  // the `loop` object of a for-loop iteration
 };
 
 struct ListData;
 class DictData;
 struct NamespaceData;
 struct Callable;
+struct LoopData;
 
 class Value {
  public:
@@ -63,6 +65,7 @@ class Value {
   static Value dict(DictData data);
   static Value ns(std::shared_ptr<NamespaceData> data);
   static Value callable(std::shared_ptr<const Callable> fn);
+  static Value loop(std::shared_ptr<const LoopData> loop);
 
   ValueKind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == ValueKind::kUndefined; }
@@ -78,6 +81,7 @@ class Value {
   bool is_dict() const { return kind_ == ValueKind::kDict; }
   bool is_namespace() const { return kind_ == ValueKind::kNamespace; }
   bool is_callable() const { return kind_ == ValueKind::kCallable; }
+  bool is_loop() const { return kind_ == ValueKind::kLoop; }
 
   bool as_bool() const { return num_.b; }              // is_bool()
   int64_t as_int() const;                               // is_bool() or is_int()
@@ -87,6 +91,7 @@ class Value {
   const DictData& dict_data() const;                    // is_dict()
   NamespaceData& ns_data() const;                       // is_namespace()
   const Callable& callable_data() const;                // is_callable()
+  const LoopData& loop_data() const;                    // is_loop()
   const std::string& undefined_hint() const;            // is_undefined()
 
   // Python truthiness; Undefined is false.
@@ -103,7 +108,8 @@ class Value {
  private:
   using Payload = std::variant<std::monostate, std::shared_ptr<const std::string>,
                                std::shared_ptr<const ListData>, std::shared_ptr<const DictData>,
-                               std::shared_ptr<NamespaceData>, std::shared_ptr<const Callable>>;
+                               std::shared_ptr<NamespaceData>, std::shared_ptr<const Callable>,
+                               std::shared_ptr<const LoopData>>;
   ValueKind kind_ = ValueKind::kUndefined;
   bool tuple_ = false;
   union {
@@ -137,11 +143,18 @@ class DictData {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   // Small dicts (messages, tool calls) are scanned; larger ones get a hash index.
-  static constexpr size_t kIndexThreshold = 8;
+  static constexpr size_t kIndexThreshold = 16;
   std::vector<std::pair<std::string, Value>> entries_;
   std::unordered_map<std::string, size_t, Hash, std::equal_to<>> index_;
   uint32_t depth_ = 1;
   bool holds_namespace_ = false;
+};
+
+// One iteration of a for-loop; its attributes (index, first, last, length, ...) are
+// computed on access rather than stored, since a loop may run many thousand iterations.
+struct LoopData {
+  std::shared_ptr<const std::vector<Value>> items;
+  int64_t index0 = 0;
 };
 
 // The mutable object made by namespace(); `{% set ns.x = ... %}` writes its attributes.
