@@ -50,14 +50,11 @@ void BpeModel::push_candidate(BpeScratch& s, int32_t left, int32_t right) const 
 }
 
 void BpeModel::emit_byte(uint8_t b, std::vector<int32_t>& out) const {
-  // Every byte has a token in a sane byte-level vocabulary; a broken one gets UNK, or
-  // loses the byte when there is no UNK either.
+  // Some vocabularies lack a few of the 256 byte characters (SmolLM2 has no token for
+  // bytes like 0x14 or 0xF1). Like llama.cpp, such bytes are dropped: an UNK there could be
+  // a document separator (SmolLM2's UNK is <|endoftext|>).
   const int32_t id = vocab_.byte_token(b);
-  if (id >= 0) {
-    out.push_back(id);
-  } else if (vocab_.unk_id() >= 0) {
-    out.push_back(vocab_.unk_id());
-  }
+  if (id >= 0) out.push_back(id);
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out,

@@ -1,7 +1,5 @@
 #include "tokenizer/special_split.h"
 
-#include <bitset>
-
 namespace metro::tokenizer {
 namespace {
 
@@ -18,16 +16,12 @@ void split_special(const Vocab& vocab, std::string_view text, bool parse_special
   METRO_CHECK(text.size() <= UINT32_MAX);
   out.push_back({0, static_cast<uint32_t>(text.size()), -1});
 
-  std::bitset<256> present;
-  for (char c : text) present.set(static_cast<uint8_t>(c));
-
   std::vector<Fragment> next;
   for (const int32_t id : vocab.special_text_tokens()) {
     const TokenData& tok = vocab.token(id);
     if (!parse_special && (tok.attrs & (attr::kControl | attr::kUnknown))) continue;
     const std::string_view needle = tok.text;
-    // Cheap rejections before rebuilding the fragment list.
-    if (!present.test(static_cast<uint8_t>(needle[0]))) continue;
+    // Most special strings never occur: one search rejects them before any rebuilding.
     if (text.find(needle) == std::string_view::npos) continue;
 
     next.clear();
