@@ -31,19 +31,21 @@ float amax32(const float* x) {
 
 }  // namespace
 
-void quantize_row_q8_0(const float* x, void* dst, int64_t k) {
+void quantize_row_q8_0(const float* x, void* dst, int64_t k, const ActSide& side) {
   for (int64_t b = 0; b < k / kQK; ++b) {
     const float* xb = x + b * kQK;
     const float d = amax32(xb) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ8_0 blk;
-    quantize32(xb, id, blk.qs);
+    const int sum = quantize32(xb, id, blk.qs);
     blk.d = to_f16(d);
     store_block(dst, b, blk);
+    if (side.d) side.d[b] = f16(blk.d);
+    if (side.sums) side.sums[b] = sum;
   }
 }
 
-void quantize_row_q8_1(const float* x, void* dst, int64_t k) {
+void quantize_row_q8_1(const float* x, void* dst, int64_t k, const ActSide& side) {
   for (int64_t b = 0; b < k / kQK; ++b) {
     const float* xb = x + b * kQK;
     const float d = amax32(xb) / 127.0f;
@@ -53,10 +55,12 @@ void quantize_row_q8_1(const float* x, void* dst, int64_t k) {
     blk.d = to_f16(d);
     blk.s = to_f16(static_cast<float>(sum) * d);
     store_block(dst, b, blk);
+    if (side.d) side.d[b] = f16(blk.d);
+    if (side.s) side.s[b] = f16(blk.s);
   }
 }
 
-void quantize_row_q8_k(const float* x, void* dst, int64_t k) {
+void quantize_row_q8_k(const float* x, void* dst, int64_t k, const ActSide&) {
   for (int64_t b = 0; b < k / kQKK; ++b) {
     const float* xb = x + b * kQKK;
     float amax = 0.0f;
