@@ -248,6 +248,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   int64_t qpos[kMaxTileRows];
 
   const __m256 vscale = _mm256_set1_ps(p.scale);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int r = 0; r < rows; ++r) {
     const int row = t.row_begin + r;
     const int qi = row / group;
@@ -297,9 +298,13 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     for (r = first; r < rows; ++r) {
       const int n = valid[r];
       float* s = prob + r * kKeyChunk;
-      float mx = m[r];
-      for (int j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-      const __m256 vmx = _mm256_set1_ps(mx);
+      __m256 vmx = _mm256_set1_ps(m[r]);
+      for (int j = 0; j < n; j += 8) {
+        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
+      }
+      const float mx = avx2::hmax(vmx);
+      vmx = _mm256_set1_ps(mx);
       __m256 sum = _mm256_setzero_ps();
       for (int j = 0; j < n; j += 8) {
         const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
