@@ -87,10 +87,11 @@ std::vector<uint8_t> spm_vocab() {
     types.push_back(6);
     scores.push_back(0);
   }
-  const char* pieces[] = {"\xE2\x96\x81", "\xE2\x96\x81t", "he", "\xE2\x96\x81the", "in", "ing",
-                          "\xE2\x96\x81a", "an", "\xE2\x96\x81an", "d", "\xE2\x96\x81and", "e", "t",
-                          "h", "a", "n", "i", "g", "\xE2\x96\x81\xE2\x96\x81", "\xC3\xA9", "\xE5\xAE\xB6"};
-  for (size_t i = 0; i < std::size(pieces); ++i) {
+  const std::string sp = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  const std::vector<std::string> pieces = {sp, sp + "t", "he", sp + "the", "in", "ing", sp + "a",
+                                           "an", sp + "an", "d", sp + "and", "e", "t", "h", "a",
+                                           "n", "i", "g", sp + sp, "\xC3\xA9", "\xE5\xAE\xB6"};
+  for (size_t i = 0; i < pieces.size(); ++i) {
     tokens.emplace_back(pieces[i]);
     types.push_back(1);
     scores.push_back(-static_cast<float>(i));
