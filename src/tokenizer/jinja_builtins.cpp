@@ -190,7 +190,10 @@ Value range_of(const Args& args, Budget& budget) {
   budget.tick(n / 8);
   std::vector<Value> out;
   out.reserve(static_cast<size_t>(n));
-  for (int64_t k = 0; k < static_cast<int64_t>(n); ++k) out.push_back(Value::integer(start + k * step));
+  // In unsigned arithmetic: k * step alone may overflow although start + k * step fits.
+  for (uint64_t k = 0; k < n; ++k) {
+    out.push_back(Value::integer(static_cast<int64_t>(static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step))));
+  }
   return Value::list(std::move(out));
 }
 
