@@ -161,6 +161,20 @@ Value dict_method(const std::string& name, const DictData& d, const Args& args, 
   return Value::list(std::move(out));
 }
 
+// The non-mutating list methods (the immutable sandbox refuses append, pop, ...).
+Value list_method(const std::string& name, const Value& list, const Args& args, Budget& budget) {
+  Params p(name, args, {"value"});
+  const auto& items = list.items();
+  int64_t count = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!values_equal(items[i], p[0], budget)) continue;
+    if (name == "index") return Value::integer(static_cast<int64_t>(i));
+    ++count;
+  }
+  if (name == "index") throw_type_error("value is not in list");
+  return Value::integer(count);
+}
+
 Value range_of(const Args& args, Budget& budget) {
   if (!args.keywords.empty()) throw_type_error("range() takes no keyword arguments");
   const auto& a = args.positional;
@@ -260,6 +274,7 @@ Value call_builtin(const Callable& fn, const Args& args, Budget& budget) {
     case Callable::Kind::kMethod:
       if (fn.receiver.is_string()) return string_method(fn.name, fn.receiver.str(), args, budget);
       if (fn.receiver.is_dict()) return dict_method(fn.name, fn.receiver.dict_data(), args, budget);
+      if (fn.receiver.is_list()) return list_method(fn.name, fn.receiver, args, budget);
       throw_type_error("'" + fn.name + "' is not callable here");
     case Callable::Kind::kLoopCycle: {
       if (args.positional.empty()) throw_type_error("no items for cycling given");

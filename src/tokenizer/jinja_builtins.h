@@ -11,7 +11,7 @@
 // number, odd, sameas, sequence, string, true, undefined, upper.
 // Methods: str.{startswith, endswith, strip, lstrip, rstrip, split, rsplit, splitlines,
 // upper, lower, title, capitalize, replace, find, count, join, isdigit, isalpha, isalnum,
-// isspace, isupper, islower}; dict.{items, keys, values, get}.
+// isspace, isupper, islower}; dict.{items, keys, values, get}; list.{count, index}.
 // Globals: range (at most 100000 items, like Jinja's sandbox), namespace, dict; the
 // interpreter adds raise_exception and strftime_now.
 #pragma once

@@ -149,7 +149,9 @@ Value f_indent(const Value& v, const Args& args, Budget& budget) {
                                                    int_arg(p[0], "width"), 0, 1024)),
                                                ' ');
   }
-  std::string s = text_of(v, budget) + "\n";
+  // Jinja appends "\n" to its argument with +=, which only strings support.
+  if (v.is_undefined()) throw Error(ErrorKind::kUndefined, v.undefined_hint());
+  std::string s = string_arg(v, "indent() input") + "\n";
   const std::vector<std::string> lines = py_splitlines(s);
   std::string out;
   BoundedWriter w(out, max_bytes(budget));
@@ -237,7 +239,8 @@ Value f_upper(const Value& v, const Args&, Budget& budget) {
 
 Value f_map(const Value& v, const Args& args, Budget& budget) {
   std::vector<Value> out;
-  const std::vector<Value> items = iterate(v, budget);
+  // Jinja's map/select family does `if seq: for item in seq`: a falsy operand is empty.
+  const std::vector<Value> items = v.truthy() ? iterate(v, budget) : std::vector<Value>();
   const auto* attribute = [&]() -> const Value* {
     for (const auto& [k, val] : args.keywords) {
       if (k == "attribute") return &val;
@@ -298,7 +301,7 @@ Value f_min(const Value& v, const Args& args, Budget& budget) { return min_max(v
 
 // select/reject/selectattr/rejectattr share this: keep items whose test result == keep.
 Value select_items(const Value& v, const Args& args, Budget& budget, bool by_attribute, bool keep) {
-  const std::vector<Value> items = iterate(v, budget);
+  const std::vector<Value> items = v.truthy() ? iterate(v, budget) : std::vector<Value>();
   size_t next_arg = 0;
   const Value* attribute = nullptr;
   if (by_attribute) {
