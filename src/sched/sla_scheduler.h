@@ -1,0 +1,104 @@
+// The SLA-class policy: a multilevel feedback queue over classes, with aging, predicted
+// shortest-remaining-work first, tenant fair share and class preemption.
+//
+// Every step each sequence (running or waiting) gets a priority key, smallest first:
+//
+//   tier    0 for urgent work (a decode paused for its class's `starve` time, and the
+//           single oldest request whose prompt has waited that long: the starvation lane),
+//           ordered among themselves by arrival; 1 for everything else
+//   rank    the class (realtime 0, standard 1, batch 2) minus aging: a waiting request
+//           climbs one class per starve/(class+1) seconds waited, a paused decode one class
+//           per TPOT objective it waited
+//   level   skip-join MLFQ level inside the class: work done so far (prompt tokens x
+//           prefill_token_cost + generated tokens) against the class quantum, doubling per
+//           level; long prompts start lower, long generations drop
+//   phase   decodes of running sequences before prefill chunks
+//   class   the native class (an aged request yields ties to a native one)
+//   share   prefill only: the tenant's virtual token counter (fair share in the class)
+//   work    predicted remaining work: uncomputed tokens x prefill_token_cost + predicted
+//           remaining output tokens (the LengthPredictor)
+//   arrival, id
+//
+// The plan takes work in key order until the token budget, the sequence cap or the logit
+// cap is spent; whatever does not fit is paused (not scheduled; blocks kept). Because
+// realtime prefill ranks before batch decodes and batch prefill, it is never stuck behind
+// them. When KV blocks run out, the sequence being planned frees a lower-priority running
+// one (preemption with recompute): a running sequence may take any later-keyed running
+// sequence's blocks (progress for the highest priority is what prevents deadlock); a
+// waiting one only those of a lower native class (a realtime arrival preempts batch
+// decodes, never a same-class neighbour), or any when it is in the starvation lane.
+//
+// With a step cost model, the token budget is also cut so one step fits the tightest
+// objective of the classes present: TPOT of classes with running decodes, TTFT/4 of classes
+// with work or a recent arrival (a realtime request should not arrive behind a 600 ms step).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "sched/fair_share.h"
+#include "sched/length_predictor.h"
+#include "sched/scheduler.h"
+#include "sched/sla_config.h"
+
+namespace metro::sched {
+
+class SchedMetrics;
+
+// Seconds one step takes: fixed + per_prefill_token * prefill tokens + per_decode_seq *
+// decode sequences. All zero: unknown (the budget is max_batch_tokens).
+struct StepCostModel {
+  double fixed_s = 0.0;
+  double per_prefill_token_s = 0.0;
+  double per_decode_seq_s = 0.0;
+  bool known() const { return per_prefill_token_s > 0.0; }
+  double step_s(int prefill_tokens, int decode_seqs) const {
+    return fixed_s + per_prefill_token_s * prefill_tokens + per_decode_seq_s * decode_seqs;
+  }
+};
+
+struct SlaSchedulerConfig {
+  SchedulerConfig base;
+  SlaConfig sla;
+  int levels = 4;                   // MLFQ levels per class (1..16)
+  // A prompt token's work in output-token units. 1 suits a compute-bound CPU engine, where
+  // prefilling a token costs about what decoding one does; GPUs want far less.
+  double prefill_token_cost = 1.0;
+  int max_running_seqs = 0;         // sequences holding KV at once; 0: 2 x base.max_seqs
+  double starving_prefill_share = 0.5;  // budget share the starvation lane may take per step
+  VtcWeights vtc;
+  StepCostModel cost;               // for the SLO-driven step budget; see set_step_cost()
+  double step_per_ttft = 0.25;      // a step may take at most this fraction of a class's TTFT
+  double class_memory_s = 60.0;     // a class counts as present this long after an arrival
+  int min_step_tokens = 16;         // the SLO-driven budget never goes below this
+  // Null: a BucketQuantilePredictor of default configuration.
+  std::shared_ptr<LengthPredictor> predictor;
+  SchedMetrics* metrics = nullptr;  // preemptions and predictor accuracy go here when set
+};
+
+// Checks a configuration (ranges of every knob); errors name the field.
+Status validate(const SlaSchedulerConfig& cfg);
+
+class SlaScheduler : public Scheduler {
+ public:
+  // Inspection for tests, the engine's stats and the metrics endpoint.
+  virtual double tenant_counter(SlaClass c, const std::string& tenant) const = 0;
+  // The MLFQ level the sequence has now (0 is the top); -1 for an unknown sequence.
+  virtual int level_of(const SeqState* seq) const = 0;
+  // The budget the last schedule() used (max_batch_tokens unless the SLOs cut it).
+  virtual int last_step_budget() const = 0;
+  virtual const LengthPredictor& predictor() const = 0;
+  // The engine feeds its measured step cost (EWMA of its step times) here.
+  virtual void set_step_cost(const StepCostModel& cost) = 0;
+};
+
+// `cfg` must pass validate().
+std::unique_ptr<SlaScheduler> make_sla_scheduler(const SlaSchedulerConfig& cfg, kv::KvCacheManager& kv);
+
+// `--sched fcfs|sla`: the FCFS policy takes cfg.base only.
+Expected<std::unique_ptr<Scheduler>> make_scheduler(std::string_view name, const SlaSchedulerConfig& cfg,
+                                                    kv::KvCacheManager& kv);
+
+}  // namespace metro::sched
