@@ -14,14 +14,16 @@ namespace {
 
 int log2_bucket(int n) { return n <= 1 ? 0 : std::bit_width(static_cast<unsigned>(n)) - 1; }
 
-// Linear-interpolated quantile of a sorted sample.
-double quantile_sorted(const std::vector<double>& v, double q) {
+// Linear-interpolated quantile; reorders v (selection, not a full sort).
+double quantile(std::vector<double>& v, double q) {
   if (v.empty()) return 0.0;
   const double pos = q * static_cast<double>(v.size() - 1);
   const size_t lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return v[lo] + (v[hi] - v[lo]) * frac;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(lo), v.end());
+  const double a = v[lo];
+  if (lo + 1 >= v.size()) return a;
+  const double b = *std::min_element(v.begin() + static_cast<std::ptrdiff_t>(lo) + 1, v.end());
+  return a + (b - a) * (pos - static_cast<double>(lo));
 }
 
 std::vector<double> ranks(std::span<const double> x) {
@@ -109,11 +111,10 @@ LengthPrediction BucketQuantilePredictor::predict(const LengthFeatures& f, int n
       if (len > g) rest.push_back(static_cast<double>(len - g));
     }
     if (static_cast<int>(rest.size()) < cfg_.min_samples) continue;
-    std::sort(rest.begin(), rest.end());
     const double mean = std::accumulate(rest.begin(), rest.end(), 0.0) / static_cast<double>(rest.size());
     p.mean_remaining = clamp(mean);
-    p.median_remaining = clamp(quantile_sorted(rest, 0.5));
-    p.p90_remaining = clamp(quantile_sorted(rest, 0.9));
+    p.median_remaining = clamp(quantile(rest, 0.5));
+    p.p90_remaining = clamp(quantile(rest, 0.9));
     p.n_samples = static_cast<int>(rest.size());
     return p;
   }

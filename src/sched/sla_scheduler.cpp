@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,8 @@ namespace {
 constexpr double kNsPerS = 1e9;
 // Cached predictions are refreshed when the predictor has learnt this many new lengths.
 constexpr uint64_t kPredictionRefresh = 32;
+// ... and when the sequence has generated this many tokens since.
+constexpr int kPredictionStride = 16;
 
 // See the table in sla_scheduler.h. Smaller is served first.
 struct Key {
@@ -31,8 +34,8 @@ struct Key {
   uint64_t id = 0;
 
   bool operator<(const Key& o) const {
-    return std::tie(tier, rank, level, phase, cls, share, work, arrival, id) <
-           std::tie(o.tier, o.rank, o.level, o.phase, o.cls, o.share, o.work, o.arrival, o.id);
+    return std::tie(tier, rank, cls, phase, level, share, work, arrival, id) <
+           std::tie(o.tier, o.rank, o.cls, o.phase, o.level, o.share, o.work, o.arrival, o.id);
   }
 };
 
@@ -50,6 +53,7 @@ struct Entry {
   Key key;
   bool planned = false;
   bool preempted_now = false;
+  bool tenant_front = false;  // the tenant's oldest starving prompt in its class
 };
 
 class SlaSchedulerImpl final : public SlaScheduler {
@@ -57,8 +61,10 @@ class SlaSchedulerImpl final : public SlaScheduler {
   SlaSchedulerImpl(const SlaSchedulerConfig& cfg, kv::KvCacheManager& kv)
       : cfg_(cfg), kv_(kv), vtc_(cfg.vtc), predictor_(cfg.predictor) {
     if (!predictor_) predictor_ = std::make_shared<BucketQuantilePredictor>();
-    max_running_ = cfg_.max_running_seqs > 0 ? cfg_.max_running_seqs : 2 * cfg_.base.max_seqs;
+    max_running_ = cfg_.max_running_seqs > 0 ? cfg_.max_running_seqs : cfg_.base.max_seqs;
+    watermark_blocks_ = static_cast<int32_t>(std::ceil(cfg_.kv_watermark * kv_.config().n_blocks));
     last_seen_ns_.fill(std::numeric_limits<int64_t>::min());
+    last_class_prefill_ns_.fill(std::numeric_limits<int64_t>::min() / 2);
   }
 
   void add(SeqState* seq) override {
@@ -166,38 +172,58 @@ class SlaSchedulerImpl final : public SlaScheduler {
     const SeqState& s = *e.seq;
     const int g = std::max(0, s.n_generated());
     const uint64_t version = predictor_->version();
-    if (e.pred_generated != g || version - e.pred_version >= kPredictionRefresh) {
+    if (e.pred_generated < 0 || g < e.pred_generated || g - e.pred_generated >= kPredictionStride ||
+        version - e.pred_version >= kPredictionRefresh) {
       e.pred_remaining = predictor_->predict(e.features, g).mean_remaining;
       e.pred_generated = g;
       e.pred_version = version;
     }
+    // Between refreshes a decode's remaining work counts down token by token.
+    const double remaining = std::max(1.0, e.pred_remaining - (g - e.pred_generated));
     const int uncomputed = is_decode(e) ? 0 : s.n_uncomputed();
-    return uncomputed * cfg_.prefill_token_cost + e.pred_remaining;
+    return uncomputed * cfg_.prefill_token_cost + remaining;
   }
 
-  Key key_of(Entry& e, int64_t now_ns, bool lane) {
+  double wait_s(const Entry& e, int64_t now_ns) const {
+    return static_cast<double>(std::max<int64_t>(0, now_ns - e.ready_since_ns)) / kNsPerS;
+  }
+
+  // How many classes e's wait lifts it: a waiting prompt climbs through every class above
+  // it within its starvation bound, a paused decode one class per TPOT objective it waited.
+  int promotion(const Entry& e, int64_t now_ns) const {
+    const int cls = static_cast<int>(e.seq->sla_class);
+    if (cls == 0) return 0;
+    const SlaClassConfig& cc = cfg_.sla.of(e.seq->sla_class);
+    const double step_s = is_decode(e) ? cc.tpot_s : cc.starve_s / (cls + 1);
+    return static_cast<int>(std::min(static_cast<double>(cls), std::floor(wait_s(e, now_ns) / step_s)));
+  }
+
+  Key key_of(Entry& e, int64_t now_ns, bool lane, int class_rank) {
     const SeqState& s = *e.seq;
-    const int cls = static_cast<int>(s.sla_class);
-    const SlaClassConfig& cc = cfg_.sla.of(s.sla_class);
     const bool decode = is_decode(e);
-    const double wait_s = static_cast<double>(std::max<int64_t>(0, now_ns - e.ready_since_ns)) / kNsPerS;
     Key k;
     k.arrival = s.arrival_ns;
     k.id = s.id;
-    if (lane || (decode && wait_s >= cc.starve_s)) {
+    if (lane || (decode && wait_s(e, now_ns) >= cfg_.sla.of(s.sla_class).starve_s)) {
       k.tier = 0;
       return k;
     }
-    // A paused decode climbs a class per TPOT objective it waited; a waiting prompt climbs
-    // through every class above it within its starvation bound.
-    const double step_s = decode ? cc.tpot_s : cc.starve_s / (cls + 1);
-    const double promote = std::min(static_cast<double>(cls), std::floor(wait_s / step_s));
-    k.rank = cls - static_cast<int>(promote);
-    k.level = level(s);
+    // A paused decode climbs on its own (one token is cheap); prompts climb as a class, so
+    // that aging reorders classes but not the shortest-first order inside one.
+    k.rank = decode ? std::min(class_rank, static_cast<int>(s.sla_class) - promotion(e, now_ns)) : class_rank;
+    k.cls = static_cast<int>(s.sla_class);
     k.phase = decode ? 0 : 1;
-    k.cls = cls;
     k.share = decode ? 0.0 : vtc_.counter(s.sla_class, s.tenant);
-    k.work = predicted_work(e);
+    if (e.tenant_front) {
+      // Starved inside its class (shorter work kept arriving): the oldest such request of
+      // each tenant goes first among that tenant's. One at a time, so shortest-first still
+      // orders the rest, and fair share between tenants is untouched.
+      k.level = 0;
+      k.work = -wait_s(e, now_ns);
+    } else {
+      k.level = level(s);
+      k.work = predicted_work(e);
+    }
     return k;
   }
 
@@ -211,7 +237,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
       const bool present = seen != std::numeric_limits<int64_t>::min() &&
                            static_cast<double>(now_ns - seen) / kNsPerS <= cfg_.class_memory_s;
       if (present) target = std::min(target, cc.ttft_s * cfg_.step_per_ttft);
-      if (has_decodes[static_cast<size_t>(c)]) target = std::min(target, cc.tpot_s);
+      if (has_decodes[static_cast<size_t>(c)]) target = std::min(target, cc.tpot_s * cfg_.step_per_tpot);
     }
     if (!std::isfinite(target)) return max_tokens;
     const double per_token = std::max(cfg_.cost.per_prefill_token_s, cfg_.cost.per_decode_seq_s);
@@ -272,6 +298,30 @@ class SlaSchedulerImpl final : public SlaScheduler {
     return true;
   }
 
+  // Before a waiting sequence's first chunk: a seat among the running sequences of its
+  // class and above, and KV for its whole remaining prompt, so that admitting it does not
+  // leave half-prefilled sequences fighting over memory (each such fight is a preemption
+  // that throws work away). Classes below realtime also leave `kv_watermark` of the blocks
+  // free: headroom for running decodes to grow and for realtime arrivals.
+  bool make_room_to_admit(Entry* e, StepPlan* plan) {
+    const SeqState& s = *e->seq;
+    auto seats_taken = [&] {
+      int n = 0;
+      for (const Entry* r : running_) n += r->seq->sla_class <= s.sla_class ? 1 : 0;
+      return n;
+    };
+    // Headroom is for others: a starving request, or one alone, may use every block.
+    const bool privileged = s.sla_class == SlaClass::kRealtime || e->key.tier == 0 || e->tenant_front;
+    const int32_t headroom = privileged || running_.empty() ? 0 : watermark_blocks_;
+    while (seats_taken() >= seats_ ||
+           kv_.n_free_blocks() < kv_.blocks_needed(s.id, s.n_uncomputed()) + headroom) {
+      Entry* v = victim_for(*e);
+      if (v == nullptr) return false;
+      preempt(v, plan);
+    }
+    return true;
+  }
+
   SlaSchedulerConfig cfg_;
   kv::KvCacheManager& kv_;
   VirtualTokenCounter vtc_;
@@ -280,7 +330,11 @@ class SlaSchedulerImpl final : public SlaScheduler {
   std::vector<Entry*> running_;
   const SeqState* lane_ = nullptr;  // the starvation lane's holder
   std::array<int64_t, kNumSlaClasses> last_seen_ns_{};
+  // Last step that prefilled a prompt of the class outside the lane.
+  std::array<int64_t, kNumSlaClasses> last_class_prefill_ns_{};
   int max_running_ = 0;
+  int seats_ = 0;  // this step's running cap: max_running_, cut to a share of a small budget
+  int32_t watermark_blocks_ = 0;
   int last_budget_ = 0;
   uint64_t admit_counter_ = 0;
   uint64_t preemptions_ = 0;
@@ -300,32 +354,59 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   const bool lane_held = lane != nullptr;
   std::vector<Entry*> order;
   order.reserve(entries_.size());
+  std::array<int, kNumSlaClasses> promoted{};
+  int best_class = kNumSlaClasses;
+  for (const auto& [seq, e] : entries_) best_class = std::min(best_class, static_cast<int>(seq->sla_class));
+  std::array<std::unordered_map<std::string_view, Entry*>, kNumSlaClasses> tenant_front;
   for (auto& [seq, e] : entries_) {
     if (e.ready_since_ns < 0) e.ready_since_ns = now_ns;
     e.planned = false;
     e.preempted_now = false;
+    e.tenant_front = false;
     const size_t cls = static_cast<size_t>(seq->sla_class);
     last_seen_ns_[cls] = now_ns;
+    if (!is_decode(e)) promoted[cls] = std::max(promoted[cls], promotion(e, now_ns));
     if (is_decode(e)) {
       has_decodes[cls] = true;
     } else {
-      const double wait_s = static_cast<double>(std::max<int64_t>(0, now_ns - e.ready_since_ns)) / kNsPerS;
-      if (wait_s >= cfg_.sla.of(seq->sla_class).starve_s) e.starving_prefill = true;
-      if (e.starving_prefill && !lane_held &&
+      if (wait_s(e, now_ns) >= cfg_.sla.of(seq->sla_class).starve_s) e.starving_prefill = true;
+      // The lane is for requests that higher classes starve: a higher class has work and
+      // this class's prompts have not been served for its whole starve time. A class that is
+      // served but has more than it can take starves by its own backlog; there the oldest
+      // request of each tenant goes first (see key_of) and fair share still applies.
+      const bool class_starved =
+          static_cast<double>(now_ns - last_class_prefill_ns_[cls]) / kNsPerS >= cfg_.sla.of(seq->sla_class).starve_s;
+      if (e.starving_prefill && !lane_held && static_cast<int>(cls) > best_class && class_starved &&
           (lane == nullptr || std::tie(seq->arrival_ns, seq->id) < std::tie(lane->seq->arrival_ns, lane->seq->id))) {
         lane = &e;
+      }
+      if (wait_s(e, now_ns) >= cfg_.sla.of(seq->sla_class).starve_s * cfg_.in_class_starve_factor) {
+        Entry*& front = tenant_front[cls][seq->tenant];
+        if (front == nullptr || std::tie(seq->arrival_ns, seq->id) < std::tie(front->seq->arrival_ns, front->seq->id)) {
+          front = &e;
+        }
       }
     }
     order.push_back(&e);
   }
+  for (auto& by_tenant : tenant_front) {
+    for (auto& [tenant, e] : by_tenant) e->tenant_front = true;
+  }
   lane_ = lane != nullptr ? lane->seq : nullptr;
-  for (Entry* e : order) e->key = key_of(*e, now_ns, e == lane);
+  for (Entry* e : order) {
+    const size_t cls = static_cast<size_t>(e->seq->sla_class);
+    e->key = key_of(*e, now_ns, e == lane, static_cast<int>(cls) - promoted[cls]);
+  }
 
   const int budget_total = step_budget(now_ns, has_decodes);
   last_budget_ = budget_total;
+  // Decodes go first, so seats beyond a share of the budget would leave prompts none.
+  seats_ = std::min(max_running_, std::max(1, static_cast<int>(budget_total * cfg_.decode_share)));
   const int lane_cap = std::max(1, static_cast<int>(budget_total * cfg_.starving_prefill_share));
   int budget = budget_total;
   int logits = 0;
+  bool hold_admissions = false;
+  bool realtime_prefill = false;
 
   auto later = [](const Entry* a, const Entry* b) { return b->key < a->key; };
   std::make_heap(order.begin(), order.end(), later);
@@ -335,6 +416,7 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     order.pop_back();
     if (e->preempted_now) continue;  // lost its blocks this step; it runs again later
     SeqState* s = e->seq;
+    if (realtime_prefill && e->key.tier != 0 && s->sla_class != SlaClass::kRealtime) continue;
     const bool was_running = e->running;
     if (!was_running && !kv_.has(s->id)) {
       const int cached = s->use_prefix_cache ? kv_.computed_blocks(s->id, s->tokens) : 0;
@@ -344,12 +426,17 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     int n = std::min(s->n_uncomputed(), budget);
     if (e->key.tier == 0 && !is_decode(*e)) n = std::min(n, lane_cap);
     const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
+    if (!was_running && hold_admissions) {
+      kv_.free(s->id);
+      s->n_computed = 0;
+      continue;
+    }
     bool fits = n > 0 && !(wants_logits && logits >= cfg_.base.max_logits);
-    if (fits && !was_running && static_cast<int>(running_.size()) >= max_running_) {
-      // Too many sequences hold KV: a waiting one gets a seat only by preempting.
-      Entry* v = victim_for(*e);
-      if (v != nullptr) preempt(v, &plan);
-      fits = v != nullptr;
+    if (fits && !was_running) {
+      fits = make_room_to_admit(e, &plan);
+      // Smaller requests behind a starving one that does not fit would take the memory it
+      // waits for, forever if they keep coming: admit nothing after it until it fits.
+      if (!fits && e->tenant_front) hold_admissions = true;
     }
     fits = fits && reserve(e, n, &plan);
     if (!fits) {
@@ -370,8 +457,14 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     e->planned = true;
     e->ready_since_ns = now_ns;
     plan.seqs.push_back({s, n});
+    if (!is_decode(*e) && e->key.tier != 0) last_class_prefill_ns_[static_cast<size_t>(s->sla_class)] = now_ns;
     budget -= n;
     logits += wants_logits ? 1 : 0;
+    // Every token in the step delays its end, so a step that prefills a realtime prompt
+    // carries nothing of the classes below (their decodes pause for those few steps).
+    if (cfg_.realtime_prefill_exclusive && s->sla_class == SlaClass::kRealtime && !is_decode(*e)) {
+      realtime_prefill = true;
+    }
   }
   plan.n_tokens = budget_total - budget;
   return plan;
@@ -408,7 +501,8 @@ Status validate(const SlaSchedulerConfig& cfg) {
   if (!finite_nonneg(cfg.prefill_token_cost) || cfg.prefill_token_cost > 1000.0) {
     return bad("prefill_token_cost must be in [0, 1000]");
   }
-  if (cfg.max_running_seqs < 0) return bad("max_running_seqs must be >= 0 (0: 2 x max_seqs)");
+  if (cfg.max_running_seqs < 0) return bad("max_running_seqs must be >= 0 (0: max_seqs)");
+  if (!(cfg.kv_watermark >= 0.0 && cfg.kv_watermark < 1.0)) return bad("kv_watermark must be in [0, 1)");
   if (!(cfg.starving_prefill_share > 0.0 && cfg.starving_prefill_share <= 1.0)) {
     return bad("starving_prefill_share must be in (0, 1]");
   }
@@ -418,6 +512,11 @@ Status validate(const SlaSchedulerConfig& cfg) {
     return bad("step cost terms must be finite and >= 0");
   }
   if (!(cfg.step_per_ttft > 0.0 && cfg.step_per_ttft <= 1.0)) return bad("step_per_ttft must be in (0, 1]");
+  if (!(cfg.step_per_tpot > 0.0 && cfg.step_per_tpot <= 1.0)) return bad("step_per_tpot must be in (0, 1]");
+  if (!(cfg.decode_share > 0.0 && cfg.decode_share <= 1.0)) return bad("decode_share must be in (0, 1]");
+  if (!(std::isfinite(cfg.in_class_starve_factor) && cfg.in_class_starve_factor >= 1.0)) {
+    return bad("in_class_starve_factor must be >= 1");
+  }
   if (!finite_nonneg(cfg.class_memory_s)) return bad("class_memory_s must be >= 0");
   if (cfg.min_step_tokens < 1) return bad("min_step_tokens must be >= 1");
   for (int c = 0; c < kNumSlaClasses; ++c) {

@@ -29,8 +29,9 @@
 // decodes, never a same-class neighbour), or any when it is in the starvation lane.
 //
 // With a step cost model, the token budget is also cut so one step fits the tightest
-// objective of the classes present: TPOT of classes with running decodes, TTFT/4 of classes
-// with work or a recent arrival (a realtime request should not arrive behind a 600 ms step).
+// objective of the classes present: 0.8 x TPOT of classes with running decodes, TTFT/4 of
+// classes with work or a recent arrival (a realtime request should not arrive behind a
+// 600 ms step).
 #pragma once
 
 #include <memory>
@@ -66,13 +67,29 @@ struct SlaSchedulerConfig {
   // A prompt token's work in output-token units. 1 suits a compute-bound CPU engine, where
   // prefilling a token costs about what decoding one does; GPUs want far less.
   double prefill_token_cost = 1.0;
-  int max_running_seqs = 0;         // sequences holding KV at once; 0: 2 x base.max_seqs
+  // Sequences of a class and the classes above it that may hold KV at once (so a realtime
+  // arrival finds a seat when batch has filled them); 0: base.max_seqs.
+  int max_running_seqs = 0;
+  double kv_watermark = 0.02;       // share of KV blocks admissions below realtime leave free
+  // No new admissions while the running sequences (their decodes) would take more than this
+  // share of the step's token budget: with decodes first, prompts would get nothing.
+  double decode_share = 0.75;
   double starving_prefill_share = 0.5;  // budget share the starvation lane may take per step
+  // Inside a class a prompt starves (shorter work kept arriving) only after this many times
+  // the class's `starve`: a request that late has long missed its objective, and moving it
+  // first costs others theirs, so this is a liveness guarantee, not a latency one.
+  double in_class_starve_factor = 4.0;
   VtcWeights vtc;
   StepCostModel cost;               // for the SLO-driven step budget; see set_step_cost()
   double step_per_ttft = 0.25;      // a step may take at most this fraction of a class's TTFT
+  // ... and this fraction of the TPOT of a class that is decoding: the rest is margin for
+  // the cost model's error (attention grows with context) and for steps a decode sits out.
+  double step_per_tpot = 0.8;
   double class_memory_s = 60.0;     // a class counts as present this long after an arrival
   int min_step_tokens = 16;         // the SLO-driven budget never goes below this
+  // A step that prefills a realtime prompt carries no work of lower classes: each of their
+  // tokens would make the realtime request's first token later.
+  bool realtime_prefill_exclusive = true;
   // Null: a BucketQuantilePredictor of default configuration.
   std::shared_ptr<LengthPredictor> predictor;
   SchedMetrics* metrics = nullptr;  // preemptions and predictor accuracy go here when set

@@ -50,7 +50,9 @@ TEST(Admission, QueueBoundOnPromptTokens) {
 }
 
 TEST(Admission, PredictedTtftOverTheObjectiveIsRefusedEarly) {
-  AdmissionController a(base_cfg());
+  AdmissionConfig cfg = base_cfg();
+  cfg.shortest_first = false;  // FIFO inside the class keeps the arithmetic plain
+  AdmissionController a(cfg);
   // Standard TTFT objective 2 s. 1500 tokens queued + 400 own = 1.9 s + 0.05 step: fits.
   EXPECT_TRUE(a.admit({SlaClass::kStandard, 1500}, 0).admit);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 400), 1.95, 1e-9);
@@ -85,17 +87,51 @@ TEST(Admission, HigherClassesDoNotWaitBehindLowerOnes) {
   EXPECT_EQ(d.reason, kReasonTtft);
 }
 
-TEST(Admission, MeasuredThroughputMovesThePrediction) {
+TEST(Admission, MeasuredRatesMoveThePrediction) {
   AdmissionController a(base_cfg());
   ASSERT_TRUE(a.admit({SlaClass::kStandard, 1000}, 0).admit);
-  const double before = a.predicted_ttft_s(SlaClass::kStandard, 0);
-  for (int i = 0; i < 50; ++i) a.observe_prefill(400, 0.1);  // 4000 tok/s measured
-  a.observe_prefill(0, 0.1);                                  // not an observation
+  ASSERT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  // Realtime ahead at the prefill rate, then its class's queue and its own 1000 at the
+  // class's drain rate, then a step.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1000), 0.1 + 2.0 + 0.05, 1e-9);
+  // Prompts run at 4000 tok/s of prefill work, but standard, backlogged, only got 100
+  // tokens per 0.2 s step (realtime and decodes took the rest): it drains at 500 tok/s.
+  gateway::StepObservation o;
+  o.step_s = 0.2;
+  o.prefill_tokens = {300, 100, 0};
+  o.prefill_s = 0.1;
+  o.backlogged = {false, true, false};
+  for (int i = 0; i < 60; ++i) a.observe_step(o);
   QueueState q = a.state();
   EXPECT_NEAR(q.prefill_tokens_per_s, 4000.0, 1.0);
-  EXPECT_LT(a.predicted_ttft_s(SlaClass::kStandard, 0), before / 3.0);
-  for (int i = 0; i < 50; ++i) a.observe_step(0.2);
-  EXPECT_NEAR(a.state().step_s, 0.2, 1e-3);
+  EXPECT_NEAR(q.drain_tokens_per_s[1], 500.0, 1.0);
+  EXPECT_NEAR(q.drain_tokens_per_s[0], 1000.0, 1e-9) << "not backlogged: no observation";
+  EXPECT_NEAR(q.fifo_drain_tokens_per_s, 2000.0, 1.0);
+  EXPECT_NEAR(q.step_s, 0.2, 1e-3);
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1000), 100.0 / 4000.0 + 2000.0 / 500.0 + 0.2, 1e-2);
+  // A starved class drains at 0: its requests are refused.
+  o.prefill_tokens = {400, 0, 0};
+  for (int i = 0; i < 200; ++i) a.observe_step(o);
+  Decision d = a.admit({SlaClass::kStandard, 10}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, kReasonTtft);
+}
+
+TEST(Admission, ShortestFirstCountsOnlyShorterPromptsOfTheClass) {
+  AdmissionController a(base_cfg());
+  ASSERT_TRUE(a.admit({SlaClass::kStandard, 1500}, 0).admit);
+  ASSERT_TRUE(a.admit({SlaClass::kStandard, 100}, 0).admit);
+  // A 200-token prompt waits behind the 100-token one only: 0.3 s + step.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.35, 1e-9);
+  // A 1600-token one behind both.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1600), 3.25, 1e-9);
+  a.release(SlaClass::kStandard, 100);
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.25, 1e-9);
+  AdmissionConfig fifo = base_cfg();
+  fifo.shortest_first = false;
+  AdmissionController b(fifo);
+  ASSERT_TRUE(b.admit({SlaClass::kStandard, 1500}, 0).admit);
+  EXPECT_NEAR(b.predicted_ttft_s(SlaClass::kStandard, 200), 1.75, 1e-9);
 }
 
 TEST(Admission, DeadlinesAndRejectionMetrics) {

@@ -111,6 +111,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
     }
 
     const int64_t now_ns = to_ns(now);
+    const SchedulerCounts waiting_before = cfg.admission != nullptr ? sched->counts() : SchedulerCounts{};
     StepPlan plan = sched->schedule(now_ns);
     if (plan.empty()) {
       if (next < trace.size()) {
@@ -124,6 +125,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
     rep.preemptions += plan.preempted.size();
 
     int64_t prefill_tokens = 0, attended = 0;
+    std::array<int, kNumSlaClasses> class_prefill{};
     int decode_seqs = 0;
     std::vector<bool> samples(plan.seqs.size());
     std::map<std::string, double> served;
@@ -144,6 +146,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
         ++decode_seqs;
       } else {
         prefill_tokens += ss.n_tokens;
+        class_prefill[static_cast<size_t>(s->sla_class)] += ss.n_tokens;
       }
       const int64_t n = ss.n_tokens, c = s->n_computed;
       attended += n * c + n * (n + 1) / 2;
@@ -186,8 +189,12 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
       if (all_backlogged) rep.tokens_when_all_backlogged[tenant] += n;
     }
     if (cfg.admission != nullptr) {
-      cfg.admission->observe_step(dt);
-      cfg.admission->observe_prefill(static_cast<int>(prefill_tokens), dt);
+      gateway::StepObservation o;
+      o.step_s = dt;
+      o.prefill_s = dt * static_cast<double>(prefill_tokens) / static_cast<double>(prefill_tokens + decode_seqs);
+      o.prefill_tokens = class_prefill;
+      for (size_t k = 0; k < o.backlogged.size(); ++k) o.backlogged[k] = waiting_before.waiting_by_class[k] > 0;
+      cfg.admission->observe_step(o);
     }
 
     // Sample: append a token for every chunk that reached its sequence's end.
