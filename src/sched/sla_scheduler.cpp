@@ -25,9 +25,9 @@ constexpr int kPredictionStride = 16;
 struct Key {
   int tier = 1;
   int rank = 0;
-  int level = 0;
-  int phase = 0;  // 0 decode, 1 prefill
   int cls = 0;
+  int phase = 0;  // 0 decode, 1 prefill
+  int level = 0;
   double share = 0.0;
   double work = 0.0;
   int64_t arrival = 0;
@@ -288,8 +288,21 @@ class SlaSchedulerImpl final : public SlaScheduler {
     if (cfg_.metrics != nullptr) cfg_.metrics->observe_preemption(s->sla_class);
   }
 
+  // Whether preempting every sequence e may preempt could free `blocks` (an upper bound:
+  // blocks shared through the prefix cache do not come back); if not, nobody is preempted
+  // for nothing.
+  bool could_free(const Entry& e, int64_t blocks) const {
+    int64_t avail = kv_.n_free_blocks();
+    for (const Entry* v : running_) {
+      if (avail >= blocks) break;
+      if (v != &e && !v->planned && may_preempt(e, *v)) avail += static_cast<int64_t>(kv_.table(v->seq->id).size());
+    }
+    return avail >= blocks;
+  }
+
   // KV room for n more tokens of e, preempting what e may preempt.
   bool reserve(Entry* e, int n, StepPlan* plan) {
+    if (!could_free(*e, kv_.blocks_needed(e->seq->id, n))) return false;
     while (!kv_.allocate(e->seq->id, n)) {
       Entry* v = victim_for(*e);
       if (v == nullptr) return false;
@@ -313,6 +326,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
     // Headroom is for others: a starving request, or one alone, may use every block.
     const bool privileged = s.sla_class == SlaClass::kRealtime || e->key.tier == 0 || e->tenant_front;
     const int32_t headroom = privileged || running_.empty() ? 0 : watermark_blocks_;
+    if (!could_free(*e, int64_t{kv_.blocks_needed(s.id, s.n_uncomputed())} + headroom)) return false;
     while (seats_taken() >= seats_ ||
            kv_.n_free_blocks() < kv_.blocks_needed(s.id, s.n_uncomputed()) + headroom) {
       Entry* v = victim_for(*e);

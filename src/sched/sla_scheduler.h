@@ -1,37 +1,51 @@
 // The SLA-class policy: a multilevel feedback queue over classes, with aging, predicted
-// shortest-remaining-work first, tenant fair share and class preemption.
+// shortest-remaining-work first, tenant fair share and class preemption. docs/scheduling.md
+// explains it at length and quotes the simulator's figures.
 //
 // Every step each sequence (running or waiting) gets a priority key, smallest first:
 //
-//   tier    0 for urgent work (a decode paused for its class's `starve` time, and the
-//           single oldest request whose prompt has waited that long: the starvation lane),
-//           ordered among themselves by arrival; 1 for everything else
-//   rank    the class (realtime 0, standard 1, batch 2) minus aging: a waiting request
-//           climbs one class per starve/(class+1) seconds waited, a paused decode one class
-//           per TPOT objective it waited
-//   level   skip-join MLFQ level inside the class: work done so far (prompt tokens x
-//           prefill_token_cost + generated tokens) against the class quantum, doubling per
-//           level; long prompts start lower, long generations drop
-//   phase   decodes of running sequences before prefill chunks
-//   class   the native class (an aged request yields ties to a native one)
-//   share   prefill only: the tenant's virtual token counter (fair share in the class)
-//   work    predicted remaining work: uncomputed tokens x prefill_token_cost + predicted
-//           remaining output tokens (the LengthPredictor)
+//   tier    0 for urgent work, ordered among itself by arrival: a decode paused for its
+//           class's `starve` time, and the starvation lane (below); 1 for everything else
+//   rank    the class (realtime 0, standard 1, batch 2) minus aging. A class's prompts
+//           climb together, by the wait of its longest-waiting prompt: one class per
+//           starve/(class+1) seconds. A paused decode climbs on its own, one class per TPOT
+//           objective it waited, never above its class's prompts
+//   class   the native class (an aged class yields ties to a native one)
+//   phase   decodes of running sequences before prefill chunks (pausing a decode for a
+//           prompt of its own class would hold its KV idle and break its TPOT)
+//   level   skip-join MLFQ level: work done so far (prompt tokens x prefill_token_cost +
+//           generated tokens) against the class quantum, doubling per level; long prompts
+//           join lower, long generations drop
+//   share   prompts only: the tenant's virtual token counter (fair share in the class)
+//   work    predicted remaining work: uncomputed tokens x prefill_token_cost + the
+//           LengthPredictor's expected remaining output
 //   arrival, id
 //
 // The plan takes work in key order until the token budget, the sequence cap or the logit
-// cap is spent; whatever does not fit is paused (not scheduled; blocks kept). Because
-// realtime prefill ranks before batch decodes and batch prefill, it is never stuck behind
-// them. When KV blocks run out, the sequence being planned frees a lower-priority running
-// one (preemption with recompute): a running sequence may take any later-keyed running
-// sequence's blocks (progress for the highest priority is what prevents deadlock); a
-// waiting one only those of a lower native class (a realtime arrival preempts batch
-// decodes, never a same-class neighbour), or any when it is in the starvation lane.
+// cap is spent; what does not fit is paused (not scheduled; its blocks kept). A step that
+// prefills a realtime prompt carries nothing of lower classes. A waiting request is
+// admitted only into a free seat (running sequences of its class and above, capped at
+// max_running_seqs and at decode_share of the step budget) and only when KV for its whole
+// prompt is free, leaving kv_watermark of the blocks for running decodes and realtime.
+//
+// When blocks run out, the sequence being planned preempts (frees, to be recomputed) a
+// running one, the lowest priority first, in a stable order so two sequences can never
+// take turns forever: a running sequence may take the blocks of any running sequence of a
+// lower class or of its class admitted after it (so the oldest admission of the best
+// class always progresses: no deadlock); a waiting one only a lower class's (a realtime
+// arrival preempts batch, never a neighbour of its class); the lane anyone's but an older
+// lane's.
+//
+// Starvation. The lane: the oldest request whose prompt has waited its class's `starve`
+// while a higher class had work and its class got no prompt served for `starve` goes first
+// (tier 0, at most starving_prefill_share of each step) until its prompt is done. A class
+// starved by its own backlog instead moves each tenant's oldest waiting request (past
+// in_class_starve_factor x starve) to the front of that tenant's requests.
 //
 // With a step cost model, the token budget is also cut so one step fits the tightest
-// objective of the classes present: 0.8 x TPOT of classes with running decodes, TTFT/4 of
-// classes with work or a recent arrival (a realtime request should not arrive behind a
-// 600 ms step).
+// objective of the classes present: step_per_tpot x TPOT of classes with running decodes,
+// step_per_ttft x TTFT of classes with work or a recent arrival (a realtime request should
+// not arrive behind a 600 ms step).
 #pragma once
 
 #include <memory>
@@ -85,7 +99,7 @@ struct SlaSchedulerConfig {
   // ... and this fraction of the TPOT of a class that is decoding: the rest is margin for
   // the cost model's error (attention grows with context) and for steps a decode sits out.
   double step_per_tpot = 0.8;
-  double class_memory_s = 60.0;     // a class counts as present this long after an arrival
+  double class_memory_s = 60.0;     // a class counts as present this long after it had work
   int min_step_tokens = 16;         // the SLO-driven budget never goes below this
   // A step that prefills a realtime prompt carries no work of lower classes: each of their
   // tokens would make the realtime request's first token later.

@@ -353,6 +353,41 @@ TEST(SlaScheduler, LargestRequestThatFitsAloneFinishesUnderAFlood) {
   EXPECT_EQ(big->n_generated(), 12);
 }
 
+TEST(SlaScheduler, LargeRequestFinishesUnderAFloodOfItsOwnClass) {
+  // One class, one tenant: a request needing the whole cache among a stream of small ones
+  // that shortest-first would always prefer. Once it has starved, nothing is admitted behind
+  // it until it fits.
+  SlaSchedulerConfig cfg = small_cfg(8, 4);
+  cfg.sla.of(SlaClass::kStandard).starve_s = 0.05;
+  Harness h(8, 4, cfg);
+  h.add(SlaClass::kStandard, 3, 4);
+  SeqState* big = h.add(SlaClass::kStandard, 24, 8);
+  for (int guard = 0; guard < 5000 && big->status != SeqStatus::kFinished; ++guard) {
+    h.add(SlaClass::kStandard, 3, 4);
+    h.step();
+  }
+  EXPECT_EQ(big->status, SeqStatus::kFinished);
+  EXPECT_EQ(big->n_generated(), 8);
+}
+
+TEST(SlaScheduler, RequestLargerThanTheCacheDoesNotPreemptForNothing) {
+  // 32 slots; a realtime prompt of 40 tokens can never fit. It must not evict the batch
+  // sequences that hold the cache (the engine refuses such requests before they get here).
+  Harness h(8, 4, small_cfg(64, 8));
+  SeqState* b1 = h.add(SlaClass::kBatch, 8, 4);  // 11 slots: 3 blocks each, both fit
+  SeqState* b2 = h.add(SlaClass::kBatch, 8, 4);
+  h.step();
+  SeqState* huge = h.add(SlaClass::kRealtime, 40, 1);
+  for (int i = 0; i < 20; ++i) {
+    StepPlan p = h.step();
+    EXPECT_TRUE(p.preempted.empty());
+  }
+  EXPECT_EQ(huge->status, SeqStatus::kWaiting);
+  EXPECT_EQ(b1->status, SeqStatus::kFinished);
+  EXPECT_EQ(b2->status, SeqStatus::kFinished);
+  EXPECT_EQ(h.s->counts().preemptions, 0u);
+}
+
 TEST(SlaScheduler, FactoryAndValidation) {
   kv::KvCacheManager kv({.n_blocks = 16, .block_size = 16});
   SlaSchedulerConfig cfg;
