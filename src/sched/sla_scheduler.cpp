@@ -343,6 +343,8 @@ class SlaSchedulerImpl final : public SlaScheduler {
   std::unordered_map<const SeqState*, Entry> entries_;
   std::vector<Entry*> running_;
   const SeqState* lane_ = nullptr;  // the starvation lane's holder
+  std::vector<Entry*> order_;
+  std::array<std::unordered_map<std::string_view, Entry*>, kNumSlaClasses> tenant_front_;
   std::array<int64_t, kNumSlaClasses> last_seen_ns_{};
   // Last step that prefilled a prompt of the class outside the lane.
   std::array<int64_t, kNumSlaClasses> last_class_prefill_ns_{};
@@ -366,12 +368,14 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     if (it != entries_.end() && it->second.starving_prefill) lane = &it->second;
   }
   const bool lane_held = lane != nullptr;
-  std::vector<Entry*> order;
-  order.reserve(entries_.size());
+  // Per-step scratch lives in members so that steady-state steps do not allocate.
+  std::vector<Entry*>& order = order_;
+  order.clear();
   std::array<int, kNumSlaClasses> promoted{};
   int best_class = kNumSlaClasses;
   for (const auto& [seq, e] : entries_) best_class = std::min(best_class, static_cast<int>(seq->sla_class));
-  std::array<std::unordered_map<std::string_view, Entry*>, kNumSlaClasses> tenant_front;
+  auto& tenant_front = tenant_front_;
+  for (auto& m : tenant_front) m.clear();
   for (auto& [seq, e] : entries_) {
     if (e.ready_since_ns < 0) e.ready_since_ns = now_ns;
     e.planned = false;
