@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "base/hash.h"
 #include "sched/sla_config.h"
 
 namespace metro::sched {
@@ -74,6 +77,43 @@ TEST(SlaConfig, ErrorsNameTheBadToken) {
   expect_error("realtime:", "names no setting");
   expect_error("realtime:ttft=1 realtime:tpot=1", "twice");
   expect_error("realtime:ttft=1,ttft=2", "'ttft' set twice");
+}
+
+TEST(SlaConfig, RandomSpecsNeverCrashAndAcceptedOnesRoundTrip) {
+  // Mutations of valid specs: byte flips, cuts and splices over the grammar's alphabet.
+  const std::string alphabet = "realtimestandardbatch:=,; ttftpotstarvequantum0123456789.-+emsinfa\t";
+  const std::string seeds[] = {"realtime:ttft=0.5,tpot=0.1 standard:ttft=2,tpot=0.2 batch:ttft=30",
+                               "batch:starve=600,quantum=8192;realtime:ttft=250ms"};
+  uint64_t x = 1;
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string spec = seeds[i % 2];
+    const int edits = 1 + static_cast<int>((x = mix64(x)) % 4);
+    for (int k = 0; k < edits && !spec.empty(); ++k) {
+      x = mix64(x);
+      const size_t pos = x % spec.size();
+      switch ((x >> 32) % 3) {
+        case 0: spec[pos] = alphabet[(x >> 40) % alphabet.size()]; break;
+        case 1: spec.erase(pos, 1 + (x >> 40) % 3); break;
+        default: spec.insert(pos, 1, alphabet[(x >> 40) % alphabet.size()]); break;
+      }
+    }
+    auto r = parse_sla_spec(spec);
+    if (!r.ok()) {
+      EXPECT_FALSE(r.status().message().empty());
+      continue;
+    }
+    ++accepted;
+    for (const auto& c : r->classes) {
+      ASSERT_TRUE(std::isfinite(c.ttft_s) && c.ttft_s > 0.0 && c.ttft_s <= kMaxSloSeconds) << spec;
+      ASSERT_TRUE(std::isfinite(c.tpot_s) && c.tpot_s > 0.0) << spec;
+      ASSERT_TRUE(c.quantum_tokens >= 1 && c.quantum_tokens <= kMaxQuantumTokens) << spec;
+    }
+    auto again = parse_sla_spec(format_sla_spec(*r));
+    ASSERT_TRUE(again.ok()) << spec;
+    EXPECT_EQ(format_sla_spec(*again), format_sla_spec(*r)) << spec;
+  }
+  EXPECT_GT(accepted, 100);
 }
 
 TEST(SlaConfig, ParsesOverABase) {
