@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/aligned.h"
+#include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 
@@ -128,6 +129,48 @@ void BM_attention_decode(benchmark::State& state) {
                                                   benchmark::Counter::kIsRate);
 }
 
+// The physical limit decode runs against, measured in the same process and conditions:
+// reading exactly the K and V bytes decode reads (each KV head's rows of every page of
+// every layer), summed so the reads cannot be skipped. Args as BM_attention_decode.
+void BM_kv_read_baseline(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const DType type = state.range(2) ? DType::kQ8_0 : DType::kF16;
+  const int n_seqs = static_cast<int>(state.range(3));
+  KvFixture fx(type, n_seqs, context, kLayers, 1);
+  const KvPageLayout& lay = fx.layout;
+  const size_t page_words = lay.page_bytes() / sizeof(uint64_t);
+  const int64_t full_pages = context / lay.block_size;
+  METRO_CHECK(context % lay.block_size == 0 && lay.page_bytes() % sizeof(uint64_t) == 0);
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8, 0);
+  auto read_share = [&](int ith, int nth) {
+    uint64_t sum = 0;
+    const size_t n_lists = fx.k_pages.size();
+    for (size_t li = 0; li < n_lists; ++li) {
+      for (auto* lists : {&fx.k_pages, &fx.v_pages}) {
+        const auto& pages = (*lists)[li];
+        for (int64_t b = ith; b < full_pages; b += nth) {
+          const auto* w = reinterpret_cast<const uint64_t*>(pages[static_cast<size_t>(b)]);
+          for (size_t i = 0; i < page_words; ++i) sum += w[i];
+        }
+      }
+    }
+    sums[static_cast<size_t>(ith) * 8] += sum;
+  };
+  for (auto _ : state) {
+    if (pool) {
+      pool->run([&](int ith, int nth) { read_share(ith, nth); });
+    } else {
+      read_share(0, 1);
+    }
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(2.0 * static_cast<double>(full_pages) *
+                                               static_cast<double>(lay.page_bytes()) * n_seqs *
+                                               kLayers * static_cast<double>(state.iterations())));
+}
+
 // Args: chunk length, threads, type.
 void BM_attention_prefill(benchmark::State& state) {
   const int n_q = static_cast<int>(state.range(0));
@@ -151,6 +194,11 @@ BENCHMARK(BM_attention_decode)
     ->ArgsProduct({{128, 512, 2048, 8192}, {1, 2}, {0, 1}, {1}})
     ->Args({512, 1, 0, 16})
     ->Args({512, 2, 0, 16})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_kv_read_baseline)
+    ->ArgNames({"ctx", "threads", "q8", "seqs"})
+    ->ArgsProduct({{128, 512, 2048, 8192}, {1, 2}, {0}, {1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention_prefill)

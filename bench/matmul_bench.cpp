@@ -115,10 +115,12 @@ void register_all() {
     for (int th : {1, 2}) configs.push_back({DType::kQ8_0, kHead, m, th, true, true});
   }
   // What repacking buys, and warm-cache (L2/L3 resident) figures, on the busiest shape.
-  for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
+  for (DType t : {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0}) {
     for (int64_t m : {1, 32, 512}) {
-      configs.push_back({t, kShapes[2], m, 2, false, true});
-      configs.push_back({t, kShapes[2], m, 2, true, false});
+      for (int th : {1, 2}) {
+        configs.push_back({t, kShapes[2], m, th, false, true});
+        configs.push_back({t, kShapes[2], m, th, true, false});
+      }
     }
   }
   for (const Config& c : configs) {

@@ -5,6 +5,7 @@
 // stack buffers that stay in L1/L2 while all rows of the tile use them.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -51,22 +52,33 @@ inline void convert_row(const uint8_t* src, float* dst, int hd) {
 }
 
 // Pages are scattered through the KV arena, so the hardware prefetcher loses the stream at
-// every page boundary; asking for the next chunk's rows while this one is computed hides
-// most of the memory latency of decode, which only streams K and V.
+// every page boundary. Decode only streams K and V, so while one chunk's rows are converted
+// the next chunk's rows are requested, one row per converted row to keep few misses in
+// flight at a time.
+void prefetch_row(const uint8_t* row, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
+  for (uintptr_t line = begin; line < end; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+  }
+}
+
 void prefetch_rows(const PagedRows& rows, int64_t from, int64_t to) {
   if (to <= from) return;
   rows.for_each_run(from, static_cast<int>(to - from), [&](int, const uint8_t* run, int count) {
-    const char* p = reinterpret_cast<const char*>(run);
-    const size_t bytes = static_cast<size_t>(count) * rows.row_bytes();
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    prefetch_row(run, static_cast<size_t>(count) * rows.row_bytes());
   });
 }
 
+// Converts rows [from, from + n) to F32 rows of dst, prefetching rows [from + n, ahead_to).
 template <DType kType>
-void convert_rows(const PagedRows& rows, int64_t from, int n, float* dst, int hd) {
+void convert_rows(const PagedRows& rows, int64_t from, int n, int64_t ahead_to, float* dst, int hd) {
+  const int64_t ahead_n = std::min<int64_t>(n, ahead_to - (from + n));
+  const size_t rb = rows.row_bytes();
   rows.for_each_run(from, n, [&](int j0, const uint8_t* run, int count) {
     for (int j = 0; j < count; ++j) {
-      convert_row<kType>(run + static_cast<size_t>(j) * rows.row_bytes(), dst + (j0 + j) * hd, hd);
+      if (j0 + j < ahead_n) prefetch_row(rows.row(from + n + j0 + j), rb);
+      convert_row<kType>(run + static_cast<size_t>(j) * rb, dst + (j0 + j) * hd, hd);
     }
   });
 }
@@ -236,6 +248,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   int64_t qpos[kMaxTileRows];
 
   const __m256 vscale = _mm256_set1_ps(p.scale);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int r = 0; r < rows; ++r) {
     const int row = t.row_begin + r;
     const int qi = row / group;
@@ -256,12 +269,11 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   const PagedRows values(lay, seq.v_pages, t.kv_head);
   const int64_t last = qpos[rows - 1];
   prefetch_rows(keys, 0, std::min<int64_t>(kKeyChunk, last + 1));
+  prefetch_rows(values, 0, std::min<int64_t>(kKeyChunk, last + 1));
   for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
     const int64_t next_end = std::min<int64_t>(kb + 2 * kKeyChunk, last + 1);
-    prefetch_rows(values, kb, kb + nk);
-    prefetch_rows(keys, kb + nk, next_end);
-    convert_rows<kType>(keys, kb, nk, kf, hd);
+    convert_rows<kType>(keys, kb, nk, next_end, kf, hd);
     const int nk4 = (nk + 3) & ~3;
     std::fill(kf + nk * hd, kf + nk4 * hd, 0.0f);
 
@@ -286,9 +298,13 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     for (r = first; r < rows; ++r) {
       const int n = valid[r];
       float* s = prob + r * kKeyChunk;
-      float mx = m[r];
-      for (int j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-      const __m256 vmx = _mm256_set1_ps(mx);
+      __m256 vmx = _mm256_set1_ps(m[r]);
+      for (int j = 0; j < n; j += 8) {
+        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
+      }
+      const float mx = avx2::hmax(vmx);
+      vmx = _mm256_set1_ps(mx);
       __m256 sum = _mm256_setzero_ps();
       for (int j = 0; j < n; j += 8) {
         const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
@@ -301,7 +317,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
       m[r] = mx;
     }
 
-    convert_rows<kType>(values, kb, nk, vf, hd);
+    convert_rows<kType>(values, kb, nk, next_end, vf, hd);
     for (r = first; r + 1 < rows; r += 2) {
       float* acc0 = acc + r * hd;
       float* acc1 = acc0 + hd;

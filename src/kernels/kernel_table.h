@@ -39,7 +39,15 @@ struct MatmulTile {
   size_t y_stride = 0;
 };
 
-using QuantizeRowFn = void (*)(const float* x, void* dst, int64_t k);
+// Where a quantizer also writes each block's d as float, s as float (Q8_1) and sum of
+// quants (Q8_0); null members are not written. See QuantizedActs.
+struct ActSide {
+  float* d = nullptr;
+  float* s = nullptr;
+  int32_t* sums = nullptr;
+};
+
+using QuantizeRowFn = void (*)(const float* x, void* dst, int64_t k, const ActSide& side);
 using TileFn = void (*)(const MatmulTile& t);
 
 // Weight layouts (Weight::layout). Interleaved groups of 8 rows put the same block of

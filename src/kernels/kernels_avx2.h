@@ -8,9 +8,9 @@
 namespace metro::kernels::avx2 {
 
 // quant_avx2.cpp: F32 -> partner rows, bit-identical to the references.
-void quantize_row_q8_0(const float* x, void* dst, int64_t k);
-void quantize_row_q8_1(const float* x, void* dst, int64_t k);
-void quantize_row_q8_k(const float* x, void* dst, int64_t k);
+void quantize_row_q8_0(const float* x, void* dst, int64_t k, const ActSide& side);
+void quantize_row_q8_1(const float* x, void* dst, int64_t k, const ActSide& side);
+void quantize_row_q8_k(const float* x, void* dst, int64_t k, const ActSide& side);
 
 // matmul_float_avx2.cpp: F32 / F16 / BF16 weights times F32 acts (row-major).
 void tile_f32(const MatmulTile& t);

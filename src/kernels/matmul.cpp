@@ -8,7 +8,6 @@
 
 #include "base/check.h"
 #include "base/cpu_features.h"
-#include "base/fp16.h"
 #include "kernels/kernel_table.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/quant_ref.h"
@@ -113,22 +112,14 @@ QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const
     const int64_t i = u / nb, b0 = u % nb;
     const int64_t b1 = std::min(nb, b0 + (u1 - u));
     uint8_t* dst = out + static_cast<size_t>(i) * q.row_stride + static_cast<size_t>(b0) * bpb;
-    quantize(x + static_cast<size_t>(i) * x_stride + static_cast<size_t>(b0 * bs), dst, (b1 - b0) * bs);
-    const uint8_t* row = out + static_cast<size_t>(i) * q.row_stride;
-    for (int64_t b = b0; side_d && b < b1; ++b) {
-      const size_t at = static_cast<size_t>(i * nb + b);
-      if (p == DType::kQ8_1) {
-        const auto blk = load_block<BlockQ8_1>(row, b);
-        side_d[at] = fp16_to_fp32(blk.d);
-        reinterpret_cast<float*>(side_2)[at] = fp16_to_fp32(blk.s);
-      } else {
-        const auto blk = load_block<BlockQ8_0>(row, b);
-        int32_t s = 0;
-        for (int8_t v : blk.qs) s += v;
-        side_d[at] = fp16_to_fp32(blk.d);
-        reinterpret_cast<int32_t*>(side_2)[at] = s;
-      }
+    ActSide side;
+    if (side_d) {
+      const size_t at = static_cast<size_t>(i * nb + b0);
+      side.d = side_d + at;
+      if (p == DType::kQ8_1) side.s = reinterpret_cast<float*>(side_2) + at;
+      if (p == DType::kQ8_0) side.sums = reinterpret_cast<int32_t*>(side_2) + at;
     }
+    quantize(x + static_cast<size_t>(i) * x_stride + static_cast<size_t>(b0 * bs), dst, (b1 - b0) * bs, side);
     u += b1 - b0;
   }
   return q;

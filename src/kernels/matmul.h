@@ -63,6 +63,8 @@ QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_
 
 // Thread ith's share of Y[i][j] = sum_c X[i][c] * W[j][c] for i < x.m, j < w.n_rows.
 // y_stride in floats. x must have been quantized for w.type and x.k == w.n_cols.
+// Deterministic: each Y[i][j] is computed the same way whatever nth, m (a row of x gives
+// the same result in any batch) and layout (repacked or not) are.
 void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth);
 
 // The same, computed by the scalar reference (dequantize + double accumulation). Slow.

@@ -241,15 +241,18 @@ void tile_x8(const MatmulTile& t) {
 
 // ---- Row-major: 8 rows at a time, per-row partial sums folded into lanes. --------------
 
+// The 32 quants of a row-major block as bytes, read straight from the row (copying the
+// block to the stack first would cost a failed store-to-load forward per row).
 template <class F>
-inline __m256i row_values(const typename F::Row& r) {
+inline __m256i row_values(const uint8_t* blk) {
+  using Row = typename F::Row;
   if constexpr (std::is_same_v<F, Q8_0Fmt>) {
-    return load256(r.qs);
+    return load256(blk + offsetof(Row, qs));
   } else {
-    __m256i v = unpack_nibbles32(r.qs);
+    __m256i v = unpack_nibbles32(blk + offsetof(Row, qs));
     if constexpr (is_5bit<F>()) {
       uint32_t qh;
-      std::memcpy(&qh, r.qh, 4);
+      std::memcpy(&qh, blk + offsetof(Row, qh), 4);
       v = _mm256_or_si256(v, expand_bits_to_0x10(qh));
     }
     return v;
@@ -272,11 +275,11 @@ void tile_row_major(const MatmulTile& t) {
       __m256i wv[8], wabs[8] = {};
       alignas(16) uint16_t dh[8], mh[8];
       for (int r = 0; r < 8; ++r) {
-        const Row blk = load_block<Row>(wr[r], b);
+        const uint8_t* blk = wr[r] + static_cast<size_t>(b) * sizeof(Row);
         wv[r] = row_values<F>(blk);
         if constexpr (F::kSigned) wabs[r] = _mm256_sign_epi8(wv[r], wv[r]);
-        dh[r] = blk.d;
-        if constexpr (F::kMin) mh[r] = blk.m;
+        std::memcpy(&dh[r], blk + offsetof(Row, d), 2);
+        if constexpr (F::kMin) std::memcpy(&mh[r], blk + offsetof(Row, m), 2);
       }
       const __m256 d8 = load_f16x8(dh);
       __m256 m8 = _mm256_setzero_ps();

@@ -35,14 +35,16 @@ __m256i fifth_bit(__m256i qh, int bit) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+// Blocks are read in place: a stack copy would make the vector loads that straddle the
+// copy's stores fail store-to-load forwarding.
 template <class B>
 void unpack_k_affine(const uint8_t* row, int64_t b, Unpacked* u) {
-  const B blk = load_block<B>(row, b);
+  const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(B);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256i qh = _mm256_setzero_si256();
-  if constexpr (std::is_same_v<B, BlockQ5_K>) qh = load256(blk.qh);
+  if constexpr (std::is_same_v<B, BlockQ5_K>) qh = load256(blk + offsetof(BlockQ5_K, qh));
   for (int c = 0; c < 4; ++c) {
-    const __m256i w = load256(blk.qs + 32 * c);
+    const __m256i w = load256(blk + offsetof(B, qs) + 32 * c);
     u->q[2 * c] = _mm256_and_si256(w, m4);
     u->q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
     if constexpr (std::is_same_v<B, BlockQ5_K>) {
@@ -50,34 +52,44 @@ void unpack_k_affine(const uint8_t* row, int64_t b, Unpacked* u) {
       u->q[2 * c + 1] = _mm256_or_si256(u->q[2 * c + 1], fifth_bit(qh, 2 * c + 1));
     }
   }
+  uint8_t scales[12];
+  std::memcpy(scales, blk + offsetof(B, scales), 12);
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
-    unpack_scale_min_k4(blk.scales, j, &sc, &m);
+    unpack_scale_min_k4(scales, j, &sc, &m);
     u->scale[j] = _mm256_set1_epi16(sc);
     u->mins[j] = m;
   }
-  u->d = f16(blk.d);
-  u->dmin = f16(blk.dmin);
+  uint16_t d, dmin;
+  std::memcpy(&d, blk + offsetof(B, d), 2);
+  std::memcpy(&dmin, blk + offsetof(B, dmin), 2);
+  u->d = f16(d);
+  u->dmin = f16(dmin);
 }
 
 void unpack_q6_k(const uint8_t* row, int64_t b, Unpacked* u) {
-  const BlockQ6_K blk = load_block<BlockQ6_K>(row, b);
+  const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ6_K);
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
   for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = load256(blk.ql + 64 * h), l1 = load256(blk.ql + 64 * h + 32);
-    const __m256i qh = load256(blk.qh + 32 * h);
+    const uint8_t* ql = blk + offsetof(BlockQ6_K, ql) + 64 * h;
+    const __m256i l0 = load256(ql), l1 = load256(ql + 32);
+    const __m256i qh = load256(blk + offsetof(BlockQ6_K, qh) + 32 * h);
     u->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
     u->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
     u->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m2));
     u->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
   }
+  int8_t scales[16];
+  std::memcpy(scales, blk + offsetof(BlockQ6_K, scales), 16);
   // Vector v holds elements 32v..32v+31: sub-blocks 2v and 2v + 1.
   for (int v = 0; v < 8; ++v) {
-    u->scale[v] = _mm256_setr_m128i(_mm_set1_epi16(blk.scales[2 * v]), _mm_set1_epi16(blk.scales[2 * v + 1]));
+    u->scale[v] = _mm256_setr_m128i(_mm_set1_epi16(scales[2 * v]), _mm_set1_epi16(scales[2 * v + 1]));
   }
-  for (int j = 0; j < 16; ++j) u->scale6[j] = blk.scales[j];
-  u->d = f16(blk.d);
+  for (int j = 0; j < 16; ++j) u->scale6[j] = scales[j];
+  uint16_t d;
+  std::memcpy(&d, blk + offsetof(BlockQ6_K, d), 2);
+  u->d = f16(d);
   u->dmin = 0.0f;
 }
 

@@ -4,6 +4,8 @@
 #include "kernels/kernels_avx2.h"
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 
 #include "kernels/quant_blocks.h"
 #include "kernels/simd_avx2.h"
@@ -31,32 +33,39 @@ float amax32(const float* x) {
 
 }  // namespace
 
-void quantize_row_q8_0(const float* x, void* dst, int64_t k) {
+// Blocks are written in place (a stack copy would be re-read with mismatched sizes).
+void quantize_row_q8_0(const float* x, void* dst, int64_t k, const ActSide& side) {
+  auto* out = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < k / kQK; ++b) {
     const float* xb = x + b * kQK;
+    uint8_t* blk = out + b * static_cast<int64_t>(sizeof(BlockQ8_0));
     const float d = amax32(xb) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    BlockQ8_0 blk;
-    quantize32(xb, id, blk.qs);
-    blk.d = to_f16(d);
-    store_block(dst, b, blk);
+    const int sum = quantize32(xb, id, reinterpret_cast<int8_t*>(blk + offsetof(BlockQ8_0, qs)));
+    const uint16_t dh = to_f16(d);
+    std::memcpy(blk + offsetof(BlockQ8_0, d), &dh, 2);
+    if (side.d) side.d[b] = f16(dh);
+    if (side.sums) side.sums[b] = sum;
   }
 }
 
-void quantize_row_q8_1(const float* x, void* dst, int64_t k) {
+void quantize_row_q8_1(const float* x, void* dst, int64_t k, const ActSide& side) {
+  auto* out = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < k / kQK; ++b) {
     const float* xb = x + b * kQK;
+    uint8_t* blk = out + b * static_cast<int64_t>(sizeof(BlockQ8_1));
     const float d = amax32(xb) / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    BlockQ8_1 blk;
-    const int sum = quantize32(xb, id, blk.qs);
-    blk.d = to_f16(d);
-    blk.s = to_f16(static_cast<float>(sum) * d);
-    store_block(dst, b, blk);
+    const int sum = quantize32(xb, id, reinterpret_cast<int8_t*>(blk + offsetof(BlockQ8_1, qs)));
+    const uint16_t dh = to_f16(d), sh = to_f16(static_cast<float>(sum) * d);
+    std::memcpy(blk + offsetof(BlockQ8_1, d), &dh, 2);
+    std::memcpy(blk + offsetof(BlockQ8_1, s), &sh, 2);
+    if (side.d) side.d[b] = f16(dh);
+    if (side.s) side.s[b] = f16(sh);
   }
 }
 
-void quantize_row_q8_k(const float* x, void* dst, int64_t k) {
+void quantize_row_q8_k(const float* x, void* dst, int64_t k, const ActSide&) {
   for (int64_t b = 0; b < k / kQKK; ++b) {
     const float* xb = x + b * kQKK;
     float amax = 0.0f;

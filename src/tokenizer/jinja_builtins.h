@@ -1,5 +1,5 @@
-// Jinja's built-in filters, tests and globals, and the methods of str and dict that the
-// sandbox allows, implemented over jinja::Value.
+// Jinja's built-in filters (jinja_filters.cpp), tests and globals, and the methods of str
+// and dict that the sandbox allows (jinja_builtins.cpp), implemented over jinja::Value.
 //
 // Filters: abs, attr, capitalize, count, d/default, dictsort, e/escape, first, float,
 // indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
@@ -11,7 +11,7 @@
 // number, odd, sameas, sequence, string, true, undefined, upper.
 // Methods: str.{startswith, endswith, strip, lstrip, rstrip, split, rsplit, splitlines,
 // upper, lower, title, capitalize, replace, find, count, join, isdigit, isalpha, isalnum,
-// isspace, isupper, islower}; dict.{items, keys, values, get}.
+// isspace, isupper, islower}; dict.{items, keys, values, get}; list.{count, index}.
 // Globals: range (at most 100000 items, like Jinja's sandbox), namespace, dict; the
 // interpreter adds raise_exception and strftime_now.
 #pragma once
@@ -21,15 +21,11 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/jinja_args.h"
 #include "tokenizer/jinja_limits.h"
 #include "tokenizer/jinja_value.h"
 
 namespace metro::tokenizer::jinja {
-
-struct Args {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keywords;
-};
 
 bool is_filter_name(std::string_view name);
 bool is_test_name(std::string_view name);

@@ -10,6 +10,7 @@ namespace metro::tokenizer::jinja {
 namespace {
 
 constexpr std::string_view kDictMethods[] = {"items", "keys", "values", "get"};
+constexpr std::string_view kListMethods[] = {"count", "index"};
 constexpr std::string_view kStrMethods[] = {
     "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines",
     "upper", "lower", "title", "capitalize", "replace", "find", "count", "join",
@@ -243,6 +244,9 @@ Value get_attribute(const Value& obj, std::string_view name, Budget& budget) {
     case ValueKind::kString:
       if (one_of(name, kStrMethods)) return bound_method(obj, name);
       return no_attribute(obj, name);
+    case ValueKind::kList:
+      if (one_of(name, kListMethods)) return bound_method(obj, name);
+      return no_attribute(obj, name);
     case ValueKind::kNamespace:
       if (const Value* v = obj.ns_data().attrs.find(name)) return *v;
       return no_attribute(obj, name);
@@ -294,10 +298,16 @@ Value get_item(const Value& obj, const Value& key, Budget& budget) {
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step,
                 Budget& budget) {
   if (obj.is_undefined()) raise_undefined(obj);
-  // Jinja turns the TypeError of a bad subscript into Undefined.
-  auto bad_index = [](const Value& v) { return !v.is_undefined() && !v.is_none() && !v.is_int() && !v.is_bool(); };
-  if ((!obj.is_list() && !obj.is_string()) || bad_index(start) || bad_index(stop) || bad_index(step)) {
-    return Value::undefined(object_name(obj) + " cannot be sliced that way");
+  // Jinja slices with Python's own subscript (not its getitem fallback), so a bad slice is a
+  // TypeError at run time.
+  if (obj.is_dict()) throw_type_error("unhashable type: 'slice'");
+  if (!obj.is_list() && !obj.is_string()) {
+    throw_type_error("'" + std::string(obj.type_name()) + "' object is not subscriptable");
+  }
+  for (const Value* v : {&start, &stop, &step}) {
+    if (!v->is_undefined() && !v->is_none() && !v->is_int() && !v->is_bool()) {
+      throw_type_error("slice indices must be integers or None or have an __index__ method");
+    }
   }
   int64_t st = 1;
   if (!step.is_undefined() && !step.is_none()) {
@@ -428,6 +438,9 @@ bool contains(const Value& container, const Value& item, Budget& budget) {
       }
       return false;
     case ValueKind::kDict:
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict() || item.is_namespace()) {
+        throw_type_error("unhashable type: '" + std::string(item.type_name()) + "'");
+      }
       return item.is_string() && container.dict_data().find(item.str()) != nullptr;
     default:
       throw_type_error("argument of type '" + std::string(container.type_name()) +

@@ -46,6 +46,7 @@ class Parser {
     auto program = std::make_unique<Program>();
     std::string_view found;
     program->body = parse_body({}, &found, nullptr, 0);
+    if (!unknown_names_.empty()) fail(unknown_names_.front().message, unknown_names_.front().at);
     program->source = std::move(lexed_.source);
     return program;
   }
@@ -92,6 +93,26 @@ class Parser {
   void expect_block_end() {
     if (peek().kind != TokenKind::kBlockEnd) unexpected(describe(Token{TokenKind::kBlockEnd}));
     next();
+  }
+
+  // Jinja checks filter and test names at compile time, except inside an if-statement or
+  // a conditional expression (its "soft" frames), where an unknown name only fails if it
+  // is actually applied at run time. New scopes (for bodies, macros, call and filter
+  // blocks, block set) are not soft again.
+  class Soft {
+   public:
+    Soft(Parser& p, bool soft) : p_(p), saved_(p.soft_) { p_.soft_ = soft; }
+    ~Soft() { p_.soft_ = saved_; }
+    Soft(const Soft&) = delete;
+    Soft& operator=(const Soft&) = delete;
+
+   private:
+    Parser& p_;
+    bool saved_;
+  };
+
+  void unknown_name(const std::string& message, const Token& at) {
+    if (!soft_) unknown_names_.push_back({message, at});
   }
 
   // Guards recursion: brackets, blocks, `not`/unary chains and nested conditionals.
@@ -246,6 +267,7 @@ class Parser {
 
   void parse_if(Stmt& s) {
     s.kind = StmtKind::kIf;
+    Soft soft(*this, true);
     while (true) {
       IfBranch branch;
       branch.condition = parse_tuple(true, false);
@@ -270,12 +292,18 @@ class Parser {
     s.targets = parse_assign_names();
     if (!skip_name("in")) unexpected("'in'");
     s.expr = parse_tuple(false, false);
-    if (skip_name("if")) s.filter = parse_expression();
+    if (skip_name("if")) {
+      Soft inner(*this, false);
+      s.filter = parse_expression();
+    }
     if (at_name("recursive")) fail("recursive for loops are not supported", peek());
     expect_block_end();
     ++loop_depth_;
     std::string_view found;
-    s.body = parse_body({"endfor", "else"}, &found, "for", s.offset);
+    {
+      Soft inner(*this, false);
+      s.body = parse_body({"endfor", "else"}, &found, "for", s.offset);
+    }
     --loop_depth_;
     if (found == "else") {
       expect_block_end();
@@ -316,6 +344,7 @@ class Parser {
     if (at_op("|")) fail("filters on block set are not supported", peek());
     expect_block_end();
     std::string_view found;
+    Soft inner(*this, false);
     s.body = parse_body({"endset"}, &found, "set", s.offset);
     expect_block_end();
   }
@@ -333,6 +362,7 @@ class Parser {
 
   void parse_macro(Stmt& s) {
     s.kind = StmtKind::kMacro;
+    Soft inner(*this, false);
     s.macro.name = expect_name();
     parse_params(s.macro);
     expect_block_end();
@@ -354,6 +384,7 @@ class Parser {
     const uint32_t saved_loops = loop_depth_;
     loop_depth_ = 0;
     std::string_view found;
+    Soft inner(*this, false);
     s.body = parse_body({"endcall"}, &found, "call", s.offset);
     loop_depth_ = saved_loops;
     expect_block_end();
@@ -361,6 +392,7 @@ class Parser {
 
   void parse_filter_block(Stmt& s) {
     s.kind = StmtKind::kFilterBlock;
+    Soft inner(*this, false);
     do {
       s.filters.push_back(parse_filter(nullptr));
     } while (skip_op("|"));
@@ -404,8 +436,12 @@ class Parser {
 
   ExprPtr parse_condexpr(bool with_condexpr) {
     Nesting guard(*this);
+    const size_t unknown_mark = unknown_names_.size();
     ExprPtr expr = parse_or();
     while (with_condexpr && at_name("if")) {
+      // The whole conditional expression is soft, its first operand included.
+      unknown_names_.resize(unknown_mark);
+      Soft soft(*this, true);
       const uint32_t offset = next().offset;
       auto c = node(ExprKind::kCondition, offset);
       ExprPtr cond = parse_or();
@@ -733,7 +769,7 @@ class Parser {
     const Token& at = peek();
     auto f = node(ExprKind::kFilter, at.offset);
     f->name = parse_dotted_name();
-    if (!is_filter_name(f->name)) fail("no filter named '" + f->name + "'", at);
+    if (!is_filter_name(f->name)) unknown_name("no filter named '" + f->name + "'", at);
     f->children.push_back(std::move(operand));
     if (at_op("(")) parse_call_args(*f);
     return finish(std::move(f));
@@ -761,7 +797,7 @@ class Parser {
     auto t = node(ExprKind::kTest, at.offset);
     t->negated = negated;
     t->name = parse_dotted_name();
-    if (!is_test_name(t->name)) fail("no test named '" + t->name + "'", at);
+    if (!is_test_name(t->name)) unknown_name("no test named '" + t->name + "'", at);
     t->children.push_back(std::move(operand));
     const Token& n = peek();
     const bool arg_start = n.kind == TokenKind::kName || n.kind == TokenKind::kString ||
@@ -783,6 +819,12 @@ class Parser {
   size_t pos_ = 0;
   uint32_t nesting_ = 0;
   uint32_t loop_depth_ = 0;
+  bool soft_ = false;
+  struct UnknownName {
+    std::string message;
+    Token at;
+  };
+  std::vector<UnknownName> unknown_names_;  // reported when parsing ends
 };
 
 }  // namespace

@@ -54,6 +54,7 @@ class Tokenizer {
   // U+FFFD as llama.cpp does, so it round-trips. Exception, as in llama.cpp: a byte-level
   // vocabulary may lack tokens for a few bytes (SmolLM2: 21 control and 0xC0/0xC1/0xF1..
   // 0xFF bytes); those bytes are dropped. A byte an SPM vocabulary cannot spell becomes UNK.
+  // Precondition: text under 2 GiB (callers bound request sizes far below that).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
   // The bytes of a token sequence, possibly invalid UTF-8 (a character may be split across

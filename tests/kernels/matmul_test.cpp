@@ -19,6 +19,7 @@
 #include <string>
 
 #include "base/aligned.h"
+#include "base/fp16.h"
 #include "base/thread_pool.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernel_test_util.h"
@@ -230,9 +231,29 @@ TEST(QuantizeActs, EveryTableMatchesReferenceBytes) {
                                          ? testing::make_data(testing::kAllDists[d], 512, 31u + static_cast<uint32_t>(d))
                                          : halves;
         std::vector<uint8_t> got(row_bytes(p, 512)), want(row_bytes(p, 512));
-        kt->quantize_row[static_cast<int>(p)](x.data(), got.data(), 512);
+        std::vector<float> side_d(16, -1.0f), side_s(16, -1.0f);
+        std::vector<int32_t> sums(16, -1);
+        ActSide side{side_d.data(), p == DType::kQ8_1 ? side_s.data() : nullptr,
+                     p == DType::kQ8_0 ? sums.data() : nullptr};
+        kt->quantize_row[static_cast<int>(p)](x.data(), got.data(), 512, side);
         quantize_row_ref(p, x.data(), want.data(), 512);
         ASSERT_EQ(got, want) << kt->isa << " " << dtype_name(p) << " data " << d;
+        if (p == DType::kQ8_K) continue;
+        for (int b = 0; b < 16; ++b) {  // the side data describes the blocks written
+          const uint8_t* blk = want.data() + b * traits(p).bytes_per_block;
+          uint16_t dh, sh;
+          std::memcpy(&dh, blk, 2);
+          std::memcpy(&sh, blk + 2, 2);
+          EXPECT_EQ(side_d[static_cast<size_t>(b)], fp16_to_fp32(dh));
+          if (p == DType::kQ8_1) {
+            EXPECT_EQ(side_s[static_cast<size_t>(b)], fp16_to_fp32(sh));
+          }
+          if (p == DType::kQ8_0) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; ++i) sum += static_cast<int8_t>(blk[2 + i]);
+            EXPECT_EQ(sums[static_cast<size_t>(b)], sum);
+          }
+        }
       }
     }
   }

@@ -3,6 +3,8 @@
 // from Python jinja2 with Hugging Face's settings (tests/fixtures/chat_templates/README.md).
 #include "tokenizer/chat_template.h"
 
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "gguf/gguf.h"
@@ -194,6 +196,39 @@ TEST(ChatTemplate, RenderIsRepeatableAndIndependent) {
     ASSERT_TRUE(out.ok());
     EXPECT_EQ(*out, "2");  // namespaces do not survive between renders
   }
+}
+
+TEST(ChatTemplate, AcceptsPlainJsonAsWellAsOrderedJson) {
+  const ChatTemplate t = ChatTemplate::chatml();
+  nlohmann::json m = nlohmann::json::array();
+  m.push_back({{"role", "user"}, {"content", "plain"}});
+  ChatTemplateOptions opts;
+  opts.tools = nlohmann::json::array();  // converts to ordered_json
+  auto out = t.render(m, opts);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out, "<|im_start|>user\nplain<|im_end|>\n");
+}
+
+TEST(ChatTemplate, ConcurrentRendersOfOneTemplateAgree) {
+  auto t = ChatTemplate::parse(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + m.content|length %}"
+      "{{ loop.index }}:{{ m.content|upper }};{% endfor %}{{ ns.n }}{{ messages|tojson }}");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const ordered_json m = msgs({{"user", "alpha"}, {"assistant", "beta"}, {"user", "gamma"}});
+  auto expected = t->render(m, {});
+  ASSERT_TRUE(expected.ok());
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 200; ++i) {
+        auto out = t->render(m, {});
+        if (!out.ok() || *out != *expected) ++mismatches[static_cast<size_t>(k)];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int n : mismatches) EXPECT_EQ(n, 0);
 }
 
 }  // namespace
