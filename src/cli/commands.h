@@ -5,5 +5,6 @@
 namespace metro::cli {
 
 int cmd_inspect(int argc, char** argv);
+int cmd_bench_serve(int argc, char** argv);
 
 }  // namespace metro::cli

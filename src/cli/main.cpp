@@ -15,6 +15,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
+    {"bench-serve", metro::cli::cmd_bench_serve, "load-test an OpenAI-compatible server"},
 };
 
 void usage(FILE* out) {
