@@ -128,7 +128,6 @@ class Run {
     --in_flight_;
     ++done_;
     if (!rec.ok()) ++failed_;
-    if (rec.ok()) output_tokens_ += rec.completion_tokens;
     if (t + 1 < w_.sessions[s].turns.size()) {
       // The next turn resends what the server said, as a chat client would.
       history_[s].push_back({"assistant", std::move(rec.output_text)});
@@ -149,7 +148,10 @@ class Run {
     p.failed = failed_;
     p.in_flight = in_flight_;
     p.queued = ready_.size();
-    p.output_tokens = output_tokens_;
+    // Tokens streamed so far, finished or not, so that the rate moves during long requests.
+    for (const auto& r : result_.requests) {
+      p.output_tokens += r.usage_reported ? r.completion_tokens : r.n_content_chunks;
+    }
     p.elapsed_s = now_s();
     return p;
   }
@@ -178,7 +180,6 @@ class Run {
   size_t in_flight_ = 0;
   size_t done_ = 0;
   size_t failed_ = 0;
-  int64_t output_tokens_ = 0;
   RunResult result_;
 };
 

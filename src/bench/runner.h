@@ -39,7 +39,7 @@ struct Progress {
   size_t failed = 0;
   size_t in_flight = 0;
   size_t queued = 0;  // released but waiting for a slot under the concurrency cap
-  int64_t output_tokens = 0;
+  int64_t output_tokens = 0;  // received so far, by all requests
   double elapsed_s = 0.0;
 };
 
