@@ -15,6 +15,8 @@ constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 constexpr const char* kAllColor = "#222222";
 constexpr size_t kMaxCurvePoints = 1000;
+// Above this max/min ratio a linear axis squeezes the bulk of a CDF into its first pixels.
+constexpr double kLogAxisRatio = 100.0;
 
 void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void appendf(std::string& out, const char* fmt, ...) {
@@ -54,6 +56,8 @@ struct Panel {
   double x0, y0, w, h;  // plot area in pixels
   std::string title, x_label, y_label;
   double x_max = 1.0, y_max = 1.0;
+  double x_min = 0.0;    // log axis only: a power of ten below every value
+  bool log_x = false;    // decades, for latencies whose tail is 100x their bulk
   std::vector<std::string> x_categories;  // when set, x is the index 0..n-1
   std::vector<Curve> curves;
 
@@ -61,6 +65,10 @@ struct Panel {
     if (!x_categories.empty()) {
       const double n = static_cast<double>(x_categories.size());
       return x0 + w * (x + 0.5) / n;
+    }
+    if (log_x) {
+      const double lx = std::log10(std::max(x, x_min));
+      return x0 + w * (lx - std::log10(x_min)) / (std::log10(x_max) - std::log10(x_min));
     }
     return x0 + w * x / x_max;
   }
@@ -87,6 +95,19 @@ struct Panel {
                 y0, x, y0 + h);
         appendf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
                 x, y0 + h + 15, svg_escape(x_categories[i]).c_str());
+      }
+    } else if (log_x) {
+      for (double decade = x_min; decade <= x_max * (1 + 1e-9); decade *= 10) {
+        for (double m : {1.0, 2.0, 5.0}) {
+          const double v = decade * m;
+          if (v > x_max * (1 + 1e-9)) break;
+          appendf(out, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n",
+                  px(v), y0, px(v), y0 + h, m == 1.0 ? "#d0d0d0" : "#f0f0f0");
+          if (m == 1.0) {
+            appendf(out, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
+                    px(v), y0 + h + 15, tick_label(v).c_str());
+          }
+        }
       }
     } else {
       const double xs = nice_step(x_max, 6);
@@ -219,6 +240,12 @@ std::string latency_cdf_svg(const RunResult& run, const RunSummary& summary, con
         if (!std::isnan(x)) vmax = std::max(vmax, x);
       }
     }
+    double vmin_pos = vmax;
+    for (const auto& v : values) {
+      for (double x : v) {
+        if (x > 0.0) vmin_pos = std::min(vmin_pos, x);
+      }
+    }
     const bool in_ms = vmax < 1.0;
     const double scale = in_ms ? 1e3 : 1.0;
     Panel p;
@@ -232,6 +259,12 @@ std::string latency_cdf_svg(const RunResult& run, const RunSummary& summary, con
     const double vs = vmax * scale;
     const double step = nice_step(vs, 6);
     p.x_max = vs > 0 ? std::ceil(vs / step * (1 - 1e-12)) * step : 1.0;
+    if (vmin_pos > 0.0 && vmax / vmin_pos > kLogAxisRatio) {
+      p.log_x = true;
+      p.x_min = std::pow(10.0, std::floor(std::log10(vmin_pos * scale)));
+      p.x_max = std::pow(10.0, std::ceil(std::log10(vs)));
+      p.x_label += ", log scale";
+    }
     p.y_max = 1.0;
     for (size_t gi = 0; gi < groups.size(); ++gi) {
       p.curves.push_back({groups[gi].first, groups[gi].second, cdf_points(values[gi], scale)});

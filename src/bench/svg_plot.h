@@ -11,7 +11,8 @@
 namespace metro::bench {
 
 // Four panels (TTFT, TPOT, ITL, E2E): the fraction of requests (of token gaps, for ITL) at
-// or below each latency, one curve for all requests and one per class.
+// or below each latency, one curve for all requests and one per class. A panel whose largest
+// value is over 100 times its smallest gets a logarithmic latency axis.
 std::string latency_cdf_svg(const RunResult& run, const RunSummary& summary, const std::string& title);
 
 // Two panels against the rate (evenly spaced, labelled, so that 'inf' has a place): output

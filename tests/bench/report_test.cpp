@@ -164,6 +164,13 @@ TEST(BenchSvg, LatencyCdfIsWellFormedAndComplete) {
   for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++polylines;
   EXPECT_EQ(polylines, 16u);
   EXPECT_NE(svg.find("batch &lt;&amp;&gt;"), std::string::npos);
+  EXPECT_EQ(svg.find("log scale"), std::string::npos);  // every spread here is under 100x
+  run.requests[0].itl_s.push_back(2.0);  // 400x the smallest gap
+  std::string tail = latency_cdf_svg(run, summarize(run, SloSet()), "tail");
+  EXPECT_TRUE(well_formed_svg(tail));
+  EXPECT_NE(tail.find("ITL (s), log scale"), std::string::npos);
+  EXPECT_NE(tail.find(">0.001<"), std::string::npos);  // decades from 1 ms
+  EXPECT_NE(tail.find(">10<"), std::string::npos);     // to 10 s
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   EXPECT_EQ(svg.find("inf"), std::string::npos);
 }
