@@ -233,18 +233,6 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
 
 }  // namespace
 
-std::string_view transport_error_name(TransportError e) {
-  switch (e) {
-    case TransportError::kNone: return "none";
-    case TransportError::kConnect: return "connect_error";
-    case TransportError::kTimeout: return "timeout";
-    case TransportError::kClosed: return "disconnected";
-    case TransportError::kProtocol: return "bad_response";
-    case TransportError::kAborted: return "bad_response";
-  }
-  return "unknown";
-}
-
 HttpClient::HttpClient(asio::io_context& io, Url url)
     : impl_(std::make_shared<Impl>(io, std::move(url))) {}
 

@@ -35,7 +35,18 @@ enum class TransportError : uint8_t {
   kAborted,   // on_body asked to stop
 };
 
-std::string_view transport_error_name(TransportError e);
+// The key a failure is counted under in reports.
+inline std::string_view transport_error_name(TransportError e) {
+  switch (e) {
+    case TransportError::kNone: return "none";
+    case TransportError::kConnect: return "connect_error";
+    case TransportError::kTimeout: return "timeout";
+    case TransportError::kClosed: return "disconnected";
+    case TransportError::kProtocol: return "bad_response";
+    case TransportError::kAborted: return "bad_response";
+  }
+  return "unknown";
+}
 
 struct HttpOutcome {
   TransportError error = TransportError::kNone;

@@ -4,6 +4,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "bench/fake_openai_server.h"
@@ -311,7 +312,9 @@ TEST(BenchEndToEnd, AThousandConcurrentStreamsOnOneThread) {
     b.token_interval_s = 0.01;
     return b;
   });
-  const size_t n = 1000;
+  // METRO_BENCH_E2E_STREAMS=4000 tries more by hand (the descriptor limit must allow 2n).
+  const char* env = std::getenv("METRO_BENCH_E2E_STREAMS");
+  const size_t n = env ? std::strtoul(env, nullptr, 10) : 1000;
   RunOptions o = options_for(server);
   RunResult r = run_ok(synthetic(n, 4), o);
   size_t ok = 0;
