@@ -5,6 +5,10 @@
 // runs keep one copy hot instead), since in a forward pass every matrix comes from DRAM.
 // Peaks of the reference machine (docs: BENCHMARKING.md): 13-19 GB/s read with 2
 // threads, ~125 GFLOP/s FP32 FMA; llama.cpp reaches ~51 GFLOP/s-equivalent on Q4_1 pp512.
+//
+// On a shared machine, 2-thread figures are only meaningful when no other process wants a
+// core: the pool's spin barriers lose a scheduler quantum (~10 ms) whenever one of its
+// threads is preempted. `chrt -f 10 build/bin/metro_kernel_bench` isolates the run.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
