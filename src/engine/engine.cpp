@@ -620,24 +620,32 @@ void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message) {
 void Engine::Impl::maybe_complete(ActiveRequest& r) {
   if (r.completed || r.n_finished < static_cast<int>(r.choices.size())) return;
   r.usage.cached_prompt_tokens = r.choices[0]->seq.n_cached_prompt;
-  Event e;
-  e.kind = Event::Kind::kDone;
-  e.usage = r.usage;
-  e.time_ns = now_ns();
-  r.stream->push_final(std::move(e));
-  r.completed = true;
-  completed_ids.push_back(r.id);
+  const int64_t end_ns = now_ns();
+  // Counters and metrics first, then the final event: a client that reads stats() after its
+  // stream ends must see its own request counted and its blocks back in the pool.
   if (!r.aborting && r.req.kind == RequestKind::kGenerate && r.first_token_ns > 0) {
     const double ttft = static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-9;
-    const double e2e = static_cast<double>(now_ns() - r.arrival_ns) * 1e-9;
+    const double e2e = static_cast<double>(end_ns - r.arrival_ns) * 1e-9;
     const int per_choice = r.usage.completion_tokens / std::max(1, static_cast<int>(r.choices.size()));
     const double tpot = per_choice > 1 ? static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
                                              (per_choice - 1)
                                        : -1.0;
     metrics.observe_finished(r.req.sla_class, ttft, tpot, e2e);
   }
-  std::lock_guard<std::mutex> lock(stats_mu);
-  if (!r.aborting) stats.requests_finished += 1;
+  {
+    const auto ks = kv->stats();
+    std::lock_guard<std::mutex> lock(stats_mu);
+    if (!r.aborting) stats.requests_finished += 1;
+    stats.kv_blocks_used = ks.blocks_used;
+    stats.kv_blocks_cached = ks.blocks_cached;
+  }
+  Event e;
+  e.kind = Event::Kind::kDone;
+  e.usage = r.usage;
+  e.time_ns = end_ns;
+  r.stream->push_final(std::move(e));
+  r.completed = true;
+  completed_ids.push_back(r.id);
 }
 
 void Engine::Impl::reap() {
