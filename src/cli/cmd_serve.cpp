@@ -120,6 +120,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--keepalive-timeout", sc.keepalive_timeout_s, "seconds an idle keep-alive connection stays open")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  app.add_option("--send-buffer", sc.socket_send_buffer, "socket send buffer per connection in bytes (0: OS default)")
+      ->check(CLI::Range(0, 1 << 26))
+      ->capture_default_str();
   app.add_option("--http-threads", sc.http_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

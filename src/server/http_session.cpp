@@ -60,6 +60,10 @@ void HttpSession::start() {
   asio::post(strand_, [self = shared_from_this()] {
     boost::system::error_code ec;
     self->socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks are small: send at once
+    // A smaller send buffer bounds what a client that stops reading can leave queued.
+    if (const int sndbuf = self->core_.config().socket_send_buffer; sndbuf > 0) {
+      self->socket_.set_option(asio::socket_base::send_buffer_size(sndbuf), ec);
+    }
     self->begin_request();
   });
 }

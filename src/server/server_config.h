@@ -35,6 +35,7 @@ struct ServerConfig {
   int idle_timeout_s = 30;              // per read / per write progress
   int request_timeout_s = 120;          // to receive one whole request (headers and body)
   int keepalive_timeout_s = 60;         // an idle keep-alive connection is closed after
+  int socket_send_buffer = 0;           // SO_SNDBUF of connections in bytes; 0: the OS default
   int max_inflight_choices = 8192;      // sum of choices over concurrent requests; 503 above
   double drain_timeout_s = 30.0;        // SIGTERM: wait this long for in-flight requests
   bool handle_signals = true;           // SIGTERM/SIGINT drain (off for in-process tests)
