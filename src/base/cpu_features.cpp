@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -60,6 +61,12 @@ CpuFeatures detect() {
     f.avxvnni = (eax >> 4) & 1u;
   }
 #endif
+  // METRO_CPU=baseline hides every extension past SSE4.2, so the scalar kernels run: for
+  // comparing against them on a real model, and for machines where a SIMD path misbehaves.
+  if (const char* env = std::getenv("METRO_CPU"); env && std::string(env) == "baseline") {
+    f.avx = f.avx2 = f.fma = f.f16c = false;
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = f.avxvnni = false;
+  }
   auto [physical, logical] = count_cores();
   f.physical_cores = physical;
   f.logical_cpus = logical;

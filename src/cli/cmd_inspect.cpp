@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
+#include "tokenizer/pre_tokenizer.h"
 
 namespace metro::cli {
 namespace {
@@ -100,7 +101,10 @@ json summarize(const gguf::File& f, const std::string& path) {
 
   json tok;
   if (auto m = f.get_string("tokenizer.ggml.model"); m.ok()) tok["model"] = std::string(*m);
-  if (auto p = f.get_string("tokenizer.ggml.pre"); p.ok()) tok["pre"] = std::string(*p);
+  if (auto p = f.get_string("tokenizer.ggml.pre"); p.ok()) {
+    tok["pre"] = std::string(*p);
+    tok["pre_known"] = tokenizer::is_known_pre_tokenizer(*p);
+  }
   if (auto n = f.get_array_size("tokenizer.ggml.tokens"); n.ok()) tok["n_tokens"] = *n;
   if (auto n = f.get_array_size("tokenizer.ggml.merges"); n.ok()) tok["n_merges"] = *n;
   json sp = json::object();
@@ -156,6 +160,9 @@ void print_text(const json& j, const gguf::File& f, bool tensors, bool metadata)
               t.value("model", std::string("-")).c_str(), t.value("pre", std::string("-")).c_str(),
               t.contains("n_tokens") ? t["n_tokens"].dump().c_str() : "-",
               t.contains("n_merges") ? t["n_merges"].dump().c_str() : "-");
+  if (!t.value("pre_known", true)) {
+    std::printf("  warning        unknown pre-tokenizer: metro splits words like GPT-2\n");
+  }
   for (auto& [k, v] : t["special"].items()) {
     std::string text = v["text"].is_null() ? "(out of range)" : v["text"].get<std::string>();
     std::printf("  %-8s       %lld %s\n", k.c_str(), v["id"].get<long long>(), text.c_str());

@@ -3,12 +3,15 @@
 // Streams the generated text (only the text) to stdout, statistics to stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "tokenizer/chat_template.h"
 
 namespace metro::cli {
 
@@ -50,7 +53,26 @@ int cmd_run(int argc, char** argv) {
 
   std::vector<int32_t> ids;
   if (chat) {
-    return fail("run", unimplemented("--chat: chat templates are not merged yet"));
+    Expected<tokenizer::ChatTemplate> tmpl = tokenizer::ChatTemplate::from_gguf(lm->model->file());
+    if (!chat_template_file.empty()) {
+      std::ifstream tin(chat_template_file, std::ios::binary);
+      if (!tin) return fail("run", io_error("cannot read the chat template file"));
+      tmpl = tokenizer::ChatTemplate::parse(
+          std::string(std::istreambuf_iterator<char>(tin), std::istreambuf_iterator<char>()));
+    }
+    if (!tmpl.ok()) return fail("run", tmpl.status());
+    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
+    tokenizer::ChatTemplateOptions opts;
+    opts.add_generation_prompt = true;
+    if (tok.bos_id() >= 0) opts.bos_token = tok.token_to_piece(tok.bos_id());
+    if (tok.eos_id() >= 0) opts.eos_token = tok.token_to_piece(tok.eos_id());
+    auto text = tmpl->render(messages, opts);
+    if (!text.ok()) return fail("run", text.status());
+    // The template spells special tokens out: parse them; add BOS only if the template did not.
+    ids = tok.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+    if (tok.add_bos() && tok.bos_id() >= 0 && (ids.empty() || ids[0] != tok.bos_id())) {
+      ids.insert(ids.begin(), tok.bos_id());
+    }
   } else {
     ids = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/false);
   }

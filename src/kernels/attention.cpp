@@ -62,12 +62,14 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
     l[r] = 0.0f;
     qpos[r] = seq.pos0 + qi;
   }
+  const PagedRows keys(lay, seq.k_pages, t.kv_head);
+  const PagedRows values(lay, seq.v_pages, t.kv_head);
   const int64_t last = qpos[rows - 1];
   for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
     for (int j = 0; j < nk; ++j) {
-      dequantize_row_ref(lay.type, kv_row(lay, seq.k_pages, t.kv_head, kb + j), kf + j * hd, hd);
-      dequantize_row_ref(lay.type, kv_row(lay, seq.v_pages, t.kv_head, kb + j), vf + j * hd, hd);
+      dequantize_row_ref(lay.type, keys.row(kb + j), kf + j * hd, hd);
+      dequantize_row_ref(lay.type, values.row(kb + j), vf + j * hd, hd);
     }
     for (int r = 0; r < rows; ++r) {
       const int64_t valid = std::min<int64_t>(nk, qpos[r] + 1 - kb);

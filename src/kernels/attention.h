@@ -54,6 +54,10 @@ struct AttentionParams {
 
 // Thread ith's share of attention for every sequence of a step. Work is split into items
 // (sequence, KV head, tile of queries) dealt out to threads; no allocation.
+// Preconditions (METRO_CHECK): head_dim a multiple of 8 (of 32 for Q8_0) and at most 256;
+// n_head a multiple of n_head_kv. Query head h reads KV head h / (n_head / n_head_kv).
+// Scratch is on the stack (about 150 KiB per call), and every item's result is the same
+// whatever nth is, so outputs are bit-identical for any thread count.
 void attention(const AttentionParams& p, std::span<const AttentionSeq> seqs, int ith, int nth);
 
 // Scalar reference: dense softmax in double over the same pages.

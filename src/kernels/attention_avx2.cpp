@@ -5,6 +5,7 @@
 // stack buffers that stay in L1/L2 while all rows of the tile use them.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -28,30 +29,69 @@ void store_f16(const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
-void convert_row(DType type, const uint8_t* src, float* dst, int hd) {
-  if (type == DType::kF16) {
+template <DType kType>
+inline void convert_row(const uint8_t* src, float* dst, int hd) {
+  if constexpr (kType == DType::kF16) {
     for (int d = 0; d < hd; d += 8) {
       const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * d));
       _mm256_store_ps(dst + d, _mm256_cvtph_ps(h));
     }
-    return;
-  }
-  for (int b = 0; b < hd / 32; ++b) {  // Q8_0: { f16 d; int8 q[32]; }
-    const uint8_t* blk = src + b * 34;
-    uint16_t dh;
-    std::memcpy(&dh, blk, 2);
-    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(dh));
-    for (int k = 0; k < 4; ++k) {
-      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k));
-      const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-      _mm256_store_ps(dst + b * 32 + 8 * k, _mm256_mul_ps(v, scale));
+  } else {
+    for (int b = 0; b < hd / 32; ++b) {  // Q8_0: { f16 d; int8 q[32]; }
+      const uint8_t* blk = src + b * 34;
+      uint16_t dh;
+      std::memcpy(&dh, blk, 2);
+      const __m256 scale = _mm256_set1_ps(_cvtsh_ss(dh));
+      for (int k = 0; k < 4; ++k) {
+        const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k));
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+        _mm256_store_ps(dst + b * 32 + 8 * k, _mm256_mul_ps(v, scale));
+      }
     }
   }
 }
 
+// Pages are scattered through the KV arena, so the hardware prefetcher loses the stream at
+// every page boundary. Decode only streams K and V, so while one chunk's rows are converted
+// the next chunk's rows are requested, one row per converted row to keep few misses in
+// flight at a time.
+void prefetch_row(const uint8_t* row, size_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
+  for (uintptr_t line = begin; line < end; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+  }
+}
+
+void prefetch_rows(const PagedRows& rows, int64_t from, int64_t to) {
+  if (to <= from) return;
+  rows.for_each_run(from, static_cast<int>(to - from), [&](int, const uint8_t* run, int count) {
+    prefetch_row(run, static_cast<size_t>(count) * rows.row_bytes());
+  });
+}
+
+// Converts rows [from, from + n) to F32 rows of dst, prefetching rows [from + n, ahead_to).
+template <DType kType>
+void convert_rows(const PagedRows& rows, int64_t from, int n, int64_t ahead_to, float* dst, int hd) {
+  const int64_t ahead_n = std::min<int64_t>(n, ahead_to - (from + n));
+  const size_t rb = rows.row_bytes();
+  rows.for_each_run(from, n, [&](int j0, const uint8_t* run, int count) {
+    for (int j = 0; j < count; ++j) {
+      if (j0 + j < ahead_n) prefetch_row(rows.row(from + n + j0 + j), rb);
+      convert_row<kType>(run + static_cast<size_t>(j) * rb, dst + (j0 + j) * hd, hd);
+    }
+  });
+}
+
+// The four scores of keys k..k+3 from four 8-lane partial sums: one reduction tree used
+// for every score, so a score's bits never depend on which path computed it.
+inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
 // Scores of one query row against keys k0..k0+3 (rows of kf, head_dim floats apart).
-// Always 4 keys, so every score comes out of the same reduction order.
-__m128 dot4(const float* q, const float* k0, int hd) {
+__m128 dot1x4(const float* q, const float* k0, int hd) {
   __m256 a0 = _mm256_setzero_ps();
   __m256 a1 = _mm256_setzero_ps();
   __m256 a2 = _mm256_setzero_ps();
@@ -63,8 +103,33 @@ __m128 dot4(const float* q, const float* k0, int hd) {
     a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(k0 + 2 * hd + d), a2);
     a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(k0 + 3 * hd + d), a3);
   }
-  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  return reduce4(a0, a1, a2, a3);
+}
+
+// The same for two query rows at once: each key vector loaded once feeds both rows.
+void dot2x4(const float* q0, const float* q1, const float* k0, int hd, float* s0, float* s1) {
+  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 8) {
+    const __m256 qa = _mm256_load_ps(q0 + d);
+    const __m256 qb = _mm256_load_ps(q1 + d);
+    __m256 k = _mm256_load_ps(k0 + d);
+    a0 = _mm256_fmadd_ps(qa, k, a0);
+    b0 = _mm256_fmadd_ps(qb, k, b0);
+    k = _mm256_load_ps(k0 + hd + d);
+    a1 = _mm256_fmadd_ps(qa, k, a1);
+    b1 = _mm256_fmadd_ps(qb, k, b1);
+    k = _mm256_load_ps(k0 + 2 * hd + d);
+    a2 = _mm256_fmadd_ps(qa, k, a2);
+    b2 = _mm256_fmadd_ps(qb, k, b2);
+    k = _mm256_load_ps(k0 + 3 * hd + d);
+    a3 = _mm256_fmadd_ps(qa, k, a3);
+    b3 = _mm256_fmadd_ps(qb, k, b3);
+  }
+  _mm_store_ps(s0, reduce4(a0, a1, a2, a3));
+  _mm_store_ps(s1, reduce4(b0, b1, b2, b3));
 }
 
 // acc[0..hd) = acc * alpha + sum_j p[j] * v[j], j < n; blocks of 4 vectors, then single
@@ -99,7 +164,74 @@ void accumulate(float* acc, float alpha, const float* p, const float* v, int n, 
   }
 }
 
-void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
+// Two rows of accumulate() sharing each V load, for the keys both rows see (j < n);
+// bit-identical to two accumulate() calls over those keys.
+void accumulate2(float* acc0, float* acc1, float alpha0, float alpha1, const float* p0,
+                 const float* p1, const float* v, int n, int hd) {
+  const __m256 va0 = _mm256_set1_ps(alpha0);
+  const __m256 va1 = _mm256_set1_ps(alpha1);
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m256 a0 = _mm256_mul_ps(_mm256_load_ps(acc0 + d), va0);
+    __m256 a1 = _mm256_mul_ps(_mm256_load_ps(acc0 + d + 8), va0);
+    __m256 a2 = _mm256_mul_ps(_mm256_load_ps(acc0 + d + 16), va0);
+    __m256 a3 = _mm256_mul_ps(_mm256_load_ps(acc0 + d + 24), va0);
+    __m256 b0 = _mm256_mul_ps(_mm256_load_ps(acc1 + d), va1);
+    __m256 b1 = _mm256_mul_ps(_mm256_load_ps(acc1 + d + 8), va1);
+    __m256 b2 = _mm256_mul_ps(_mm256_load_ps(acc1 + d + 16), va1);
+    __m256 b3 = _mm256_mul_ps(_mm256_load_ps(acc1 + d + 24), va1);
+    for (int j = 0; j < n; ++j) {
+      const __m256 pa = _mm256_broadcast_ss(p0 + j);
+      const __m256 pb = _mm256_broadcast_ss(p1 + j);
+      const float* vj = v + j * hd + d;
+      __m256 x = _mm256_load_ps(vj);
+      a0 = _mm256_fmadd_ps(pa, x, a0);
+      b0 = _mm256_fmadd_ps(pb, x, b0);
+      x = _mm256_load_ps(vj + 8);
+      a1 = _mm256_fmadd_ps(pa, x, a1);
+      b1 = _mm256_fmadd_ps(pb, x, b1);
+      x = _mm256_load_ps(vj + 16);
+      a2 = _mm256_fmadd_ps(pa, x, a2);
+      b2 = _mm256_fmadd_ps(pb, x, b2);
+      x = _mm256_load_ps(vj + 24);
+      a3 = _mm256_fmadd_ps(pa, x, a3);
+      b3 = _mm256_fmadd_ps(pb, x, b3);
+    }
+    _mm256_store_ps(acc0 + d, a0);
+    _mm256_store_ps(acc0 + d + 8, a1);
+    _mm256_store_ps(acc0 + d + 16, a2);
+    _mm256_store_ps(acc0 + d + 24, a3);
+    _mm256_store_ps(acc1 + d, b0);
+    _mm256_store_ps(acc1 + d + 8, b1);
+    _mm256_store_ps(acc1 + d + 16, b2);
+    _mm256_store_ps(acc1 + d + 24, b3);
+  }
+  for (; d < hd; d += 8) {
+    __m256 a0 = _mm256_mul_ps(_mm256_load_ps(acc0 + d), va0);
+    __m256 b0 = _mm256_mul_ps(_mm256_load_ps(acc1 + d), va1);
+    for (int j = 0; j < n; ++j) {
+      const __m256 x = _mm256_load_ps(v + j * hd + d);
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), x, a0);
+      b0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + j), x, b0);
+    }
+    _mm256_store_ps(acc0 + d, a0);
+    _mm256_store_ps(acc1 + d, b0);
+  }
+}
+
+// Continues accumulate() of one row over keys [from, n) after a call that covered [0, from).
+void accumulate_more(float* acc, const float* p, const float* v, int from, int n, int hd) {
+  for (int d = 0; d < hd; d += 8) {
+    __m256 a0 = _mm256_load_ps(acc + d);
+    for (int j = from; j < n; ++j) {
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(v + j * hd + d), a0);
+    }
+    _mm256_store_ps(acc + d, a0);
+  }
+}
+
+template <DType kType>
+void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   const KvPageLayout& lay = p.layout;
   const int hd = lay.head_dim;
   const int group = p.n_head / lay.n_head_kv;
@@ -116,6 +248,7 @@ void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   int64_t qpos[kMaxTileRows];
 
   const __m256 vscale = _mm256_set1_ps(p.scale);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int r = 0; r < rows; ++r) {
     const int row = t.row_begin + r;
     const int qi = row / group;
@@ -132,12 +265,15 @@ void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     qpos[r] = seq.pos0 + qi;
   }
 
+  const PagedRows keys(lay, seq.k_pages, t.kv_head);
+  const PagedRows values(lay, seq.v_pages, t.kv_head);
   const int64_t last = qpos[rows - 1];
+  prefetch_rows(keys, 0, std::min<int64_t>(kKeyChunk, last + 1));
+  prefetch_rows(values, 0, std::min<int64_t>(kKeyChunk, last + 1));
   for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
-    for (int j = 0; j < nk; ++j) {
-      convert_row(lay.type, kv_row(lay, seq.k_pages, t.kv_head, kb + j), kf + j * hd, hd);
-    }
+    const int64_t next_end = std::min<int64_t>(kb + 2 * kKeyChunk, last + 1);
+    convert_rows<kType>(keys, kb, nk, next_end, kf, hd);
     const int nk4 = (nk + 3) & ~3;
     std::fill(kf + nk * hd, kf + nk4 * hd, 0.0f);
 
@@ -145,13 +281,30 @@ void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     int first = 0;
     while (first < rows && qpos[first] < kb) valid[first++] = 0;
     for (int r = first; r < rows; ++r) {
-      const int n = static_cast<int>(std::min<int64_t>(nk, qpos[r] + 1 - kb));
-      valid[r] = n;
+      valid[r] = static_cast<int>(std::min<int64_t>(nk, qpos[r] + 1 - kb));
+    }
+    // Scores, two rows at a time; the pair's second row sees at least the first's keys.
+    int r = first;
+    for (; r + 1 < rows; r += 2) {
+      float* s0 = prob + r * kKeyChunk;
+      for (int j = 0; j < valid[r + 1]; j += 4) {
+        dot2x4(q + r * hd, q + (r + 1) * hd, kf + j * hd, hd, s0 + j, s0 + kKeyChunk + j);
+      }
+    }
+    if (r < rows) {
       float* s = prob + r * kKeyChunk;
-      for (int j = 0; j < n; j += 4) _mm_store_ps(s + j, dot4(q + r * hd, kf + j * hd, hd));
-      float mx = m[r];
-      for (int j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-      const __m256 vmx = _mm256_set1_ps(mx);
+      for (int j = 0; j < valid[r]; j += 4) _mm_store_ps(s + j, dot1x4(q + r * hd, kf + j * hd, hd));
+    }
+    for (r = first; r < rows; ++r) {
+      const int n = valid[r];
+      float* s = prob + r * kKeyChunk;
+      __m256 vmx = _mm256_set1_ps(m[r]);
+      for (int j = 0; j < n; j += 8) {
+        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
+      }
+      const float mx = avx2::hmax(vmx);
+      vmx = _mm256_set1_ps(mx);
       __m256 sum = _mm256_setzero_ps();
       for (int j = 0; j < n; j += 8) {
         const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
@@ -164,12 +317,15 @@ void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const Attentio
       m[r] = mx;
     }
 
-    for (int j = 0; j < nk; ++j) {
-      convert_row(lay.type, kv_row(lay, seq.v_pages, t.kv_head, kb + j), vf + j * hd, hd);
+    convert_rows<kType>(values, kb, nk, next_end, vf, hd);
+    for (r = first; r + 1 < rows; r += 2) {
+      float* acc0 = acc + r * hd;
+      float* acc1 = acc0 + hd;
+      const float* p0 = prob + r * kKeyChunk;
+      accumulate2(acc0, acc1, alpha[r], alpha[r + 1], p0, p0 + kKeyChunk, vf, valid[r], hd);
+      if (valid[r + 1] > valid[r]) accumulate_more(acc1, p0 + kKeyChunk, vf, valid[r], valid[r + 1], hd);
     }
-    for (int r = first; r < rows; ++r) {
-      accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd);
-    }
+    if (r < rows) accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd);
   }
 
   for (int r = 0; r < rows; ++r) {
@@ -181,6 +337,14 @@ void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     for (int d = 0; d < hd; d += 8) {
       _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d), inv));
     }
+  }
+}
+
+void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
+  if (p.layout.type == DType::kF16) {
+    tile_impl<DType::kF16>(p, seq, t);
+  } else {
+    tile_impl<DType::kQ8_0>(p, seq, t);
   }
 }
 

@@ -10,6 +10,8 @@
 // not depend on the tiling or on the number of threads.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -51,11 +53,41 @@ int attention_tile_rows(int group, int head_dim);
 void attention_with(const AttentionKernels& k, const AttentionParams& p,
                     std::span<const AttentionSeq> seqs, int ith, int nth);
 
-// Address of the K or V row of `kv_head` at key position pos.
-inline const uint8_t* kv_row(const KvPageLayout& l, const uint8_t* const* pages, int kv_head,
-                             int64_t pos) {
-  return pages[pos / l.block_size] + static_cast<size_t>(kv_head) * l.head_bytes() +
-         static_cast<size_t>(pos % l.block_size) * l.row_bytes();
-}
+// The K (or V) rows of one KV head of a sequence, spread over its pages. Sizes are taken
+// from the layout once, and walks go page by page, so there is no division per row.
+class PagedRows {
+ public:
+  PagedRows(const KvPageLayout& l, const uint8_t* const* pages, int kv_head)
+      : pages_(pages),
+        head_offset_(static_cast<size_t>(kv_head) * l.head_bytes()),
+        row_bytes_(l.row_bytes()),
+        block_size_(l.block_size) {}
+
+  size_t row_bytes() const { return row_bytes_; }
+
+  const uint8_t* row(int64_t pos) const {
+    return pages_[pos / block_size_] + head_offset_ +
+           static_cast<size_t>(pos % block_size_) * row_bytes_;
+  }
+
+  // fn(first_j, rows, count) for each run of contiguous rows covering positions
+  // [from, from + n): rows of positions from + first_j ... from + first_j + count - 1.
+  template <class Fn>
+  void for_each_run(int64_t from, int n, Fn&& fn) const {
+    int64_t page = from / block_size_;
+    int slot = static_cast<int>(from % block_size_);
+    for (int j = 0; j < n; ++page, slot = 0) {
+      const int count = std::min(n - j, block_size_ - slot);
+      fn(j, pages_[page] + head_offset_ + static_cast<size_t>(slot) * row_bytes_, count);
+      j += count;
+    }
+  }
+
+ private:
+  const uint8_t* const* pages_;
+  size_t head_offset_;
+  size_t row_bytes_;
+  int block_size_;
+};
 
 }  // namespace metro::kernels::detail

@@ -18,21 +18,36 @@
 
 namespace metro::kernels {
 
-// A rectangle of the output: weight rows [0, n_rows) of a tile times act rows [0, n_acts).
+// Most act rows one tile holds (kernels may keep per-act state on the stack).
+inline constexpr int64_t kMaxTileActs = 64;
+
+// A rectangle of the output: weight rows [0, n_rows) of a tile times act rows [0, n_acts),
+// n_acts <= kMaxTileActs.
 struct MatmulTile {
   const uint8_t* w = nullptr;  // first weight row (row-major) or first 8-row group (x8)
   size_t w_stride = 0;         // bytes between weight rows, or between 8-row groups
   int64_t n_rows = 0;
   const uint8_t* a = nullptr;  // first act row, in the weight type's partner format
   size_t a_stride = 0;
-  const int16_t* a_sums = nullptr;  // Q8_0 partner: per-block sums of q, k/32 per row
+  // Per-block act data (QuantizedActs), k/32 per act row, from the tile's first act row.
+  const float* a_d = nullptr;
+  const float* a_s = nullptr;
+  const int32_t* a_sums = nullptr;
   int64_t n_acts = 0;
   int64_t k = 0;
   float* y = nullptr;  // y[i * y_stride + j]: act row i, weight row j of the tile
   size_t y_stride = 0;
 };
 
-using QuantizeRowFn = void (*)(const float* x, void* dst, int64_t k);
+// Where a quantizer also writes each block's d as float, s as float (Q8_1) and sum of
+// quants (Q8_0); null members are not written. See QuantizedActs.
+struct ActSide {
+  float* d = nullptr;
+  float* s = nullptr;
+  int32_t* sums = nullptr;
+};
+
+using QuantizeRowFn = void (*)(const float* x, void* dst, int64_t k, const ActSide& side);
 using TileFn = void (*)(const MatmulTile& t);
 
 // Weight layouts (Weight::layout). Interleaved groups of 8 rows put the same block of

@@ -15,13 +15,16 @@
 
 namespace metro::kernels {
 
+// Defined in matmul_avx2.cpp; only called once the CPU is known to run it.
+const KernelTable& avx2_table();
+
 namespace {
 
 // Up to this many act rows, the whole of x is one tile column (GEMV: weights stream once
 // and every weight block loaded serves all rows). Beyond it, acts are cut into chunks
 // that stay in L2 while the weight rows of a thread's share pass over them.
 constexpr int64_t kGemvMaxActs = 4;
-constexpr int64_t kActChunk = 64;
+constexpr int64_t kActChunk = kMaxTileActs;
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -30,7 +33,8 @@ int64_t partner_block(DType weight_type) { return traits(traits(weight_type).dot
 }  // namespace
 
 const KernelTable* avx2_kernels() {
-  return nullptr;  // AVX2 kernels: next commit
+  if (!cpu_features().has_avx2_level()) return nullptr;
+  return &avx2_table();
 }
 
 const KernelTable& active_kernels() {
@@ -71,7 +75,7 @@ Weight make_weight(DType type, const void* data, int64_t n_rows, int64_t n_cols,
 size_t quantized_acts_bytes(DType weight_type, int64_t m, int64_t k) {
   const DType p = traits(weight_type).dot_partner;
   size_t bytes = align64(static_cast<size_t>(m) * row_bytes(p, k));
-  if (p == DType::kQ8_0) bytes += align64(static_cast<size_t>(m * (k / kQK)) * sizeof(int16_t));
+  if (p == DType::kQ8_0 || p == DType::kQ8_1) bytes += 2 * align64(static_cast<size_t>(m * (k / kQK)) * 4);
   return bytes;
 }
 
@@ -87,10 +91,16 @@ QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const
   q.k = k;
   q.data = out;
   q.row_stride = row_bytes(p, k);
-  int16_t* sums = nullptr;
-  if (p == DType::kQ8_0) {
-    sums = reinterpret_cast<int16_t*>(out + align64(static_cast<size_t>(m) * q.row_stride));
-    q.block_sums = sums;
+  // Side arrays after the rows: d, then s (Q8_1) or the quant sums (Q8_0).
+  float* side_d = nullptr;
+  uint8_t* side_2 = nullptr;
+  if (p == DType::kQ8_0 || p == DType::kQ8_1) {
+    const size_t rows_bytes = align64(static_cast<size_t>(m) * q.row_stride);
+    side_d = reinterpret_cast<float*>(out + rows_bytes);
+    side_2 = out + rows_bytes + align64(static_cast<size_t>(m * (k / kQK)) * 4);
+    q.block_d = side_d;
+    if (p == DType::kQ8_1) q.block_s = reinterpret_cast<const float*>(side_2);
+    if (p == DType::kQ8_0) q.block_sums = reinterpret_cast<const int32_t*>(side_2);
   }
   // Blocks are independent: threads take equal runs of the flattened (row, block) list.
   const int64_t nb = k / bs;
@@ -102,15 +112,14 @@ QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const
     const int64_t i = u / nb, b0 = u % nb;
     const int64_t b1 = std::min(nb, b0 + (u1 - u));
     uint8_t* dst = out + static_cast<size_t>(i) * q.row_stride + static_cast<size_t>(b0) * bpb;
-    quantize(x + static_cast<size_t>(i) * x_stride + static_cast<size_t>(b0 * bs), dst, (b1 - b0) * bs);
-    if (sums) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const auto blk = load_block<BlockQ8_0>(out + static_cast<size_t>(i) * q.row_stride, b);
-        int s = 0;
-        for (int8_t v : blk.qs) s += v;
-        sums[i * nb + b] = static_cast<int16_t>(s);
-      }
+    ActSide side;
+    if (side_d) {
+      const size_t at = static_cast<size_t>(i * nb + b0);
+      side.d = side_d + at;
+      if (p == DType::kQ8_1) side.s = reinterpret_cast<float*>(side_2) + at;
+      if (p == DType::kQ8_0) side.sums = reinterpret_cast<int32_t*>(side_2) + at;
     }
+    quantize(x + static_cast<size_t>(i) * x_stride + static_cast<size_t>(b0 * bs), dst, (b1 - b0) * bs, side);
     u += b1 - b0;
   }
   return q;
@@ -124,7 +133,8 @@ QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_
 void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x, float* y,
                  size_t y_stride, int ith, int nth) {
   METRO_CHECK(x.k == w.n_cols && x.type == traits(w.type).dot_partner);
-  METRO_CHECK(x.type != DType::kQ8_0 || x.block_sums != nullptr);
+  METRO_CHECK_MSG((x.type != DType::kQ8_0 && x.type != DType::kQ8_1) || x.block_d != nullptr,
+                  "matmul: acts must come from quantize_acts");
   const TileFn fn = w.layout == kLayoutX8 ? kt.tile_x8[static_cast<int>(w.type)]
                                           : kt.tile_row_major[static_cast<int>(w.type)];
   METRO_CHECK_MSG(fn != nullptr, "matmul: no kernel for this weight type and layout");
@@ -150,6 +160,8 @@ void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x,
     const int64_t i0 = c * chunk;
     t.a = x.data + static_cast<size_t>(i0) * x.row_stride;
     t.a_stride = x.row_stride;
+    t.a_d = x.block_d ? x.block_d + i0 * nb : nullptr;
+    t.a_s = x.block_s ? x.block_s + i0 * nb : nullptr;
     t.a_sums = x.block_sums ? x.block_sums + i0 * nb : nullptr;
     t.n_acts = std::min(x.m, i0 + chunk) - i0;
     t.k = x.k;

@@ -44,9 +44,13 @@ struct QuantizedActs {
   int64_t k = 0;
   const uint8_t* data = nullptr;
   size_t row_stride = 0;
-  // Q8_0 partner only: per-block sums of the quants (m rows of k/32), which the kernels
-  // use for the offset of Q4_0/Q5_0 weights; quantize_acts fills it in `out` after the rows.
-  const int16_t* block_sums = nullptr;
+  // Per-block side data of the 32-block partners (m rows of k/32 values each), which
+  // quantize_acts stores in `out` after the rows so kernels need no conversions: every
+  // block's d as float (Q8_0, Q8_1), s as float (Q8_1), and the integer sum of the quants
+  // (Q8_0: the offset of Q4_0/Q5_0 weights). Null for the other partners.
+  const float* block_d = nullptr;
+  const float* block_s = nullptr;
+  const int32_t* block_sums = nullptr;
 };
 
 // Bytes needed to hold m rows of k activations quantized for weights of `weight_type`.
@@ -59,6 +63,8 @@ QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_
 
 // Thread ith's share of Y[i][j] = sum_c X[i][c] * W[j][c] for i < x.m, j < w.n_rows.
 // y_stride in floats. x must have been quantized for w.type and x.k == w.n_cols.
+// Deterministic: each Y[i][j] is computed the same way whatever nth, m (a row of x gives
+// the same result in any batch) and layout (repacked or not) are.
 void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth);
 
 // The same, computed by the scalar reference (dequantize + double accumulation). Slow.

@@ -159,16 +159,40 @@ void tile_float(const MatmulTile& t) {
   }
 }
 
-void quantize_f32(const float* x, void* dst, int64_t k) { std::memcpy(dst, x, static_cast<size_t>(k) * 4); }
+void quantize_f32(const float* x, void* dst, int64_t k, const ActSide&) {
+  std::memcpy(dst, x, static_cast<size_t>(k) * 4);
+}
+
+void quantize_q8_0(const float* x, void* dst, int64_t k, const ActSide& side) {
+  quant_q8_0_ref(x, dst, k);
+  for (int64_t b = 0; b < k / kQK; ++b) {
+    const auto blk = load_block<BlockQ8_0>(dst, b);
+    int32_t sum = 0;
+    for (int8_t v : blk.qs) sum += v;
+    if (side.d) side.d[b] = h2f(blk.d);
+    if (side.sums) side.sums[b] = sum;
+  }
+}
+
+void quantize_q8_1(const float* x, void* dst, int64_t k, const ActSide& side) {
+  quant_q8_1_ref(x, dst, k);
+  for (int64_t b = 0; b < k / kQK; ++b) {
+    const auto blk = load_block<BlockQ8_1>(dst, b);
+    if (side.d) side.d[b] = h2f(blk.d);
+    if (side.s) side.s[b] = h2f(blk.s);
+  }
+}
+
+void quantize_q8_k(const float* x, void* dst, int64_t k, const ActSide&) { quant_q8_k_ref(x, dst, k); }
 
 constexpr KernelTable make_scalar_table() {
   KernelTable t;
   t.isa = "scalar";
   auto idx = [](DType d) { return static_cast<int>(d); };
   t.quantize_row[idx(DType::kF32)] = quantize_f32;
-  t.quantize_row[idx(DType::kQ8_0)] = quant_q8_0_ref;
-  t.quantize_row[idx(DType::kQ8_1)] = quant_q8_1_ref;
-  t.quantize_row[idx(DType::kQ8_K)] = quant_q8_k_ref;
+  t.quantize_row[idx(DType::kQ8_0)] = quantize_q8_0;
+  t.quantize_row[idx(DType::kQ8_1)] = quantize_q8_1;
+  t.quantize_row[idx(DType::kQ8_K)] = quantize_q8_k;
   t.tile_row_major[idx(DType::kF32)] = tile_float<DType::kF32>;
   t.tile_row_major[idx(DType::kF16)] = tile_float<DType::kF16>;
   t.tile_row_major[idx(DType::kBF16)] = tile_float<DType::kBF16>;

@@ -17,7 +17,8 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void silu(const float* x, float* y, int64_t n);
 // tanh approximation, as GGUF models' reference uses
 void gelu(const float* x, float* y, int64_t n);
-// In place, numerically stable (max subtracted).
+// In place, numerically stable (max subtracted). -inf entries get 0; at least one entry
+// must be finite.
 void softmax(float* x, int64_t n);
 void add(const float* a, const float* b, float* out, int64_t n);
 void mul(const float* a, const float* b, float* out, int64_t n);

@@ -26,7 +26,8 @@ double vec_dot_ref(DType wt, const void* w, const void* a, int64_t n);
 double vec_dot_magnitude_ref(DType wt, const void* w, const void* a, int64_t n);
 
 // Worst-case round-trip error bound of quantize+dequantize for one block of values, as a
-// multiple of the block's max |x| (documented per format in quant_ref.cpp).
+// multiple of the block's max |x| (derived per format in vec_dot_ref.cpp). Holds while the
+// block's scales are normal binary16 numbers (block max |x| above ~1e-3).
 double roundtrip_error_bound(DType t);
 
 }  // namespace metro::kernels

@@ -68,6 +68,7 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   ws.xl.resize(L * n_embd);
   ws.logits.resize(L * hp_.n_vocab);
   ws.hidden.resize(T * n_embd);
+  ws.rope_cs.resize(T * hp_.n_rot);
   size_t qa = 0;
   const int64_t widest = std::max<int64_t>({static_cast<int64_t>(n_embd), static_cast<int64_t>(n_q),
                                             static_cast<int64_t>(hp_.n_ff)});
@@ -84,7 +85,7 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   ws.logit_rows.reserve(L);
   ws.bytes_ = (ws.x.size() + ws.xb.size() + ws.tmp.size() + ws.q.size() + ws.att.size() +
                ws.k.size() + ws.v.size() + ws.gate.size() + ws.up.size() + ws.xl.size() +
-               ws.logits.size() + ws.hidden.size()) * sizeof(float) + 2 * qa +
+               ws.logits.size() + ws.hidden.size() + ws.rope_cs.size()) * sizeof(float) + 2 * qa +
               2 * pages * sizeof(void*);
   return ws;
 }
@@ -230,8 +231,12 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
       pool.barrier();
     };
 
-    // Embeddings, then the first layer's attention norm on the same rows.
+    // Embeddings, RoPE angles (once per token for every layer), then the first layer's
+    // attention norm on the same rows.
+    const size_t n_rot = hp_.n_rot;
     for (int t = mine.begin; t < mine.end; ++t) {
+      float* cs = ws.rope_cs.data() + static_cast<size_t>(t) * n_rot;
+      rope_->angles(b.pos[static_cast<size_t>(t)], cs, cs + n_rot / 2);
       const uint8_t* row = w_.token_embd + static_cast<size_t>(b.token[static_cast<size_t>(t)]) * w_.token_embd_row_bytes;
       kernels::dequantize_row_ref(w_.embd_type, row, x + static_cast<size_t>(t) * n_embd, n_embd);
       kernels::rms_norm(x + static_cast<size_t>(t) * n_embd, w_.layers[0].attn_norm.data(),
@@ -255,8 +260,9 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
           kernels::add(vt, L.bv.data(), vt, n_kv);
         }
         const int64_t pos = b.pos[static_cast<size_t>(t)];
-        rope_->apply(qt, n_head, pos);
-        rope_->apply(kt, n_head_kv, pos);
+        const float* cs = ws.rope_cs.data() + static_cast<size_t>(t) * n_rot;
+        rope_->apply(qt, n_head, cs, cs + n_rot / 2);
+        rope_->apply(kt, n_head_kv, cs, cs + n_rot / 2);
         const auto& table = kv.tables[static_cast<size_t>(b.seq[static_cast<size_t>(t)])];
         const int32_t block = table[static_cast<size_t>(pos / bs)];
         const int slot = static_cast<int>(pos % bs);

@@ -48,6 +48,7 @@ class Workspace {
   AlignedBuffer<float> xl;      // [max_logits][n_embd] rows gathered for the head
   AlignedBuffer<float> logits;  // [max_logits][n_vocab]
   AlignedBuffer<float> hidden;  // [max_tokens][n_embd] final normed states, on request
+  AlignedBuffer<float> rope_cs;  // [max_tokens][n_rot]: cos then sin of each token's angles
   AlignedBuffer<uint8_t> qa0, qa1;  // quantized activations
   std::vector<const uint8_t*> k_pages, v_pages;  // one layer's page pointers of every run
   std::vector<kernels::AttentionSeq> attn_seqs;  // one per run

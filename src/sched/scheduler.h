@@ -8,6 +8,7 @@
 // it is recomputed later from its tokens).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -41,6 +42,9 @@ struct SchedulerCounts {
   int waiting = 0;
   int running = 0;
   uint64_t preemptions = 0;
+  // Per SLA class (index = SlaClass); policies that do not track classes leave them zero.
+  std::array<int, kNumSlaClasses> waiting_by_class{};
+  std::array<int, kNumSlaClasses> running_by_class{};
 };
 
 class Scheduler {
@@ -56,6 +60,9 @@ class Scheduler {
   virtual void update(const StepPlan& plan) = 0;
   // Finished or aborted: forgets the sequence and frees its blocks.
   virtual void remove(SeqState* seq) = 0;
+  // Finished normally (a stop condition or max_tokens; not an abort or an error): like
+  // remove(), and a policy that predicts output lengths learns from seq->n_generated().
+  virtual void finish(SeqState* seq) { remove(seq); }
   virtual SchedulerCounts counts() const = 0;
   virtual const char* name() const = 0;
 };

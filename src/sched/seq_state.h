@@ -32,12 +32,16 @@ struct SeqState {
   SlaClass sla_class = SlaClass::kStandard;
   std::string tenant;
   int64_t deadline_ns = 0;       // 0: none
+  // A 64-bit hash of the chat template / system prompt the request was rendered with (0:
+  // unknown). Requests sharing it tend to share output lengths; the length predictor uses it.
+  uint64_t prefix_hash = 0;
 
   // Owned by the scheduler.
   SeqStatus status = SeqStatus::kWaiting;
   uint64_t admit_order = 0;      // increases with each admission to running
   int n_preemptions = 0;
   int64_t first_scheduled_ns = 0;
+  int predicted_output_tokens = -1;  // the length predictor's guess at admission; -1: none
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
   int n_uncomputed() const { return static_cast<int>(tokens.size()) - n_computed; }

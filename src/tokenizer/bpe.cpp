@@ -27,7 +27,16 @@ MergeTable::MergeTable(std::span<const BpeMerge> merges) {
 }
 
 BpeModel::BpeModel(const Vocab& vocab, bool ignore_merges)
-    : vocab_(vocab), merges_(vocab.merges()), ignore_merges_(ignore_merges) {}
+    : vocab_(vocab), merges_(vocab.merges()), byte_pairs_(256 * 256), ignore_merges_(ignore_merges) {
+  for (int a = 0; a < 256; ++a) {
+    for (int b = 0; b < 256; ++b) {
+      const int32_t la = vocab.byte_token(static_cast<uint8_t>(a));
+      const int32_t lb = vocab.byte_token(static_cast<uint8_t>(b));
+      if (la < 0 || lb < 0) continue;
+      if (const MergeTable::Entry* e = merges_.find(la, lb)) byte_pairs_[static_cast<size_t>(a << 8 | b)] = *e;
+    }
+  }
+}
 
 namespace {
 // Min-heap order: lower rank first, then the leftmost pair.
@@ -50,14 +59,11 @@ void BpeModel::push_candidate(BpeScratch& s, int32_t left, int32_t right) const 
 }
 
 void BpeModel::emit_byte(uint8_t b, std::vector<int32_t>& out) const {
-  // Every byte has a token in a sane byte-level vocabulary; a broken one gets UNK, or
-  // loses the byte when there is no UNK either.
+  // Some vocabularies lack a few of the 256 byte characters (SmolLM2 has no token for
+  // bytes like 0x14 or 0xF1). Like llama.cpp, such bytes are dropped: an UNK there could be
+  // a document separator (SmolLM2's UNK is <|endoftext|>).
   const int32_t id = vocab_.byte_token(b);
-  if (id >= 0) {
-    out.push_back(id);
-  } else if (vocab_.unk_id() >= 0) {
-    out.push_back(vocab_.unk_id());
-  }
+  if (id >= 0) out.push_back(id);
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out,
@@ -83,7 +89,14 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out,
                     i + 1 < n ? static_cast<int32_t>(i + 1) : -1};
   }
   s.heap.clear();
-  for (size_t i = 0; i + 1 < n; ++i) push_candidate(s, static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const auto pair = static_cast<size_t>(static_cast<uint8_t>(word[i]) << 8 | static_cast<uint8_t>(word[i + 1]));
+    const MergeTable::Entry& e = byte_pairs_[pair];
+    if (e.key == MergeTable::kEmpty) continue;
+    const auto l = static_cast<int32_t>(i);
+    s.heap.push_back({e.rank, l, l + 1, s.symbols[i].id, s.symbols[i + 1].id, e.result});
+  }
+  std::make_heap(s.heap.begin(), s.heap.end(), LaterCandidate{});
 
   while (!s.heap.empty()) {
     std::pop_heap(s.heap.begin(), s.heap.end(), LaterCandidate{});

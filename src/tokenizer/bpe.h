@@ -88,6 +88,9 @@ class BpeModel {
 
   const Vocab& vocab_;
   MergeTable merges_;
+  // Merges of two single bytes, indexed by (first byte << 8 | second byte): every word
+  // starts with these lookups, and a dense 512 KiB table answers them from cache.
+  std::vector<MergeTable::Entry> byte_pairs_;
   ByteLevelMap byte_map_;
   bool ignore_merges_;
 };

@@ -25,11 +25,13 @@ constexpr std::string_view kQwen2 =
 constexpr std::string_view kQwen35 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // Tekken and GPT-4o tell upper from lower case only within ASCII in llama.cpp (every other
-// letter counts as both); these spellings keep that.
+// letter counts as both). "A letter that is not a-z" is written as the class [^\P{L}a-z]
+// rather than llama.cpp's lookahead group, which means the same but makes PCRE2 keep a
+// backtracking frame per character and run out of JIT stack on long words.
 constexpr std::string_view kTekken =
-    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    R"([^\r\n\p{L}\p{N}]?[^\P{L}a-z]*[^\P{L}A-Z]+|[^\r\n\p{L}\p{N}]?[^\P{L}a-z]+[^\P{L}A-Z]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kGpt4o =
-    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    R"([^\r\n\p{L}\p{N}]?[^\P{L}a-z]*[^\P{L}A-Z]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[^\P{L}a-z]+[^\P{L}A-Z]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kPoro = R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)";
 constexpr std::string_view kDigit = R"(\p{N})";
 
@@ -181,22 +183,49 @@ Expected<PreTokenizer> PreTokenizer::create(const PreTokenizerSpec& spec) {
 
 namespace {
 
-// Finds the next match in subject[start, len). False when there is none. A pattern that
-// exhausts the JIT stack (deeply nested repeats on a huge word) is retried on the
-// interpreter; if that also gives up, the rest of the piece stays unsplit.
-bool next_match(const pcre2_code* code, std::string_view subject, size_t start,
-                pcre2_match_data* md, size_t& m_begin, size_t& m_end) {
-  const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
-  int rc = pcre2_match(code, s, subject.size(), start, 0, md, nullptr);
-  if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-    rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_JIT, md, nullptr);
+// Match state of one split() call. The JIT's default 32 KiB stack suffices for the
+// patterns above on ordinary text; a pathological word gets a larger stack, then the
+// interpreter, and if even that gives up the rest of the piece stays unsplit.
+class Matcher {
+ public:
+  Matcher() : md_(pcre2_match_data_create(kMaxCaptures, nullptr)) { METRO_CHECK(md_ != nullptr); }
+  ~Matcher() {
+    pcre2_match_data_free(md_);
+    pcre2_match_context_free(ctx_);
+    pcre2_jit_stack_free(stack_);
   }
-  if (rc < 0) return false;
-  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-  m_begin = ov[0];
-  m_end = ov[1];
-  return m_begin >= start && m_end >= m_begin && m_end <= subject.size();
-}
+  Matcher(const Matcher&) = delete;
+  Matcher& operator=(const Matcher&) = delete;
+
+  // The next match in subject[start, end); false when there is none.
+  bool next(const pcre2_code* code, std::string_view subject, size_t start, size_t& m_begin,
+            size_t& m_end) {
+    const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
+    int rc = pcre2_match(code, s, subject.size(), start, 0, md_, ctx_);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && stack_ == nullptr) {
+      stack_ = pcre2_jit_stack_create(32 * 1024, kBigJitStackBytes, nullptr);
+      ctx_ = pcre2_match_context_create(nullptr);
+      if (stack_ != nullptr && ctx_ != nullptr) {
+        pcre2_jit_stack_assign(ctx_, nullptr, stack_);
+        rc = pcre2_match(code, s, subject.size(), start, 0, md_, ctx_);
+      }
+    }
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      rc = pcre2_match(code, s, subject.size(), start, PCRE2_NO_JIT, md_, ctx_);
+    }
+    if (rc < 0) return false;
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md_);
+    m_begin = ov[0];
+    m_end = ov[1];
+    return m_begin >= start && m_end >= m_begin && m_end <= subject.size();
+  }
+
+ private:
+  static constexpr size_t kBigJitStackBytes = 8 << 20;
+  pcre2_match_data* md_;
+  pcre2_match_context* ctx_ = nullptr;
+  pcre2_jit_stack* stack_ = nullptr;
+};
 
 }  // namespace
 
@@ -206,8 +235,7 @@ void PreTokenizer::split(std::string_view text, std::vector<TextSpan>& words) co
   METRO_CHECK(text.size() <= UINT32_MAX);
   words.push_back({0, static_cast<uint32_t>(text.size())});
   std::vector<TextSpan> next;
-  pcre2_match_data* md = pcre2_match_data_create(kMaxCaptures, nullptr);
-  METRO_CHECK(md != nullptr);
+  Matcher matcher;
   for (const auto& pat : patterns_) {
     next.clear();
     next.reserve(words.size() * 2);
@@ -217,7 +245,7 @@ void PreTokenizer::split(std::string_view text, std::vector<TextSpan>& words) co
       size_t search = 0;  // where the next match may start
       while (search < piece.size()) {
         size_t b = 0, e = 0;
-        if (!next_match(pat->code, piece, search, md, b, e)) break;
+        if (!matcher.next(pat->code, piece, search, b, e)) break;
         if (e == b) {
           // An empty match cuts nothing; step over one character and search on.
           if (b >= piece.size()) break;
@@ -234,7 +262,6 @@ void PreTokenizer::split(std::string_view text, std::vector<TextSpan>& words) co
     }
     words.swap(next);
   }
-  pcre2_match_data_free(md);
 }
 
 }  // namespace metro::tokenizer

@@ -6,9 +6,9 @@
 
 namespace metro::tokenizer {
 
-Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
+Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& file, const TokenizerOptions& options) {
   METRO_ASSIGN_OR_RETURN(Vocab vocab, Vocab::from_gguf(file));
-  auto impl = std::make_shared<Impl>(std::move(vocab));
+  auto impl = std::make_shared<Impl>(std::move(vocab), options.word_cache_entries);
   if (impl->vocab.kind() == VocabKind::kBpe) {
     const PreTokenizerSpec& spec = *impl->vocab.pre_spec();
     METRO_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create(spec));

@@ -35,15 +35,26 @@ struct DecodeOptions {
   bool strip_leading_space = true;
 };
 
+struct TokenizerOptions {
+  // Words remembered with their BPE ids (0: no cache). 64 bytes each.
+  size_t word_cache_entries = 32768;
+};
+
 class Tokenizer {
  public:
-  static Expected<Tokenizer> from_gguf(const gguf::File& file);
+  static Expected<Tokenizer> from_gguf(const gguf::File& file) {
+    return from_gguf(file, TokenizerOptions{});
+  }
+  static Expected<Tokenizer> from_gguf(const gguf::File& file, const TokenizerOptions& options);
 
   // add_special: BOS/EOS as the vocabulary asks (add_bos_token, add_eos_token).
   // parse_special: text spelling a control token ("<|im_start|>") becomes that token;
   // off for user content, where it stays plain text. Any bytes are accepted; invalid UTF-8
   // is encoded byte for byte (BPE) or by byte fallback (SPM) rather than replaced with
-  // U+FFFD as llama.cpp does, so it round-trips.
+  // U+FFFD as llama.cpp does, so it round-trips. Exception, as in llama.cpp: a byte-level
+  // vocabulary may lack tokens for a few bytes (SmolLM2: 21 control and 0xC0/0xC1/0xF1..
+  // 0xFF bytes); those bytes are dropped. A byte an SPM vocabulary cannot spell becomes UNK.
+  // Precondition: text under 2 GiB (callers bound request sizes far below that).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
   // The bytes of a token sequence, possibly invalid UTF-8 (a character may be split across

@@ -15,7 +15,8 @@
 namespace metro::tokenizer {
 
 struct Tokenizer::Impl {
-  explicit Impl(Vocab v) : vocab(std::move(v)) {}
+  Impl(Vocab v, size_t cache_entries)
+      : vocab(std::move(v)), cache(cache_entries) {}
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 

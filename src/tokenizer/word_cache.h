@@ -2,27 +2,29 @@
 // over and over; a hit skips the merge loop entirely.
 //
 // Safe for concurrent use: entries live in shards, each behind its own mutex, so threads
-// encoding at once rarely wait on each other. A full shard is cleared (cheaper than LRU
-// bookkeeping, and a frequent word is back after its next occurrence).
+// encoding at once rarely wait on each other. Each shard is a direct-mapped table of
+// fixed-size entries (no allocation after construction); a new word simply replaces
+// whatever occupied its slot.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <mutex>
 #include <span>
-#include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace metro::tokenizer {
 
 class WordCache {
  public:
-  static constexpr size_t kMaxWordBytes = 48;
+  // An entry fills one 64-byte cache line; longer words are rare and simply not cached.
+  static constexpr size_t kMaxWordBytes = 22;
+  static constexpr size_t kMaxIds = 8;
   static constexpr size_t kShards = 16;
 
-  explicit WordCache(size_t max_entries_per_shard = 2048) : max_per_shard_(max_entries_per_shard) {}
+  // Room for about `capacity` words in all (rounded to powers of two); 0: never caches.
+  explicit WordCache(size_t capacity);
   WordCache(const WordCache&) = delete;
   WordCache& operator=(const WordCache&) = delete;
 
@@ -31,15 +33,19 @@ class WordCache {
   void insert(std::string_view word, std::span<const int32_t> ids) const;
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const;
+  struct alignas(64) Entry {
+    uint64_t hash = 0;  // 0: empty
+    uint8_t word_len = 0;
+    uint8_t n_ids = 0;
+    char word[kMaxWordBytes];
+    int32_t ids[kMaxIds];
   };
+  static_assert(sizeof(Entry) == 64);
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map;
+    std::vector<Entry> entries;
   };
-  size_t max_per_shard_;
+  size_t mask_ = 0;
   mutable std::array<Shard, kShards> shards_;
 };
 

@@ -50,7 +50,8 @@ TEST(GgufReader, RoundTripsEveryValueType) {
   nested.put<uint64_t>(1);
   nested.put<uint16_t>(3);
   w.add_raw("k.nested", ValueType::kArray, nested.bytes());
-  auto f = parse(w.serialize());
+  const auto bytes = w.serialize();  // File::parse borrows the bytes: keep them alive
+  auto f = parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ(f->version(), 3u);
   EXPECT_EQ(*f->get_uint("k.u8"), 200u);
@@ -80,7 +81,8 @@ TEST(GgufReader, RoundTripsEveryValueType) {
 }
 
 TEST(GgufReader, TypedGettersNameTheKeyAndWhatWasFound) {
-  auto f = parse(small_valid_gguf());
+  const auto bytes = small_valid_gguf();
+  auto f = parse(bytes);
   ASSERT_TRUE(f.ok());
   auto s = f->get_u32("test.words");
   ASSERT_FALSE(s.ok());
@@ -124,7 +126,8 @@ TEST(GgufReader, HonoursCustomAlignment) {
   std::vector<uint8_t> d(2 * 34, 0);
   ASSERT_TRUE(w.add_tensor("q", GgmlType::kQ8_0, {64}, d).ok());
   ASSERT_TRUE(w.add_tensor("r", GgmlType::kQ8_0, {32}, {d.data(), 34}).ok());
-  auto f = parse(w.serialize());
+  const auto bytes = w.serialize();  // File::parse borrows the bytes: keep them alive
+  auto f = parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ(f->alignment(), 64u);
   EXPECT_EQ(f->data_offset() % 64, 0u);

@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 
 #include "base/aligned.h"
+#include "base/fp16.h"
 #include "base/thread_pool.h"
 #include "kernels/kernel_table.h"
 #include "kernels/kernel_test_util.h"
@@ -131,33 +133,43 @@ std::vector<Shape> shapes_for(DType t) {
   if (traits(t).dot_partner == DType::kQ8_K) {
     return {{1, 256, 1}, {9, 512, 3}, {17, 256, 5}, {13, 4096, 2}, {24, 768, 70}};
   }
-  return {{1, 32, 1}, {7, 64, 1}, {8, 96, 2}, {13, 288, 3}, {17, 32, 4}, {37, 160, 5},
-          {20, 4096, 1}, {9, 576, 17}, {40, 224, 70}, {3, 1536, 9}};
+  std::vector<Shape> v = {{1, 32, 1}, {7, 64, 1}, {8, 96, 2}, {13, 288, 3}, {17, 32, 4}, {37, 160, 5},
+                          {20, 4096, 1}, {9, 576, 17}, {40, 224, 70}, {3, 1536, 9}};
+  if (!traits(t).quantized) {  // any k: tails shorter than a SIMD register
+    v.push_back({5, 37, 3});
+    v.push_back({9, 7, 1});
+    v.push_back({11, 1, 6});
+  }
+  return v;
 }
 
-TEST(Matmul, EveryTableTypeAndShapeMatchesReferences) {
+class MatmulPerType : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulPerType, EveryTableAndShapeMatchesReferences) {
+  const DType t = GetParam();
   for (const KernelTable* kt : tables()) {
-    for (DType t : testing::weight_types()) {
-      uint32_t seed = 1;
-      for (const Shape& s : shapes_for(t)) {
-        const Problem p = make_problem(t, s.n, s.k, s.m, seed++);
-        for (bool repack : {false, true}) {
-          const Weight w = make_weight_with(*kt, t, p.w.data(), p.n, p.k, repack);
-          const std::string what = std::string(kt->isa) + " " + w.describe() + " n=" + std::to_string(s.n) +
-                                   " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m);
-          const Result r1 = run(*kt, w, p, 1);
-          check_against_refs(p, r1, what);
-          if (HasFatalFailure()) return;
-          for (int nth : {2, 3}) {
-            const Result rn = run(*kt, w, p, nth);
-            ASSERT_TRUE(same_bits(r1.y, rn.y)) << what << " nth=" << nth;
-            ASSERT_TRUE(r1.same_acts(rn)) << what << " quantize_acts nth=" << nth;
-          }
+    uint32_t seed = 1;
+    for (const Shape& s : shapes_for(t)) {
+      const Problem p = make_problem(t, s.n, s.k, s.m, seed++);
+      for (bool repack : {false, true}) {
+        const Weight w = make_weight_with(*kt, t, p.w.data(), p.n, p.k, repack);
+        const std::string what = std::string(kt->isa) + " " + w.describe() + " n=" + std::to_string(s.n) +
+                                 " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m);
+        const Result r1 = run(*kt, w, p, 1);
+        check_against_refs(p, r1, what);
+        if (HasFatalFailure()) return;
+        for (int nth : {2, 3}) {
+          const Result rn = run(*kt, w, p, nth);
+          ASSERT_TRUE(same_bits(r1.y, rn.y)) << what << " nth=" << nth;
+          ASSERT_TRUE(r1.same_acts(rn)) << what << " quantize_acts nth=" << nth;
         }
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulPerType, ::testing::ValuesIn(testing::weight_types()),
+                         [](const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); });
 
 // Repacked and row-major weights give the same bits, and a row of a batch gives the same
 // bits as that row alone: results never depend on layout or batch composition.
@@ -185,12 +197,65 @@ TEST(Matmul, LayoutAndBatchInvariant) {
   }
 }
 
+TEST(Matmul, RefReadsRepackedWeights) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) {
+    const Problem p = make_problem(t, 13, 96, 3, 5);
+    const Weight wr = make_weight_with(scalar_kernels(), t, p.w.data(), p.n, p.k, false);
+    const Weight wx = make_weight_with(scalar_kernels(), t, p.w.data(), p.n, p.k, true);
+    ASSERT_EQ(wx.layout, kLayoutX8);
+    std::vector<float> a(static_cast<size_t>(p.m * p.n)), b(a.size());
+    matmul_ref(wr, p.x.data(), p.m, static_cast<size_t>(p.k), a.data(), static_cast<size_t>(p.n));
+    matmul_ref(wx, p.x.data(), p.m, static_cast<size_t>(p.k), b.data(), static_cast<size_t>(p.n));
+    EXPECT_TRUE(same_bits(a, b)) << dtype_name(t);
+  }
+}
+
 TEST(Matmul, DescribeSaysLayout) {
   const Problem p = make_problem(DType::kQ4_1, 16, 64, 1, 3);
   EXPECT_EQ(make_weight(DType::kQ4_1, p.w.data(), 16, 64, false).describe(), "Q4_1 row-major");
   const Weight w = make_weight(DType::kQ4_1, p.w.data(), 16, 64, true);
   if (w.layout != kLayoutRowMajor) {
     EXPECT_EQ(w.describe(), "Q4_1 x8 interleaved");
+  }
+}
+
+// Every table's act quantizers give the reference's bytes (ties included: the "halves"
+// rows land exactly on .5 after scaling).
+TEST(QuantizeActs, EveryTableMatchesReferenceBytes) {
+  std::vector<float> halves(512);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = i % 32 == 0 ? 127.0f : static_cast<float>(i % 32) - 15.5f;
+  for (const KernelTable* kt : tables()) {
+    for (DType p : {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K}) {
+      for (int d = 0; d <= static_cast<int>(std::size(testing::kAllDists)); ++d) {
+        const std::vector<float> x = d < static_cast<int>(std::size(testing::kAllDists))
+                                         ? testing::make_data(testing::kAllDists[d], 512, 31u + static_cast<uint32_t>(d))
+                                         : halves;
+        std::vector<uint8_t> got(row_bytes(p, 512)), want(row_bytes(p, 512));
+        std::vector<float> side_d(16, -1.0f), side_s(16, -1.0f);
+        std::vector<int32_t> sums(16, -1);
+        ActSide side{side_d.data(), p == DType::kQ8_1 ? side_s.data() : nullptr,
+                     p == DType::kQ8_0 ? sums.data() : nullptr};
+        kt->quantize_row[static_cast<int>(p)](x.data(), got.data(), 512, side);
+        quantize_row_ref(p, x.data(), want.data(), 512);
+        ASSERT_EQ(got, want) << kt->isa << " " << dtype_name(p) << " data " << d;
+        if (p == DType::kQ8_K) continue;
+        for (int b = 0; b < 16; ++b) {  // the side data describes the blocks written
+          const uint8_t* blk = want.data() + b * traits(p).bytes_per_block;
+          uint16_t dh, sh;
+          std::memcpy(&dh, blk, 2);
+          std::memcpy(&sh, blk + 2, 2);
+          EXPECT_EQ(side_d[static_cast<size_t>(b)], fp16_to_fp32(dh));
+          if (p == DType::kQ8_1) {
+            EXPECT_EQ(side_s[static_cast<size_t>(b)], fp16_to_fp32(sh));
+          }
+          if (p == DType::kQ8_0) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; ++i) sum += static_cast<int8_t>(blk[2 + i]);
+            EXPECT_EQ(sums[static_cast<size_t>(b)], sum);
+          }
+        }
+      }
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // README for how they were made).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -55,21 +56,49 @@ TEST(TokenizerGolden, SmolLM2MatchesLlamaCpp) {
   EXPECT_EQ(check_cases(tok, fx["cases"], "smollm2"), n);
 }
 
-TEST(TokenizerGolden, OtherPreTokenizersOnSmolLM2Vocab) {
+// The pre-tokenizers golden_bpe_pre.json holds, one test each.
+constexpr const char* kPreVariants[] = {
+    "default",        "gpt-2",       "llama-bpe", "qwen2",     "starcoder", "falcon",
+    "deepseek-llm",   "deepseek-coder", "deepseek-v3", "poro-chat", "viking", "tekken",
+    "gpt-4o",         "chatglm-bpe", "qwen35"};
+
+const json& pre_fixture() {
+  static const json fx = load_fixture("golden_bpe_pre.json");
+  return fx;
+}
+
+TEST(TokenizerGolden, PreVariantFixtureHasEveryVariant) {
+  std::vector<std::string> in_file;
+  for (const json& v : pre_fixture()["variants"]) in_file.push_back(v["pre"].get<std::string>());
+  EXPECT_EQ(in_file, std::vector<std::string>(std::begin(kPreVariants), std::end(kPreVariants)));
+}
+
+class TokenizerGoldenPre : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerGoldenPre, SmolLM2VocabUnderOtherPreTokenizer) {
   REQUIRE_MODEL();
-  const json fx = load_fixture("golden_bpe_pre.json");
+  const std::string pre = GetParam();
+  const json* cases = nullptr;
+  for (const json& v : pre_fixture()["variants"]) {
+    if (v["pre"] == pre) cases = &v["cases"];
+  }
+  ASSERT_NE(cases, nullptr) << pre;
   auto file = gguf::File::open(testing::default_model_path());
   ASSERT_TRUE(file.ok()) << file.status().message();
-  for (const json& variant : fx["variants"]) {
-    const std::string pre = variant["pre"].get<std::string>();
-    SCOPED_TRACE("pre " + pre);
-    const auto bytes = testing::smollm2_with_pre(*file, pre);
-    auto tok = testing::tokenizer_from(bytes);
-    ASSERT_TRUE(tok.ok()) << tok.status().message();
-    EXPECT_TRUE(tok->pre_tokenizer_recognized()) << pre;
-    EXPECT_EQ(check_cases(*tok, variant["cases"], pre), variant["cases"].size());
-  }
+  auto tok = testing::tokenizer_from(testing::smollm2_with_pre(*file, pre));
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_TRUE(tok->pre_tokenizer_recognized()) << pre;
+  EXPECT_EQ(check_cases(*tok, *cases, pre), cases->size());
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, TokenizerGoldenPre, ::testing::ValuesIn(kPreVariants),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           std::string name = param.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
 
 TEST(TokenizerGolden, SentencePieceMatchesLlamaCpp) {
   const json fx = load_fixture("golden_spm.json");

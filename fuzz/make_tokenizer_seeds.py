@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpus for fuzz/tokenizer_fuzz.cpp: texts behind a flags byte
+(bits 0-3: add_special, parse_special, render_special, keep leading space; bits 4-7: which
+built-in vocabulary) and two tiny vocabulary GGUF files (byte-level BPE and SentencePiece)
+for the file-loading path. Run: python3 fuzz/make_tokenizer_seeds.py fuzz/corpus/tokenizer"""
+import os
+import struct
+import sys
+
+
+def s(x):
+    b = x.encode("utf-8") if isinstance(x, str) else x
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv_str(key, val):
+    return s(key) + struct.pack("<I", 8) + s(val)
+
+
+def kv_u32(key, val):
+    return s(key) + struct.pack("<II", 4, val)
+
+
+def kv_bool(key, val):
+    return s(key) + struct.pack("<IB", 7, 1 if val else 0)
+
+
+def kv_arr(key, elem_type, items):
+    body = struct.pack("<IIQ", 9, elem_type, len(items))
+    for it in items:
+        if elem_type == 8:
+            body += s(it)
+        elif elem_type == 5:
+            body += struct.pack("<i", it)
+        elif elem_type == 6:
+            body += struct.pack("<f", it)
+    return s(key) + body
+
+
+def gguf(kvs):
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
+
+
+def byte_char(b):
+    printable = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + [x for x in range(256) if x not in printable].index(b))
+
+
+def bpe_seed():
+    tokens = [byte_char(b) for b in range(256)]
+    merges = []
+    for a, b in [(" ", "t"), ("h", "e"), (" t", "he"), ("i", "n"), ("in", "g")]:
+        ea = "".join(byte_char(c) for c in a.encode())
+        eb = "".join(byte_char(c) for c in b.encode())
+        merges.append(ea + " " + eb)
+        tokens.append(ea + eb)
+    tokens += ["<|im_start|>", "<|im_end|>", "<0x-1>"]
+    types = [1] * (len(tokens) - 3) + [3, 3, 6]
+    return gguf([kv_str("tokenizer.ggml.model", "gpt2"), kv_str("tokenizer.ggml.pre", "llama-bpe"),
+                 kv_arr("tokenizer.ggml.tokens", 8, tokens), kv_arr("tokenizer.ggml.token_type", 5, types),
+                 kv_arr("tokenizer.ggml.merges", 8, merges), kv_u32("tokenizer.ggml.bos_token_id", 261),
+                 kv_u32("tokenizer.ggml.eos_token_id", 9999), kv_bool("tokenizer.ggml.add_bos_token", True)])
+
+
+def spm_seed():
+    tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    pieces = ["\u2581", "\u2581t", "he", "\u2581the", "in", "ing", "e", "t", "h", "\u5bb6"]
+    tokens += pieces + ["<|im_end|>"]
+    types += [1] * len(pieces) + [3]
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))] + [0.0]
+    return gguf([kv_str("tokenizer.ggml.model", "llama"), kv_arr("tokenizer.ggml.tokens", 8, tokens),
+                 kv_arr("tokenizer.ggml.token_type", 5, types), kv_arr("tokenizer.ggml.scores", 6, scores),
+                 kv_str("general.name", "Phi-3 seed")])
+
+
+TEXTS = [
+    (0x00, "Hello world, it's 12345!"),
+    (0x13, "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"),
+    (0x10, "The quick brown fox\tjumps  over\n\nthe lazy dog"),
+    (0x20, "x = [1, 22, 333, 4444] # digits"),
+    (0x50, "\u5bb6\u65cf \U0001F468\u200d\U0001F469\u200d\U0001F467 \U0001F3F3\ufe0f\u200d\U0001F308"),
+    (0x60, "\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd \u041f\u0440\u0438\u0432\u0435\u0442"),
+    (0x77, "DON'T YOU'RE we'll I'M  " + " " * 40 + "end"),
+    (0xB6, " the and ing \u2581 <tool> </s> <s>"),
+    (0xBA, "  leading spaces and \u00e9\u00e9\u00e9"),
+]
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    for i, (flags, text) in enumerate(TEXTS):
+        with open(os.path.join(out, "text_%02d" % i), "wb") as f:
+            f.write(bytes([flags]) + text.encode("utf-8"))
+    with open(os.path.join(out, "bytes_broken"), "wb") as f:
+        f.write(bytes([0x01]) + b"ok \xff\xfe\x80 \xc3 \xe2\x82 \xf0\x9f\x98 \xed\xa0\x80 end")
+    with open(os.path.join(out, "bytes_broken_spm"), "wb") as f:
+        f.write(bytes([0xB0]) + b"\xe2 \xf1\x85\x8a\xb8 \x14\x00x")
+    with open(os.path.join(out, "vocab_bpe.gguf"), "wb") as f:
+        f.write(bpe_seed())
+    with open(os.path.join(out, "vocab_spm.gguf"), "wb") as f:
+        f.write(spm_seed())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "fuzz/corpus/tokenizer")

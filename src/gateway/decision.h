@@ -1,0 +1,30 @@
+// What a gateway policy answers for one request, before any work is done for it.
+#pragma once
+
+#include <string>
+
+namespace metro::gateway {
+
+// Reason codes (stable strings: they label metrics and go into the error body's `code`).
+inline constexpr const char* kReasonQueueFull = "queue_full";              // 503: class queue at its request bound
+inline constexpr const char* kReasonQueueTokens = "queue_tokens_full";     // 503: class queue at its prompt-token bound
+inline constexpr const char* kReasonTtft = "predicted_ttft_over_slo";      // 503: would miss its TTFT objective
+inline constexpr const char* kReasonDeadline = "deadline_unreachable";     // 503: would miss its own deadline
+inline constexpr const char* kReasonTenantRate = "tenant_tokens_per_minute"; // 429: over the token quota
+inline constexpr const char* kReasonTenantConcurrency = "tenant_concurrency"; // 429: too many in flight
+
+struct Decision {
+  bool admit = true;
+  int http_status = 200;     // 429 (the tenant is over its quota) or 503 (the server is full)
+  std::string reason;        // one of the codes above when refused
+  double retry_after_s = 0;  // whole seconds >= 1 when refused (the Retry-After header)
+
+  static Decision admitted() { return {}; }
+  static Decision reject(int status, std::string reason, double retry_after_s);
+};
+
+// Retry-After is whole seconds: rounds up, at least 1, at most kMaxRetryAfterS.
+inline constexpr double kMaxRetryAfterS = 3600.0;
+double retry_after_seconds(double estimate_s);
+
+}  // namespace metro::gateway

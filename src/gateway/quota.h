@@ -1,0 +1,77 @@
+// Tenant quotas (from the key file): tokens per minute and concurrent requests.
+//
+// Tokens per minute is a token bucket per tenant: it holds up to `burst_tokens` (default one
+// minute's worth), refills continuously at tokens_per_minute / 60 per second and starts
+// full. A request is charged prompt + max_tokens when admitted (what it may use at most);
+// release() refunds what it did not use, so a tenant is billed for real usage while a burst
+// of long max_tokens cannot overshoot the quota. A request dearer than the whole bucket is
+// charged the whole bucket (it waits for a full one) rather than being refused forever.
+// A bucket was chosen over a sliding window because its state is two numbers and its
+// Retry-After is exact: (cost - level) / rate.
+//
+// Over the quota: 429 with Retry-After. For concurrency it is the tenant's mean request
+// duration divided by its in-flight count (when the next one should finish), at least 1 s.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "gateway/decision.h"
+#include "sched/sched_metrics.h"
+
+namespace metro::gateway {
+
+struct TenantQuota {
+  double tokens_per_minute = 0.0;  // 0: unlimited
+  double burst_tokens = 0.0;       // bucket size; 0: tokens_per_minute
+  int max_concurrent = 0;          // 0: unlimited
+};
+
+// Checks ranges; errors name the field.
+Status validate(const TenantQuota& q);
+
+class QuotaManager {
+ public:
+  // `metrics` (optional) counts refusals under the request's class.
+  explicit QuotaManager(TenantQuota default_quota = {}, sched::SchedMetrics* metrics = nullptr);
+
+  // Replaces a tenant's quota; its bucket keeps its level, clamped to the new size.
+  void set_quota(const std::string& tenant, const TenantQuota& q);
+
+  // Decides; an admitted request holds a concurrency slot and `cost_tokens` of the bucket
+  // until release().
+  Decision admit(const std::string& tenant, sched::SlaClass c, int64_t cost_tokens, int64_t now_ns);
+  // The request ended: frees its slot and refunds charged - used tokens.
+  void release(const std::string& tenant, int64_t charged_tokens, int64_t used_tokens, double duration_s,
+               int64_t now_ns);
+
+  struct TenantState {
+    double bucket_tokens = 0.0;
+    int in_flight = 0;
+    double mean_duration_s = 0.0;
+  };
+  TenantState state(const std::string& tenant, int64_t now_ns);
+
+ private:
+  struct Tenant {
+    TenantQuota quota;
+    bool custom = false;
+    double level = 0.0;
+    int64_t refilled_ns = 0;
+    bool started = false;
+    int in_flight = 0;
+    double mean_duration_s = 0.0;
+  };
+  Tenant& tenant_locked(const std::string& name);
+  static double capacity(const TenantQuota& q);
+  static void refill(Tenant& t, int64_t now_ns);
+
+  TenantQuota default_;
+  sched::SchedMetrics* metrics_;
+  std::mutex mu_;
+  std::unordered_map<std::string, Tenant> tenants_;
+};
+
+}  // namespace metro::gateway

@@ -1,0 +1,152 @@
+// AVX2 kernels for the K-quants (Q4_K, Q5_K, Q6_K) times Q8_K activations, row-major.
+//
+// Per output element, super-block after super-block:
+//   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32)
+//   mins   = exact sum over sub-blocks of min[j] * (act 16-sums)  (Q4_K/Q5_K only)
+//   acc    = fma(float(scaled), d * da, acc);  acc = fma(-float(mins), dmin * da, acc)
+// Each weight super-block is unpacked once per tile and used for all of its act rows.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "base/check.h"
+#include "kernels/kernels_avx2.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/simd_avx2.h"
+
+namespace metro::kernels::avx2 {
+
+namespace {
+
+// One super-block ready for the act loop: 8 vectors of 32 unsigned quants (in element
+// order) and 16 sub-scales as 16-bit pairs (low 128 bits: elements 0-15 of the vector).
+struct Unpacked {
+  __m256i q[8];
+  __m256i scale[8];
+  int32_t mins[8];     // Q4_K/Q5_K: m[j]
+  int32_t scale6[16];  // Q6_K: the sub-block scales
+  float d, dmin;
+};
+
+__m256i fifth_bit(__m256i qh, int bit) {
+  const __m256i v = bit <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - bit))
+                             : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(bit - 4));
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+// Blocks are read in place: a stack copy would make the vector loads that straddle the
+// copy's stores fail store-to-load forwarding.
+template <class B>
+void unpack_k_affine(const uint8_t* row, int64_t b, Unpacked* u) {
+  const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(B);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i qh = _mm256_setzero_si256();
+  if constexpr (std::is_same_v<B, BlockQ5_K>) qh = load256(blk + offsetof(BlockQ5_K, qh));
+  for (int c = 0; c < 4; ++c) {
+    const __m256i w = load256(blk + offsetof(B, qs) + 32 * c);
+    u->q[2 * c] = _mm256_and_si256(w, m4);
+    u->q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+    if constexpr (std::is_same_v<B, BlockQ5_K>) {
+      u->q[2 * c] = _mm256_or_si256(u->q[2 * c], fifth_bit(qh, 2 * c));
+      u->q[2 * c + 1] = _mm256_or_si256(u->q[2 * c + 1], fifth_bit(qh, 2 * c + 1));
+    }
+  }
+  uint8_t scales[12];
+  std::memcpy(scales, blk + offsetof(B, scales), 12);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    unpack_scale_min_k4(scales, j, &sc, &m);
+    u->scale[j] = _mm256_set1_epi16(sc);
+    u->mins[j] = m;
+  }
+  uint16_t d, dmin;
+  std::memcpy(&d, blk + offsetof(B, d), 2);
+  std::memcpy(&dmin, blk + offsetof(B, dmin), 2);
+  u->d = f16(d);
+  u->dmin = f16(dmin);
+}
+
+void unpack_q6_k(const uint8_t* row, int64_t b, Unpacked* u) {
+  const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ6_K);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = blk + offsetof(BlockQ6_K, ql) + 64 * h;
+    const __m256i l0 = load256(ql), l1 = load256(ql + 32);
+    const __m256i qh = load256(blk + offsetof(BlockQ6_K, qh) + 32 * h);
+    u->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+    u->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+    u->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m2));
+    u->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+  }
+  int8_t scales[16];
+  std::memcpy(scales, blk + offsetof(BlockQ6_K, scales), 16);
+  // Vector v holds elements 32v..32v+31: sub-blocks 2v and 2v + 1.
+  for (int v = 0; v < 8; ++v) {
+    u->scale[v] = _mm256_setr_m128i(_mm_set1_epi16(scales[2 * v]), _mm_set1_epi16(scales[2 * v + 1]));
+  }
+  for (int j = 0; j < 16; ++j) u->scale6[j] = scales[j];
+  uint16_t d;
+  std::memcpy(&d, blk + offsetof(BlockQ6_K, d), 2);
+  u->d = f16(d);
+  u->dmin = 0.0f;
+}
+
+template <bool kQ6>
+float step(const Unpacked& u, const uint8_t* act_block, float acc) {
+  float da;
+  std::memcpy(&da, act_block + offsetof(BlockQ8_K, d), 4);
+  const uint8_t* aq = act_block + offsetof(BlockQ8_K, qs);
+  int16_t bsums[16];
+  std::memcpy(bsums, act_block + offsetof(BlockQ8_K, bsums), sizeof bsums);
+  __m256i sum = _mm256_setzero_si256();
+  for (int v = 0; v < 8; ++v) {
+    const __m256i p = _mm256_maddubs_epi16(u.q[v], load256(aq + 32 * v));  // pairs <= 2*63*127
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.scale[v]));
+  }
+  int32_t scaled = hsum_epi32(sum);
+  int32_t mins = 0;
+  if constexpr (kQ6) {
+    // q - 32: subtract 32 * scale * (16-sum of the act) per sub-block.
+    int32_t off = 0;
+    for (int j = 0; j < 16; ++j) off += u.scale6[j] * bsums[j];
+    scaled -= 32 * off;
+  } else {
+    for (int j = 0; j < 8; ++j) mins += u.mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+  }
+  __m128 r = _mm_set_ss(acc);
+  r = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(scaled)), _mm_set_ss(u.d * da), r);
+  if constexpr (!kQ6) r = _mm_fnmadd_ss(_mm_set_ss(static_cast<float>(mins)), _mm_set_ss(u.dmin * da), r);
+  return _mm_cvtss_f32(r);
+}
+
+template <int kFmt>  // 4, 5, 6
+void tile_k(const MatmulTile& t) {
+  METRO_CHECK(t.n_acts <= kMaxTileActs);
+  const int64_t nb = t.k / kQKK;
+  float acc[kMaxTileActs];
+  Unpacked u;
+  for (int64_t j = 0; j < t.n_rows; ++j) {
+    const uint8_t* row = t.w + static_cast<size_t>(j) * t.w_stride;
+    std::fill(acc, acc + t.n_acts, 0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (kFmt == 4) unpack_k_affine<BlockQ4_K>(row, b, &u);
+      if constexpr (kFmt == 5) unpack_k_affine<BlockQ5_K>(row, b, &u);
+      if constexpr (kFmt == 6) unpack_q6_k(row, b, &u);
+      for (int64_t i = 0; i < t.n_acts; ++i) {
+        const uint8_t* ab = t.a + static_cast<size_t>(i) * t.a_stride + static_cast<size_t>(b) * sizeof(BlockQ8_K);
+        acc[i] = step<kFmt == 6>(u, ab, acc[i]);
+      }
+    }
+    for (int64_t i = 0; i < t.n_acts; ++i) t.y[static_cast<size_t>(i) * t.y_stride + static_cast<size_t>(j)] = acc[i];
+  }
+}
+
+}  // namespace
+
+void tile_q4_k(const MatmulTile& t) { tile_k<4>(t); }
+void tile_q5_k(const MatmulTile& t) { tile_k<5>(t); }
+void tile_q6_k(const MatmulTile& t) { tile_k<6>(t); }
+
+}  // namespace metro::kernels::avx2

@@ -1,0 +1,569 @@
+#include "sched/sla_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "base/check.h"
+#include "sched/sched_metrics.h"
+
+namespace metro::sched {
+
+namespace {
+
+constexpr double kNsPerS = 1e9;
+// Cached predictions are refreshed when the predictor has learnt this many new lengths.
+constexpr uint64_t kPredictionRefresh = 32;
+// ... and when the sequence has generated this many tokens since.
+constexpr int kPredictionStride = 16;
+
+// See the table in sla_scheduler.h. Smaller is served first.
+struct Key {
+  int tier = 1;
+  int rank = 0;
+  int cls = 0;
+  int phase = 0;  // 0 decode, 1 prefill
+  int level = 0;
+  double share = 0.0;
+  double work = 0.0;
+  int64_t arrival = 0;
+  uint64_t id = 0;
+
+  bool operator<(const Key& o) const {
+    return std::tie(tier, rank, cls, phase, level, share, work, arrival, id) <
+           std::tie(o.tier, o.rank, o.cls, o.phase, o.level, o.share, o.work, o.arrival, o.id);
+  }
+};
+
+struct Entry {
+  SeqState* seq = nullptr;
+  LengthFeatures features;
+  bool running = false;
+  int64_t ready_since_ns = -1;    // arrival or last scheduled; -1: stamp at next schedule()
+  bool starving_prefill = false;  // sticky until the prompt (or its recompute) is done
+  int n_charged_prompt = 0;       // prompt tokens already charged to the tenant's counter
+  double pred_remaining = 0.0;    // cached LengthPredictor answer for pred_generated
+  int pred_generated = -1;
+  uint64_t pred_version = 0;
+  // Per step.
+  Key key;
+  bool planned = false;
+  bool preempted_now = false;
+  bool tenant_front = false;  // the tenant's oldest starving prompt in its class
+};
+
+class SlaSchedulerImpl final : public SlaScheduler {
+ public:
+  SlaSchedulerImpl(const SlaSchedulerConfig& cfg, kv::KvCacheManager& kv)
+      : cfg_(cfg), kv_(kv), vtc_(cfg.vtc), predictor_(cfg.predictor) {
+    if (!predictor_) predictor_ = std::make_shared<BucketQuantilePredictor>();
+    max_running_ = cfg_.max_running_seqs > 0 ? cfg_.max_running_seqs : cfg_.base.max_seqs;
+    watermark_blocks_ = static_cast<int32_t>(std::ceil(cfg_.kv_watermark * kv_.config().n_blocks));
+    last_seen_ns_.fill(std::numeric_limits<int64_t>::min());
+    last_class_prefill_ns_.fill(std::numeric_limits<int64_t>::min() / 2);
+  }
+
+  void add(SeqState* seq) override {
+    Entry& e = insert(seq);
+    seq->status = SeqStatus::kWaiting;
+    e.running = false;
+  }
+
+  void add_running(SeqState* seq) override {
+    Entry& e = insert(seq);
+    seq->status = SeqStatus::kRunning;
+    seq->admit_order = ++admit_counter_;
+    e.running = true;
+    e.n_charged_prompt = std::min(seq->n_computed, seq->n_prompt);  // the sibling paid for it
+    running_.push_back(&e);
+  }
+
+  StepPlan schedule(int64_t now_ns) override;
+  void update(const StepPlan& plan) override;
+
+  void remove(SeqState* seq) override {
+    kv_.free(seq->id);
+    auto it = entries_.find(seq);
+    if (it != entries_.end()) {
+      vtc_.on_request_removed(seq->sla_class, seq->tenant);
+      if (it->second.running) std::erase(running_, &it->second);
+      entries_.erase(it);
+      if (lane_ == seq) lane_ = nullptr;
+    }
+    seq->status = SeqStatus::kFinished;
+  }
+
+  void finish(SeqState* seq) override {
+    auto it = entries_.find(seq);
+    if (it != entries_.end()) {
+      predictor_->observe(it->second.features, seq->n_generated());
+      if (cfg_.metrics != nullptr && seq->predicted_output_tokens >= 0) {
+        cfg_.metrics->observe_prediction(seq->sla_class, seq->predicted_output_tokens, seq->n_generated());
+      }
+    }
+    remove(seq);
+  }
+
+  SchedulerCounts counts() const override {
+    SchedulerCounts c;
+    for (const auto& [seq, e] : entries_) {
+      const size_t k = static_cast<size_t>(seq->sla_class);
+      if (e.running) {
+        ++c.running;
+        ++c.running_by_class[k];
+      } else {
+        ++c.waiting;
+        ++c.waiting_by_class[k];
+      }
+    }
+    c.preemptions = preemptions_;
+    return c;
+  }
+
+  const char* name() const override { return "sla"; }
+
+  double tenant_counter(SlaClass c, const std::string& tenant) const override {
+    return vtc_.counter(c, tenant);
+  }
+  int level_of(const SeqState* seq) const override {
+    auto it = entries_.find(seq);
+    return it == entries_.end() ? -1 : level(*seq);
+  }
+  int last_step_budget() const override { return last_budget_; }
+  const LengthPredictor& predictor() const override { return *predictor_; }
+  void set_step_cost(const StepCostModel& cost) override { cfg_.cost = cost; }
+
+ private:
+  Entry& insert(SeqState* seq) {
+    auto [it, fresh] = entries_.try_emplace(seq);
+    METRO_CHECK(fresh);
+    Entry& e = it->second;
+    e.seq = seq;
+    e.features = LengthFeatures::of(*seq);
+    e.ready_since_ns = seq->arrival_ns > 0 ? seq->arrival_ns : -1;
+    vtc_.on_request_added(seq->sla_class, seq->tenant);
+    const int g = std::max(0, seq->n_generated());
+    const LengthPrediction p = predictor_->predict(e.features, g);
+    seq->predicted_output_tokens = g + static_cast<int>(std::lround(p.mean_remaining));
+    return e;
+  }
+
+  static bool is_decode(const Entry& e) { return e.running && e.seq->n_uncomputed() <= 1; }
+
+  // Skip-join MLFQ: the first level whose cumulative quantum the work done so far does not
+  // exceed (a long prompt joins lower; more than a quantum of work drops a level).
+  int level(const SeqState& s) const {
+    const double q = cfg_.sla.of(s.sla_class).quantum_tokens;
+    const double done = s.n_prompt * cfg_.prefill_token_cost + std::max(0, s.n_generated());
+    int k = 0;
+    double end = q;  // level k holds up to q * (2^(k+1) - 1)
+    while (k + 1 < cfg_.levels && done > end) {
+      ++k;
+      end += q * std::ldexp(1.0, k);
+    }
+    return k;
+  }
+
+  double predicted_work(Entry& e) {
+    const SeqState& s = *e.seq;
+    const int g = std::max(0, s.n_generated());
+    const uint64_t version = predictor_->version();
+    if (e.pred_generated < 0 || g < e.pred_generated || g - e.pred_generated >= kPredictionStride ||
+        version - e.pred_version >= kPredictionRefresh) {
+      e.pred_remaining = predictor_->predict(e.features, g).mean_remaining;
+      e.pred_generated = g;
+      e.pred_version = version;
+    }
+    // Between refreshes a decode's remaining work counts down token by token.
+    const double remaining = std::max(1.0, e.pred_remaining - (g - e.pred_generated));
+    const int uncomputed = is_decode(e) ? 0 : s.n_uncomputed();
+    return uncomputed * cfg_.prefill_token_cost + remaining;
+  }
+
+  double wait_s(const Entry& e, int64_t now_ns) const {
+    return static_cast<double>(std::max<int64_t>(0, now_ns - e.ready_since_ns)) / kNsPerS;
+  }
+
+  // How many classes e's wait lifts it: a waiting prompt climbs through every class above
+  // it within its starvation bound, a paused decode one class per TPOT objective it waited.
+  int promotion(const Entry& e, int64_t now_ns) const {
+    const int cls = static_cast<int>(e.seq->sla_class);
+    if (cls == 0) return 0;
+    const SlaClassConfig& cc = cfg_.sla.of(e.seq->sla_class);
+    const double step_s = is_decode(e) ? cc.tpot_s : cc.starve_s / (cls + 1);
+    return static_cast<int>(std::min(static_cast<double>(cls), std::floor(wait_s(e, now_ns) / step_s)));
+  }
+
+  Key key_of(Entry& e, int64_t now_ns, bool lane, int class_rank) {
+    const SeqState& s = *e.seq;
+    const bool decode = is_decode(e);
+    Key k;
+    k.arrival = s.arrival_ns;
+    k.id = s.id;
+    if (lane || (decode && wait_s(e, now_ns) >= cfg_.sla.of(s.sla_class).starve_s)) {
+      k.tier = 0;
+      return k;
+    }
+    // A paused decode climbs on its own (one token is cheap); prompts climb as a class, so
+    // that aging reorders classes but not the shortest-first order inside one.
+    k.rank = decode ? std::min(class_rank, static_cast<int>(s.sla_class) - promotion(e, now_ns)) : class_rank;
+    k.cls = static_cast<int>(s.sla_class);
+    k.phase = decode ? 0 : 1;
+    k.share = decode ? 0.0 : vtc_.counter(s.sla_class, s.tenant);
+    if (e.tenant_front) {
+      // Starved inside its class (shorter work kept arriving): the oldest such request of
+      // each tenant goes first among that tenant's. One at a time, so shortest-first still
+      // orders the rest, and fair share between tenants is untouched.
+      k.level = 0;
+      k.work = -wait_s(e, now_ns);
+    } else {
+      k.level = level(s);
+      k.work = predicted_work(e);
+    }
+    return k;
+  }
+
+  int step_budget(int64_t now_ns, const std::array<bool, kNumSlaClasses>& has_decodes) {
+    const int max_tokens = cfg_.base.max_batch_tokens;
+    if (!cfg_.cost.known()) return max_tokens;
+    double target = std::numeric_limits<double>::infinity();
+    for (int c = 0; c < kNumSlaClasses; ++c) {
+      const SlaClassConfig& cc = cfg_.sla.classes[static_cast<size_t>(c)];
+      const int64_t seen = last_seen_ns_[static_cast<size_t>(c)];
+      const bool present = seen != std::numeric_limits<int64_t>::min() &&
+                           static_cast<double>(now_ns - seen) / kNsPerS <= cfg_.class_memory_s;
+      if (present) target = std::min(target, cc.ttft_s * cfg_.step_per_ttft);
+      if (has_decodes[static_cast<size_t>(c)]) target = std::min(target, cc.tpot_s * cfg_.step_per_tpot);
+    }
+    if (!std::isfinite(target)) return max_tokens;
+    const double per_token = std::max(cfg_.cost.per_prefill_token_s, cfg_.cost.per_decode_seq_s);
+    const double affordable = std::floor((target - cfg_.cost.fixed_s) / per_token);
+    if (affordable >= max_tokens) return max_tokens;
+    return std::max(std::min(cfg_.min_step_tokens, max_tokens), static_cast<int>(std::max(0.0, affordable)));
+  }
+
+  // Whether `e` may take v's blocks. Memory preemption throws work away, so it follows an
+  // order that does not move while sequences wait (aging moves keys; ping-pong between two
+  // sequences whose keys cross would livelock): for running sequences (native class,
+  // admission order), so the oldest admission of the best class always progresses; a
+  // waiting one may only take a lower class's blocks; the starvation lane takes any
+  // blocks but a more senior lane's, and nothing takes the lane's.
+  static bool may_preempt(const Entry& e, const Entry& v) {
+    const SeqState& a = *e.seq;
+    const SeqState& b = *v.seq;
+    if (v.key.tier == 0) {
+      return e.key.tier == 0 && std::tie(a.arrival_ns, a.id) < std::tie(b.arrival_ns, b.id);
+    }
+    if (e.key.tier == 0) return true;
+    if (e.running) return std::tie(a.sla_class, a.admit_order) < std::tie(b.sla_class, b.admit_order);
+    return b.sla_class > a.sla_class;
+  }
+
+  // The running sequence `e` takes blocks from: the lowest priority this step among those it
+  // may preempt and that are not planned; null if none.
+  Entry* victim_for(const Entry& e) const {
+    Entry* best = nullptr;
+    for (Entry* v : running_) {
+      if (v == &e || v->planned || !may_preempt(e, *v)) continue;
+      if (best == nullptr || best->key < v->key) best = v;
+    }
+    return best;
+  }
+
+  void preempt(Entry* v, StepPlan* plan) {
+    SeqState* s = v->seq;
+    kv_.free(s->id);
+    s->n_computed = 0;
+    s->status = SeqStatus::kWaiting;
+    ++s->n_preemptions;
+    ++preemptions_;
+    v->running = false;
+    v->preempted_now = true;
+    std::erase(running_, v);
+    plan->preempted.push_back(s);
+    if (cfg_.metrics != nullptr) cfg_.metrics->observe_preemption(s->sla_class);
+  }
+
+  // Whether preempting every sequence e may preempt could free `blocks` (an upper bound:
+  // blocks shared through the prefix cache do not come back); if not, nobody is preempted
+  // for nothing.
+  bool could_free(const Entry& e, int64_t blocks) const {
+    int64_t avail = kv_.n_free_blocks();
+    for (const Entry* v : running_) {
+      if (avail >= blocks) break;
+      if (v != &e && !v->planned && may_preempt(e, *v)) avail += static_cast<int64_t>(kv_.table(v->seq->id).size());
+    }
+    return avail >= blocks;
+  }
+
+  // KV room for n more tokens of e, preempting what e may preempt.
+  bool reserve(Entry* e, int n, StepPlan* plan) {
+    if (!could_free(*e, kv_.blocks_needed(e->seq->id, n))) return false;
+    while (!kv_.allocate(e->seq->id, n)) {
+      Entry* v = victim_for(*e);
+      if (v == nullptr) return false;
+      preempt(v, plan);
+    }
+    return true;
+  }
+
+  // Before a waiting sequence's first chunk: a seat among the running sequences of its
+  // class and above, and KV for its whole remaining prompt, so that admitting it does not
+  // leave half-prefilled sequences fighting over memory (each such fight is a preemption
+  // that throws work away). Classes below realtime also leave `kv_watermark` of the blocks
+  // free: headroom for running decodes to grow and for realtime arrivals.
+  bool make_room_to_admit(Entry* e, StepPlan* plan) {
+    const SeqState& s = *e->seq;
+    auto seats_taken = [&] {
+      int n = 0;
+      for (const Entry* r : running_) n += r->seq->sla_class <= s.sla_class ? 1 : 0;
+      return n;
+    };
+    // Headroom is for others: a starving request, or one alone, may use every block.
+    const bool privileged = s.sla_class == SlaClass::kRealtime || e->key.tier == 0 || e->tenant_front;
+    const int32_t headroom = privileged || running_.empty() ? 0 : watermark_blocks_;
+    if (!could_free(*e, int64_t{kv_.blocks_needed(s.id, s.n_uncomputed())} + headroom)) return false;
+    while (seats_taken() >= seats_ ||
+           kv_.n_free_blocks() < kv_.blocks_needed(s.id, s.n_uncomputed()) + headroom) {
+      Entry* v = victim_for(*e);
+      if (v == nullptr) return false;
+      preempt(v, plan);
+    }
+    return true;
+  }
+
+  SlaSchedulerConfig cfg_;
+  kv::KvCacheManager& kv_;
+  VirtualTokenCounter vtc_;
+  std::shared_ptr<LengthPredictor> predictor_;
+  std::unordered_map<const SeqState*, Entry> entries_;
+  std::vector<Entry*> running_;
+  const SeqState* lane_ = nullptr;  // the starvation lane's holder
+  std::vector<Entry*> order_;
+  std::array<std::unordered_map<std::string_view, Entry*>, kNumSlaClasses> tenant_front_;
+  std::array<int64_t, kNumSlaClasses> last_seen_ns_{};
+  // Last step that prefilled a prompt of the class outside the lane.
+  std::array<int64_t, kNumSlaClasses> last_class_prefill_ns_{};
+  int max_running_ = 0;
+  int seats_ = 0;  // this step's running cap: max_running_, cut to a share of a small budget
+  int32_t watermark_blocks_ = 0;
+  int last_budget_ = 0;
+  uint64_t admit_counter_ = 0;
+  uint64_t preemptions_ = 0;
+};
+
+StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
+  StepPlan plan;
+  std::array<bool, kNumSlaClasses> has_decodes{};
+  // The lane stays with its holder until its prompt is done: handing it to an older
+  // request that starts starving meanwhile would throw the holder's progress away.
+  Entry* lane = nullptr;
+  if (lane_ != nullptr) {
+    auto it = entries_.find(lane_);
+    // Until it samples: a recompute's last token looks like a decode but is still the lane's.
+    if (it != entries_.end() && it->second.starving_prefill) lane = &it->second;
+  }
+  const bool lane_held = lane != nullptr;
+  // Per-step scratch lives in members so that steady-state steps do not allocate.
+  std::vector<Entry*>& order = order_;
+  order.clear();
+  std::array<int, kNumSlaClasses> promoted{};
+  int best_class = kNumSlaClasses;
+  for (const auto& [seq, e] : entries_) best_class = std::min(best_class, static_cast<int>(seq->sla_class));
+  auto& tenant_front = tenant_front_;
+  for (auto& m : tenant_front) m.clear();
+  for (auto& [seq, e] : entries_) {
+    if (e.ready_since_ns < 0) e.ready_since_ns = now_ns;
+    e.planned = false;
+    e.preempted_now = false;
+    e.tenant_front = false;
+    const size_t cls = static_cast<size_t>(seq->sla_class);
+    last_seen_ns_[cls] = now_ns;
+    if (!is_decode(e)) promoted[cls] = std::max(promoted[cls], promotion(e, now_ns));
+    if (is_decode(e)) {
+      has_decodes[cls] = true;
+    } else {
+      if (wait_s(e, now_ns) >= cfg_.sla.of(seq->sla_class).starve_s) e.starving_prefill = true;
+      // The lane is for requests that higher classes starve: a higher class has work and
+      // this class's prompts have not been served for its whole starve time. A class that is
+      // served but has more than it can take starves by its own backlog; there the oldest
+      // request of each tenant goes first (see key_of) and fair share still applies.
+      const bool class_starved =
+          static_cast<double>(now_ns - last_class_prefill_ns_[cls]) / kNsPerS >= cfg_.sla.of(seq->sla_class).starve_s;
+      if (e.starving_prefill && !lane_held && static_cast<int>(cls) > best_class && class_starved &&
+          (lane == nullptr || std::tie(seq->arrival_ns, seq->id) < std::tie(lane->seq->arrival_ns, lane->seq->id))) {
+        lane = &e;
+      }
+      if (wait_s(e, now_ns) >= cfg_.sla.of(seq->sla_class).starve_s * cfg_.in_class_starve_factor) {
+        Entry*& front = tenant_front[cls][seq->tenant];
+        if (front == nullptr || std::tie(seq->arrival_ns, seq->id) < std::tie(front->seq->arrival_ns, front->seq->id)) {
+          front = &e;
+        }
+      }
+    }
+    order.push_back(&e);
+  }
+  for (auto& by_tenant : tenant_front) {
+    for (auto& [tenant, e] : by_tenant) e->tenant_front = true;
+  }
+  lane_ = lane != nullptr ? lane->seq : nullptr;
+  for (Entry* e : order) {
+    const size_t cls = static_cast<size_t>(e->seq->sla_class);
+    e->key = key_of(*e, now_ns, e == lane, static_cast<int>(cls) - promoted[cls]);
+  }
+
+  const int budget_total = step_budget(now_ns, has_decodes);
+  last_budget_ = budget_total;
+  // Decodes go first, so seats beyond a share of the budget would leave prompts none.
+  seats_ = std::min(max_running_, std::max(1, static_cast<int>(budget_total * cfg_.decode_share)));
+  const int lane_cap = std::max(1, static_cast<int>(budget_total * cfg_.starving_prefill_share));
+  int budget = budget_total;
+  int logits = 0;
+  bool hold_admissions = false;
+  bool realtime_prefill = false;
+
+  auto later = [](const Entry* a, const Entry* b) { return b->key < a->key; };
+  std::make_heap(order.begin(), order.end(), later);
+  while (!order.empty() && budget > 0 && static_cast<int>(plan.seqs.size()) < cfg_.base.max_seqs) {
+    std::pop_heap(order.begin(), order.end(), later);
+    Entry* e = order.back();
+    order.pop_back();
+    if (e->preempted_now) continue;  // lost its blocks this step; it runs again later
+    SeqState* s = e->seq;
+    if (realtime_prefill && e->key.tier != 0 && s->sla_class != SlaClass::kRealtime) continue;
+    const bool was_running = e->running;
+    if (!was_running && !kv_.has(s->id)) {
+      const int cached = s->use_prefix_cache ? kv_.computed_blocks(s->id, s->tokens) : 0;
+      s->n_computed = cached;
+      if (s->n_preemptions == 0) s->n_cached_prompt = std::min(cached, s->n_prompt);
+    }
+    int n = std::min(s->n_uncomputed(), budget);
+    if (e->key.tier == 0 && !is_decode(*e)) n = std::min(n, lane_cap);
+    const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
+    if (!was_running && hold_admissions) {
+      kv_.free(s->id);
+      s->n_computed = 0;
+      continue;
+    }
+    bool fits = n > 0 && !(wants_logits && logits >= cfg_.base.max_logits);
+    if (fits && !was_running) {
+      fits = make_room_to_admit(e, &plan);
+      // Smaller requests behind a starving one that does not fit would take the memory it
+      // waits for, forever if they keep coming: admit nothing after it until it fits.
+      if (!fits && e->tenant_front) hold_admissions = true;
+    }
+    fits = fits && reserve(e, n, &plan);
+    if (!fits) {
+      if (!was_running) {
+        // Give prefix hits back so the cached blocks stay evictable while it waits.
+        kv_.free(s->id);
+        s->n_computed = 0;
+      }
+      continue;  // a running sequence is paused: it keeps its blocks
+    }
+    if (!was_running) {
+      e->running = true;
+      s->status = SeqStatus::kRunning;
+      s->admit_order = ++admit_counter_;
+      if (s->first_scheduled_ns == 0) s->first_scheduled_ns = now_ns;
+      running_.push_back(e);
+    }
+    e->planned = true;
+    e->ready_since_ns = now_ns;
+    plan.seqs.push_back({s, n});
+    if (!is_decode(*e) && e->key.tier != 0) last_class_prefill_ns_[static_cast<size_t>(s->sla_class)] = now_ns;
+    budget -= n;
+    logits += wants_logits ? 1 : 0;
+    // Every token in the step delays its end, so a step that prefills a realtime prompt
+    // carries nothing of the classes below (their decodes pause for those few steps).
+    if (cfg_.realtime_prefill_exclusive && s->sla_class == SlaClass::kRealtime && !is_decode(*e)) {
+      realtime_prefill = true;
+    }
+  }
+  plan.n_tokens = budget_total - budget;
+  return plan;
+}
+
+void SlaSchedulerImpl::update(const StepPlan& plan) {
+  for (const ScheduledSeq& ss : plan.seqs) {
+    SeqState* s = ss.seq;
+    const bool sampled = ss.samples();
+    s->n_computed += ss.n_tokens;
+    kv_.commit(s->id, s->tokens, s->n_computed);
+    auto it = entries_.find(s);
+    if (it == entries_.end()) continue;
+    Entry& e = it->second;
+    // Charge the tenant for new prompt tokens and for each sampled token; recomputation
+    // after a preemption is the scheduler's doing, not the tenant's.
+    const int prompt_done = std::min(s->n_computed, s->n_prompt);
+    const int new_prompt = std::max(0, prompt_done - e.n_charged_prompt);
+    e.n_charged_prompt = std::max(e.n_charged_prompt, prompt_done);
+    vtc_.charge(s->sla_class, s->tenant, new_prompt, sampled ? 1 : 0);
+    if (sampled) e.starving_prefill = false;
+  }
+}
+
+}  // namespace
+
+Status validate(const SlaSchedulerConfig& cfg) {
+  auto bad = [](const std::string& what) { return invalid_argument("scheduler config: " + what); };
+  auto finite_nonneg = [](double v) { return std::isfinite(v) && v >= 0.0; };
+  if (cfg.base.max_batch_tokens < 1) return bad("max_batch_tokens must be >= 1");
+  if (cfg.base.max_seqs < 1) return bad("max_seqs must be >= 1");
+  if (cfg.base.max_logits < 1) return bad("max_logits must be >= 1");
+  if (cfg.levels < 1 || cfg.levels > 16) return bad("levels must be in [1, 16]");
+  if (!finite_nonneg(cfg.prefill_token_cost) || cfg.prefill_token_cost > 1000.0) {
+    return bad("prefill_token_cost must be in [0, 1000]");
+  }
+  if (cfg.max_running_seqs < 0) return bad("max_running_seqs must be >= 0 (0: max_seqs)");
+  if (!(cfg.kv_watermark >= 0.0 && cfg.kv_watermark < 1.0)) return bad("kv_watermark must be in [0, 1)");
+  if (!(cfg.starving_prefill_share > 0.0 && cfg.starving_prefill_share <= 1.0)) {
+    return bad("starving_prefill_share must be in (0, 1]");
+  }
+  if (!finite_nonneg(cfg.vtc.prompt) || !finite_nonneg(cfg.vtc.output)) return bad("VTC weights must be >= 0");
+  if (!finite_nonneg(cfg.cost.fixed_s) || !finite_nonneg(cfg.cost.per_prefill_token_s) ||
+      !finite_nonneg(cfg.cost.per_decode_seq_s)) {
+    return bad("step cost terms must be finite and >= 0");
+  }
+  if (!(cfg.step_per_ttft > 0.0 && cfg.step_per_ttft <= 1.0)) return bad("step_per_ttft must be in (0, 1]");
+  if (!(cfg.step_per_tpot > 0.0 && cfg.step_per_tpot <= 1.0)) return bad("step_per_tpot must be in (0, 1]");
+  if (!(cfg.decode_share > 0.0 && cfg.decode_share <= 1.0)) return bad("decode_share must be in (0, 1]");
+  if (!(std::isfinite(cfg.in_class_starve_factor) && cfg.in_class_starve_factor >= 1.0)) {
+    return bad("in_class_starve_factor must be >= 1");
+  }
+  if (!finite_nonneg(cfg.class_memory_s)) return bad("class_memory_s must be >= 0");
+  if (cfg.min_step_tokens < 1) return bad("min_step_tokens must be >= 1");
+  for (int c = 0; c < kNumSlaClasses; ++c) {
+    const SlaClassConfig& cc = cfg.sla.classes[static_cast<size_t>(c)];
+    const std::string name = sla_class_name(static_cast<SlaClass>(c));
+    auto ok = [](double s) { return std::isfinite(s) && s > 0.0 && s <= kMaxSloSeconds; };
+    if (!ok(cc.ttft_s) || !ok(cc.tpot_s) || !ok(cc.starve_s)) {
+      return bad(name + ": ttft, tpot and starve must be finite, > 0 and <= 86400 s");
+    }
+    if (cc.quantum_tokens < 1 || cc.quantum_tokens > kMaxQuantumTokens) {
+      return bad(name + ": quantum must be in [1, 1000000]");
+    }
+  }
+  return Status();
+}
+
+std::unique_ptr<SlaScheduler> make_sla_scheduler(const SlaSchedulerConfig& cfg, kv::KvCacheManager& kv) {
+  METRO_CHECK_MSG(validate(cfg).ok(), "make_sla_scheduler: invalid config (call validate())");
+  return std::make_unique<SlaSchedulerImpl>(cfg, kv);
+}
+
+Expected<std::unique_ptr<Scheduler>> make_scheduler(std::string_view name, const SlaSchedulerConfig& cfg,
+                                                    kv::KvCacheManager& kv) {
+  if (name == "fcfs") return make_fcfs_scheduler(cfg.base, kv);
+  if (name == "sla") {
+    METRO_RETURN_IF_ERROR(validate(cfg));
+    return std::unique_ptr<Scheduler>(make_sla_scheduler(cfg, kv));
+  }
+  return invalid_argument("--sched: unknown scheduler '" + std::string(name) + "'; expected fcfs or sla");
+}
+
+}  // namespace metro::sched

@@ -1,0 +1,281 @@
+#include <gtest/gtest.h>
+
+#include "gateway/admission.h"
+#include "gateway/batch_window.h"
+#include "gateway/quota.h"
+
+namespace metro::gateway {
+namespace {
+
+using sched::SlaClass;
+constexpr int64_t kS = 1'000'000'000;
+
+AdmissionConfig base_cfg() {
+  AdmissionConfig c;
+  c.initial_prefill_tokens_per_s = 1000.0;  // 1 ms per queued prompt token
+  c.initial_step_s = 0.05;
+  return c;
+}
+
+TEST(Admission, QueueBoundOnRequests) {
+  AdmissionConfig cfg = base_cfg();
+  cfg.limits[0] = {.max_requests = 2, .max_prompt_tokens = 100000};
+  AdmissionController a(cfg);
+  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  Decision d = a.admit({SlaClass::kRealtime, 10}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_EQ(d.reason, kReasonQueueFull);
+  // 200 tokens ahead over 2 requests at 1000 tok/s: a seat frees in ~0.15 s -> 1 s.
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
+  // Other classes have their own queues.
+  EXPECT_TRUE(a.admit({SlaClass::kStandard, 10}, 0).admit);
+  a.release(SlaClass::kRealtime, 100);
+  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 10}, 0).admit);
+}
+
+TEST(Admission, QueueBoundOnPromptTokens) {
+  AdmissionConfig cfg = base_cfg();
+  cfg.limits[2] = {.max_requests = 100, .max_prompt_tokens = 5000};
+  cfg.sla.of(SlaClass::kBatch).ttft_s = 1000.0;
+  AdmissionController a(cfg);
+  EXPECT_TRUE(a.admit({SlaClass::kBatch, 4000}, 0).admit);
+  Decision d = a.admit({SlaClass::kBatch, 3500}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, kReasonQueueTokens);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 3.0);  // 2500 tokens too many at 1000 tok/s = 2.5 s -> 3
+  EXPECT_TRUE(a.admit({SlaClass::kBatch, 1000}, 0).admit);
+}
+
+TEST(Admission, PredictedTtftOverTheObjectiveIsRefusedEarly) {
+  AdmissionConfig cfg = base_cfg();
+  cfg.shortest_first = false;  // FIFO inside the class keeps the arithmetic plain
+  AdmissionController a(cfg);
+  // Standard TTFT objective 2 s. 1500 tokens queued + 400 own = 1.9 s + 0.05 step: fits.
+  EXPECT_TRUE(a.admit({SlaClass::kStandard, 1500}, 0).admit);
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 400), 1.95, 1e-9);
+  EXPECT_TRUE(a.admit({SlaClass::kStandard, 400}, 0).admit);
+  // Now 1900 ahead + 1000 own = 2.95 s > 2 s: refused with Retry-After ~ 0.95 s -> 1.
+  Decision d = a.admit({SlaClass::kStandard, 1000}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, kReasonTtft);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
+  // Retry-After grows with the queue.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a.admit({SlaClass::kBatch, 1000}, 0).admit);  // batch: 30 s
+  Decision far = a.admit({SlaClass::kBatch, 25000}, 0);
+  EXPECT_FALSE(far.admit);
+  // 1900 + 5000 + 25000 tokens = 31.9 s + 0.05 - 30 s = 1.95 s -> 2.
+  EXPECT_DOUBLE_EQ(far.retry_after_s, 2.0);
+}
+
+TEST(Admission, HigherClassesDoNotWaitBehindLowerOnes) {
+  AdmissionController a(base_cfg());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(a.admit({SlaClass::kBatch, 2000}, 0).admit);
+  // 20 s of batch prompt queued, but realtime is served first: only its own 100 tokens.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kRealtime, 100), 0.15, 1e-9);
+  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  // Under FCFS everything queued is ahead.
+  AdmissionConfig fcfs = base_cfg();
+  fcfs.class_priority = false;
+  AdmissionController b(fcfs);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(b.admit({SlaClass::kBatch, 2000}, 0).admit);
+  Decision d = b.admit({SlaClass::kRealtime, 100}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, kReasonTtft);
+}
+
+TEST(Admission, MeasuredRatesMoveThePrediction) {
+  AdmissionController a(base_cfg());
+  ASSERT_TRUE(a.admit({SlaClass::kStandard, 1000}, 0).admit);
+  ASSERT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  // Realtime ahead at the prefill rate, then its class's queue and its own 1000 at the
+  // class's drain rate, then a step.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1000), 0.1 + 2.0 + 0.05, 1e-9);
+  // Prompts run at 4000 tok/s of prefill work, but standard, backlogged, only got 100
+  // tokens per 0.2 s step (realtime and decodes took the rest): it drains at 500 tok/s.
+  gateway::StepObservation o;
+  o.step_s = 0.2;
+  o.prefill_tokens = {300, 100, 0};
+  o.prefill_s = 0.1;
+  o.backlogged = {false, true, false};
+  for (int i = 0; i < 60; ++i) a.observe_step(o);
+  QueueState q = a.state();
+  EXPECT_NEAR(q.prefill_tokens_per_s, 4000.0, 1.0);
+  EXPECT_NEAR(q.drain_tokens_per_s[1], 500.0, 1.0);
+  EXPECT_NEAR(q.drain_tokens_per_s[0], 1000.0, 1e-9) << "not backlogged: no observation";
+  EXPECT_NEAR(q.fifo_drain_tokens_per_s, 2000.0, 1.0);
+  EXPECT_NEAR(q.step_s, 0.2, 1e-3);
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1000), 100.0 / 4000.0 + 2000.0 / 500.0 + 0.2, 1e-2);
+  // A starved class drains at 0: its requests are refused.
+  o.prefill_tokens = {400, 0, 0};
+  for (int i = 0; i < 200; ++i) a.observe_step(o);
+  Decision d = a.admit({SlaClass::kStandard, 10}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, kReasonTtft);
+}
+
+TEST(Admission, ShortestFirstCountsOnlyShorterPromptsOfTheClass) {
+  AdmissionController a(base_cfg());
+  ASSERT_TRUE(a.admit({SlaClass::kStandard, 1500}, 0).admit);
+  ASSERT_TRUE(a.admit({SlaClass::kStandard, 100}, 0).admit);
+  // A 200-token prompt waits behind the 100-token one only: 0.3 s + step.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.35, 1e-9);
+  // A 1600-token one behind both.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1600), 3.25, 1e-9);
+  a.release(SlaClass::kStandard, 100);
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.25, 1e-9);
+  AdmissionConfig fifo = base_cfg();
+  fifo.shortest_first = false;
+  AdmissionController b(fifo);
+  ASSERT_TRUE(b.admit({SlaClass::kStandard, 1500}, 0).admit);
+  EXPECT_NEAR(b.predicted_ttft_s(SlaClass::kStandard, 200), 1.75, 1e-9);
+}
+
+TEST(Admission, DeadlinesAndRejectionMetrics) {
+  sched::SlaConfig sla;
+  sched::SchedMetrics metrics(sla);
+  AdmissionConfig cfg = base_cfg();
+  cfg.metrics = &metrics;
+  AdmissionController a(cfg);
+  // 500 tokens: 0.55 s predicted; a deadline 0.3 s away cannot be met.
+  Decision d = a.admit({SlaClass::kBatch, 500, 10 * kS + kS * 3 / 10}, 10 * kS);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.reason, kReasonDeadline);
+  EXPECT_TRUE(a.admit({SlaClass::kBatch, 500, 11 * kS}, 10 * kS).admit);
+  EXPECT_EQ(metrics.snapshot().classes[2].rejections.at(kReasonDeadline), 1u);
+  // Releasing more than was queued cannot drive the queue negative.
+  a.release(SlaClass::kBatch, 500);
+  a.release(SlaClass::kBatch, 500);
+  EXPECT_EQ(a.state().requests[2], 0);
+  EXPECT_EQ(a.state().prompt_tokens[2], 0);
+}
+
+TEST(Admission, ConfigValidation) {
+  AdmissionConfig c;
+  EXPECT_TRUE(validate(c).ok());
+  c.ttft_margin = 0.0;
+  EXPECT_FALSE(validate(c).ok());
+  c = AdmissionConfig{};
+  c.initial_prefill_tokens_per_s = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(validate(c).ok());
+  c = AdmissionConfig{};
+  c.limits[1].max_requests = -1;
+  Status st = validate(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("standard"), std::string::npos);
+}
+
+TEST(Quota, TokenBucketRefusesWith429AndExactRetryAfter) {
+  QuotaManager q;
+  q.set_quota("acme", {.tokens_per_minute = 600.0});  // 10 tokens/s, bucket 600
+  EXPECT_TRUE(q.admit("acme", SlaClass::kStandard, 500, 0).admit);
+  Decision d = q.admit("acme", SlaClass::kStandard, 250, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.http_status, 429);
+  EXPECT_EQ(d.reason, kReasonTenantRate);
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 15.0);  // 150 tokens short at 10/s
+  // After 15 s the bucket has refilled enough.
+  EXPECT_TRUE(q.admit("acme", SlaClass::kStandard, 250, 15 * kS).admit);
+  // Other tenants are not affected (default quota: unlimited).
+  EXPECT_TRUE(q.admit("other", SlaClass::kStandard, 1'000'000, 0).admit);
+}
+
+TEST(Quota, UnusedTokensAreRefunded) {
+  QuotaManager q;
+  q.set_quota("t", {.tokens_per_minute = 60.0, .burst_tokens = 100.0});
+  ASSERT_TRUE(q.admit("t", SlaClass::kStandard, 100, 0).admit);  // charged prompt + max_tokens
+  EXPECT_FALSE(q.admit("t", SlaClass::kStandard, 50, 0).admit);
+  q.release("t", 100, 40, 1.0, 0);  // it used 40
+  EXPECT_NEAR(q.state("t", 0).bucket_tokens, 60.0, 1e-9);
+  EXPECT_TRUE(q.admit("t", SlaClass::kStandard, 50, 0).admit);
+}
+
+TEST(Quota, OversizedRequestWaitsForAFullBucket) {
+  QuotaManager q;
+  q.set_quota("t", {.tokens_per_minute = 60.0});
+  ASSERT_TRUE(q.admit("t", SlaClass::kStandard, 10, 0).admit);
+  Decision d = q.admit("t", SlaClass::kStandard, 1000, 0);  // > the 60-token bucket
+  EXPECT_FALSE(d.admit);
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 10.0);  // until the bucket is full again
+  EXPECT_TRUE(q.admit("t", SlaClass::kStandard, 1000, 10 * kS).admit);
+}
+
+TEST(Quota, ConcurrencyLimit) {
+  sched::SlaConfig sla;
+  sched::SchedMetrics metrics(sla);
+  QuotaManager q({}, &metrics);
+  q.set_quota("t", {.max_concurrent = 2});
+  ASSERT_TRUE(q.admit("t", SlaClass::kRealtime, 10, 0).admit);
+  ASSERT_TRUE(q.admit("t", SlaClass::kRealtime, 10, 0).admit);
+  Decision d = q.admit("t", SlaClass::kRealtime, 10, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.http_status, 429);
+  EXPECT_EQ(d.reason, kReasonTenantConcurrency);
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
+  q.release("t", 10, 10, 8.0, 0);  // it took 8 s
+  ASSERT_TRUE(q.admit("t", SlaClass::kRealtime, 10, 0).admit);
+  Decision d2 = q.admit("t", SlaClass::kRealtime, 10, 0);
+  EXPECT_DOUBLE_EQ(d2.retry_after_s, 4.0);  // mean 8 s over 2 in flight
+  EXPECT_EQ(metrics.snapshot().classes[0].rejections.at(kReasonTenantConcurrency), 2u);
+  EXPECT_FALSE(validate(TenantQuota{.tokens_per_minute = -1.0}).ok());
+}
+
+TEST(BatchWindow, WaitDerivesFromTheClassObjective) {
+  sched::SlaConfig sla;
+  BatchWindow w({}, sla);
+  EXPECT_DOUBLE_EQ(w.max_wait_s(SlaClass::kRealtime), 0.025);
+  EXPECT_DOUBLE_EQ(w.max_wait_s(SlaClass::kStandard), 0.1);
+  EXPECT_DOUBLE_EQ(w.max_wait_s(SlaClass::kBatch), 0.5);  // capped
+}
+
+TEST(BatchWindow, FlushesOnSizeOrOnTheOldestWait) {
+  sched::SlaConfig sla;
+  BatchWindowConfig cfg;
+  cfg.max_batch = {4, 4, 8};
+  BatchWindow w(cfg, sla);
+  const int64_t ms = 1'000'000;
+  w.push(1, SlaClass::kStandard, 10, 0);
+  w.push(2, SlaClass::kStandard, 10, 10 * ms);
+  EXPECT_TRUE(w.take_ready(50 * ms).empty());
+  ASSERT_TRUE(w.next_deadline_ns().has_value());
+  EXPECT_EQ(*w.next_deadline_ns(), 100 * ms);  // the oldest standard item's wait is 100 ms
+  EXPECT_EQ(w.take_ready(100 * ms), (std::vector<uint64_t>{1, 2}));
+  EXPECT_FALSE(w.next_deadline_ns().has_value());
+  // Size trigger: the fourth realtime item makes a full batch at once.
+  for (uint64_t i = 10; i < 14; ++i) w.push(i, SlaClass::kRealtime, 5, 200 * ms);
+  EXPECT_EQ(w.take_ready(200 * ms), (std::vector<uint64_t>{10, 11, 12, 13}));
+}
+
+TEST(BatchWindow, HigherClassesFirstLowerOnesRideAlongAndTokenCap) {
+  sched::SlaConfig sla;
+  BatchWindowConfig cfg;
+  cfg.max_batch = {3, 8, 8};
+  cfg.max_batch_tokens = 100;
+  BatchWindow w(cfg, sla);
+  const int64_t ms = 1'000'000;
+  w.push(1, SlaClass::kBatch, 10, 0);
+  w.push(2, SlaClass::kRealtime, 10, 1 * ms);
+  w.push(3, SlaClass::kStandard, 10, 2 * ms);
+  w.push(4, SlaClass::kBatch, 10, 3 * ms);
+  // Realtime's 25 ms wait expires first: realtime, then standard, then batch ride along up
+  // to realtime's batch size of 3.
+  EXPECT_EQ(w.take_ready(26 * ms), (std::vector<uint64_t>{2, 3, 1}));
+  EXPECT_EQ(w.size(), 1u);
+  EXPECT_TRUE(w.cancel(4));
+  EXPECT_FALSE(w.cancel(4));
+  // Token cap: 60 + 60 > 100 -> one at a time; the trigger is the token total.
+  w.push(5, SlaClass::kBatch, 60, 30 * ms);
+  w.push(6, SlaClass::kBatch, 60, 30 * ms);
+  EXPECT_EQ(w.take_ready(30 * ms), (std::vector<uint64_t>{5}));
+  // A single item over the cap still runs (alone) once due.
+  w.push(7, SlaClass::kBatch, 500, 30 * ms);
+  EXPECT_EQ(w.take_ready(30 * ms), (std::vector<uint64_t>{6}));
+  EXPECT_EQ(w.take_ready(30 * ms), (std::vector<uint64_t>{7}));
+  EXPECT_EQ(w.size(), 0u);
+}
+
+}  // namespace
+}  // namespace metro::gateway

@@ -1,0 +1,312 @@
+#include "sched/sim/scenarios.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+namespace metro::sched::sim {
+
+namespace {
+
+std::string fmt(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof(buf), f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// Processed tokens (prompt computed once + output) per second of the run.
+double tokens_per_s(const SimReport& r) {
+  return r.makespan_s > 0.0 ? static_cast<double>(r.prompt_tokens + r.output_tokens) / r.makespan_s : 0.0;
+}
+
+int count_finished(const SimReport& r) {
+  int n = 0;
+  for (const auto& o : r.outcomes) n += o.finished ? 1 : 0;
+  return n;
+}
+
+int count_rejected(const SimReport& r) {
+  int n = 0;
+  for (const auto& o : r.outcomes) n += o.rejected ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+SchedulerFactory fcfs_factory(const EngineSetup& e) {
+  const SchedulerConfig base = e.base;
+  return [base](kv::KvCacheManager& kv) { return make_fcfs_scheduler(base, kv); };
+}
+
+SchedulerFactory sla_factory(const EngineSetup& e, const std::function<void(SlaSchedulerConfig&)>& tweak) {
+  SlaSchedulerConfig cfg;
+  cfg.base = e.base;
+  cfg.sla = e.sla;
+  cfg.cost = e.sim.cost.linear();
+  if (tweak) tweak(cfg);
+  return [cfg](kv::KvCacheManager& kv) -> std::unique_ptr<Scheduler> { return make_sla_scheduler(cfg, kv); };
+}
+
+std::vector<TraceRequest> poisson_trace(double rate_per_s, double duration_s, uint64_t seed, const ShapeFn& shape) {
+  std::vector<TraceRequest> out;
+  SimRng arrivals(seed);
+  SimRng shapes(seed ^ 0x5eed5eed5eedull);
+  double t = 0.0;
+  while (true) {
+    t += arrivals.exponential(rate_per_s);
+    if (t >= duration_s) break;
+    TraceRequest r = shape(shapes);
+    r.arrival_s = t;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<TraceRequest> merge_traces(std::vector<TraceRequest> a, const std::vector<TraceRequest>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  std::stable_sort(a.begin(), a.end(), [](const TraceRequest& x, const TraceRequest& y) { return x.arrival_s < y.arrival_s; });
+  return a;
+}
+
+double capacity_rate(const EngineSetup& e, const ShapeFn& shape, uint64_t seed) {
+  constexpr int kSamples = 20000;
+  SimRng r(seed);
+  const CostModel& c = e.sim.cost;
+  double total_s = 0.0;
+  for (int i = 0; i < kSamples; ++i) {
+    const TraceRequest t = shape(r);
+    const double p = t.prompt_tokens, o = std::min(t.output_tokens, t.max_tokens);
+    // Every token's matmuls and its attention over the tokens before it.
+    total_s += p * c.per_prefill_token_s + o * c.per_decode_seq_s +
+               c.per_attended_pair_s * ((p + o) * (p + o + 1) / 2.0);
+  }
+  return kSamples / total_s;
+}
+
+// Templates: a few per shape, so the predictor has something to learn from (requests from
+// one template have similar output lengths, as with real chat templates / system prompts).
+TraceRequest realtime_short(SimRng& r) {
+  TraceRequest t;
+  t.sla_class = SlaClass::kRealtime;
+  t.tenant = "rt";
+  t.prompt_tokens = r.uniform_int(32, 128);
+  t.output_tokens = r.uniform_int(16, 64);
+  t.max_tokens = 64;
+  t.prefix_hash = 100 + static_cast<uint64_t>(t.output_tokens / 16);
+  return t;
+}
+
+TraceRequest batch_long(SimRng& r) {
+  TraceRequest t;
+  t.sla_class = SlaClass::kBatch;
+  t.tenant = "batch";
+  t.prompt_tokens = r.uniform_int(512, 1536);
+  t.output_tokens = r.uniform_int(128, 384);
+  t.max_tokens = 512;
+  t.prefix_hash = 200 + static_cast<uint64_t>(t.output_tokens / 64);
+  return t;
+}
+
+namespace {
+// Log-uniform in [lo, hi]: heavy-tailed like real prompt and answer lengths (most short,
+// a few very long), without a cut-off that favours one policy.
+int log_uniform(SimRng& r, int lo, int hi) {
+  const double v = std::exp(std::log(lo) + r.uniform() * (std::log(hi + 1.0) - std::log(lo)));
+  return std::clamp(static_cast<int>(v), lo, hi);
+}
+}  // namespace
+
+TraceRequest mixed_standard(SimRng& r) {
+  TraceRequest t;
+  t.sla_class = SlaClass::kStandard;
+  t.tenant = "std";
+  t.prompt_tokens = log_uniform(r, 16, 2048);
+  t.output_tokens = log_uniform(r, 8, 512);
+  t.max_tokens = 1024;
+  // Templates say something about the answer's length (a summary vs a translation), not
+  // everything: 70% of requests carry their length's template, 30% a random one.
+  const uint64_t bucket = static_cast<uint64_t>(std::log2(t.output_tokens));
+  t.prefix_hash = 300 + (r.uniform() < 0.7 ? bucket : static_cast<uint64_t>(r.uniform_int(3, 9)));
+  return t;
+}
+
+TraceRequest chat_standard(SimRng& r) {
+  TraceRequest t;
+  t.sla_class = SlaClass::kStandard;
+  t.tenant = "std";
+  t.prompt_tokens = r.uniform_int(64, 256);
+  t.output_tokens = r.uniform_int(32, 128);
+  t.max_tokens = 256;
+  t.prefix_hash = 500 + static_cast<uint64_t>(t.output_tokens / 32);
+  return t;
+}
+
+ScenarioResult scenario_priority(uint64_t seed) {
+  EngineSetup e;
+  ShapeFn shape = [](SimRng& r) { return r.uniform() < 0.2 ? realtime_short(r) : batch_long(r); };
+  const double cap = capacity_rate(e, shape, seed + 1);
+  const double duration = 1200.0;
+  std::vector<TraceRequest> trace = poisson_trace(1.5 * cap, duration, seed, shape);
+  SimReport f = run_sim(trace, e.sim, fcfs_factory(e));
+  SimReport s = run_sim(trace, e.sim, sla_factory(e));
+  const int rt = static_cast<int>(SlaClass::kRealtime), bt = static_cast<int>(SlaClass::kBatch);
+  LatencySummary frt = summarize(ttfts(trace, f, rt)), srt = summarize(ttfts(trace, s, rt));
+  LatencySummary fb = summarize(ttfts(trace, f, bt)), sb = summarize(ttfts(trace, s, bt));
+  LatencySummary ftp = summarize(tpots(trace, f, rt)), stp = summarize(tpots(trace, s, rt));
+  const double ratio = srt.p99 > 0.0 ? frt.p99 / srt.p99 : 0.0;
+  const double thr = (tokens_per_s(s) - tokens_per_s(f)) / tokens_per_s(f);
+  ScenarioResult out;
+  out.passed = ratio >= 5.0 && std::fabs(thr) <= 0.10 && !f.deadlock && !s.deadlock;
+  out.text += fmt("Scenario 1: 20%% realtime short + 80%% batch long at 1.5x capacity\n");
+  out.text += fmt("  capacity %.3f req/s; %zu requests (%d realtime) over %.0f s\n", cap,
+                  trace.size(), frt.n, duration);
+  out.text += fmt("  %-6s %12s %12s %12s %12s %12s %10s %8s\n", "policy", "rt TTFT p50", "rt TTFT p99",
+                  "rt TPOT p99", "batch p50", "batch p99", "tokens/s", "preempt");
+  for (auto [name, r, a, b, tp] : {std::tuple{"fcfs", &f, frt, fb, ftp}, std::tuple{"sla", &s, srt, sb, stp}}) {
+    out.text += fmt("  %-6s %11.2fs %11.2fs %11.3fs %11.1fs %11.1fs %10.1f %8llu\n", name, a.p50, a.p99, tp.p99, b.p50,
+                    b.p99, tokens_per_s(*r), static_cast<unsigned long long>(r->preemptions));
+  }
+  out.text += fmt("  target: realtime p99 TTFT >= 5x lower: %.1fx; throughput within 10%%: %+.1f%% -> %s\n", ratio,
+                  100.0 * thr, out.passed ? "PASS" : "FAIL");
+  return out;
+}
+
+ScenarioResult scenario_mixed(uint64_t seed) {
+  EngineSetup e;
+  const double cap = capacity_rate(e, mixed_standard, seed + 1);
+  const double duration = 1800.0;
+  const double load = 0.9;
+  std::vector<TraceRequest> trace = poisson_trace(load * cap, duration, seed, mixed_standard);
+  SimReport f = run_sim(trace, e.sim, fcfs_factory(e));
+  SimReport s = run_sim(trace, e.sim, sla_factory(e));
+  // The same policy without the SLO-driven step budget (no cost model): every step may take
+  // max_batch_tokens as under FCFS, so only the order differs.
+  SimReport o = run_sim(trace, e.sim, sla_factory(e, [](SlaSchedulerConfig& c) { c.cost = {}; }));
+  const SlaClassConfig& slo = e.sla.of(SlaClass::kStandard);
+  LatencySummary ft = summarize(ttfts(trace, f)), st = summarize(ttfts(trace, s)), ot = summarize(ttfts(trace, o));
+  LatencySummary fp = summarize(tpots(trace, f)), sp = summarize(tpots(trace, s)), op = summarize(tpots(trace, o));
+  const double ratio = st.mean > 0.0 ? ft.mean / st.mean : 0.0;
+  const double ratio_order = ot.mean > 0.0 ? ft.mean / ot.mean : 0.0;
+  ScenarioResult out;
+  out.passed = ratio_order >= 2.0 && sp.p99 <= slo.tpot_s && st.p50 * 2.0 <= ft.p50 && !f.deadlock && !s.deadlock &&
+               !o.deadlock;
+  out.text += fmt("Scenario 2: mixed lengths (log-uniform prompts 16-2048, outputs 8-512), one class, %.0f%% load\n",
+                  100.0 * load);
+  out.text += fmt("  capacity %.3f req/s; %zu requests over %.0f s; standard SLO: TTFT %.1f s, TPOT %.2f s\n", cap,
+                  trace.size(), duration, slo.ttft_s, slo.tpot_s);
+  out.text += fmt("  %-10s %10s %10s %10s %10s %10s %8s %9s\n", "policy", "TTFT mean", "TTFT p50", "TTFT p99",
+                  "TPOT p50", "TPOT p99", "SLO met", "tokens/s");
+  for (auto [name, r, a, p] : {std::tuple{"fcfs", &f, ft, fp}, std::tuple{"sla", &s, st, sp},
+                               std::tuple{"sla-order", &o, ot, op}}) {
+    out.text += fmt("  %-10s %9.2fs %9.2fs %9.2fs %9.3fs %9.3fs %7.0f%% %9.1f\n", name, a.mean, a.p50, a.p99, p.p50,
+                    p.p99, 100.0 * count_slo_met(trace, *r, e.sla) / static_cast<double>(trace.size()),
+                    tokens_per_s(*r));
+  }
+  out.text += fmt("  (sla-order: the SLA policy without the SLO-driven step budget, i.e. FCFS's step size)\n");
+  out.text += fmt("  target: mean TTFT >= 2x lower: sla-order %.1fx, sla %.1fx (sla keeps TPOT p99 %.3f s <= %.2f s)"
+                  " -> %s\n", ratio_order, ratio, sp.p99, slo.tpot_s, out.passed ? "PASS" : "FAIL");
+  return out;
+}
+
+ScenarioResult scenario_overload(uint64_t seed) {
+  EngineSetup e;
+  ShapeFn shape = [](SimRng& r) {
+    const double u = r.uniform();
+    return u < 0.3 ? realtime_short(r) : u < 0.8 ? chat_standard(r) : batch_long(r);
+  };
+  const double cap = capacity_rate(e, shape, seed + 1);
+  const double duration = 900.0;
+  struct Run {
+    const char* name;
+    double load;
+    bool sla;
+    bool admission;
+    double goodput = 0.0;
+    SimReport rep;
+    std::vector<TraceRequest> trace;
+  };
+  std::vector<Run> runs = {{"fcfs", 1.0, false, false}, {"fcfs", 2.0, false, false},
+                           {"sla", 1.0, true, false},   {"sla", 2.0, true, false},
+                           {"sla+adm", 1.0, true, true}, {"sla+adm", 2.0, true, true}};
+  for (Run& run : runs) {
+    run.trace = poisson_trace(run.load * cap, duration, seed, shape);
+    gateway::AdmissionConfig acfg;
+    acfg.sla = e.sla;
+    acfg.initial_prefill_tokens_per_s = 1.0 / e.sim.cost.per_prefill_token_s;
+    gateway::AdmissionController adm(acfg);
+    SimConfig sc = e.sim;
+    if (run.admission) sc.admission = &adm;
+    run.rep = run_sim(run.trace, sc, run.sla ? sla_factory(e) : fcfs_factory(e));
+    run.goodput = count_slo_met(run.trace, run.rep, e.sla) / duration;
+  }
+  const double base = runs[4].goodput, over = runs[5].goodput;
+  const double kept = base > 0.0 ? over / base : 0.0;
+  ScenarioResult out;
+  out.passed = kept >= 0.8 && runs[1].goodput < over;
+  out.text += fmt("Scenario 3: 2x overload with admission control (30%% realtime, 50%% standard, 20%% batch)\n");
+  out.text += fmt("  capacity %.3f req/s; %.0f s of arrivals; goodput = requests meeting TTFT and TPOT per s\n",
+                  cap, duration);
+  out.text += fmt("  %-8s %5s %9s %8s %9s %8s %8s %8s %8s %10s %10s\n", "policy", "load", "requests", "refused",
+                  "finished", "goodput", "rt SLO", "std SLO", "bat SLO", "rt TTFT99", "rt TPOT99");
+  for (const Run& run : runs) {
+    std::string per_class;
+    for (int c = 0; c < kNumSlaClasses; ++c) {
+      int n = 0;
+      for (const auto& t : run.trace) n += static_cast<int>(t.sla_class) == c ? 1 : 0;
+      const int met = count_slo_met(run.trace, run.rep, e.sla, c);
+      per_class += fmt(" %7.0f%%", n > 0 ? 100.0 * met / n : 0.0);
+    }
+    const int rt = static_cast<int>(SlaClass::kRealtime);
+    out.text += fmt("  %-8s %4.1fx %9zu %8d %9d %8.3f%s %9.2fs %9.3fs\n", run.name, run.load, run.trace.size(),
+                    count_rejected(run.rep), count_finished(run.rep), run.goodput, per_class.c_str(),
+                    summarize(ttfts(run.trace, run.rep, rt)).p99, summarize(tpots(run.trace, run.rep, rt)).p99);
+  }
+  out.text += fmt("  (class columns: share of all arrivals of the class that met their SLO)\n");
+  out.text += fmt("  target: goodput at 2x >= 80%% of goodput at capacity: %.0f%%; FCFS at 2x: %.0f%% of its 1x -> %s\n",
+                  100.0 * kept, runs[0].goodput > 0 ? 100.0 * runs[1].goodput / runs[0].goodput : 0.0,
+                  out.passed ? "PASS" : "FAIL");
+  return out;
+}
+
+ScenarioResult scenario_tenants(uint64_t seed) {
+  EngineSetup e;
+  auto tenant_shape = [](const char* name) {
+    return [name](SimRng& r) {
+      TraceRequest t = chat_standard(r);
+      t.tenant = name;
+      return t;
+    };
+  };
+  const double cap = capacity_rate(e, chat_standard, seed + 1);
+  const double duration = 300.0;
+  std::vector<TraceRequest> trace = merge_traces(poisson_trace(0.6 * cap, duration, seed, tenant_shape("quiet")),
+                                                 poisson_trace(6.0 * cap, duration, seed + 7, tenant_shape("flood")));
+  SimConfig sc = e.sim;
+  sc.max_sim_s = duration;  // measure while both are backlogged, not the drain after
+  SimReport f = run_sim(trace, sc, fcfs_factory(e));
+  SimReport s = run_sim(trace, sc, sla_factory(e));
+  auto share = [](const SimReport& r) {
+    const double q = r.tokens_when_all_backlogged.count("quiet") ? r.tokens_when_all_backlogged.at("quiet") : 0.0;
+    const double fl = r.tokens_when_all_backlogged.count("flood") ? r.tokens_when_all_backlogged.at("flood") : 0.0;
+    return q + fl > 0.0 ? q / (q + fl) : 0.0;
+  };
+  ScenarioResult out;
+  out.passed = share(s) >= 0.45 && s.backlogged_s > 0.5 * duration;
+  out.text += fmt("Scenario 4: two tenants (standard class), one at 10x the other's rate\n");
+  out.text += fmt("  capacity %.3f req/s; quiet 0.6x capacity, flood 6x; %zu requests over %.0f s\n", cap, trace.size(),
+                  duration);
+  out.text += fmt("  %-6s %14s %16s %14s\n", "policy", "quiet share", "both backlogged", "tokens/s");
+  for (auto [name, r] : {std::pair{"fcfs", &f}, std::pair{"sla", &s}}) {
+    out.text += fmt("  %-6s %13.1f%% %15.0fs %14.1f\n", name, 100.0 * share(*r), r->backlogged_s,
+                    (r->prompt_tokens + r->output_tokens) / duration);
+  }
+  out.text += fmt("  target: the quiet tenant gets >= 45%% of tokens while both are backlogged -> %s\n",
+                  out.passed ? "PASS" : "FAIL");
+  return out;
+}
+
+}  // namespace metro::sched::sim

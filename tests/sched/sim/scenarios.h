@@ -1,0 +1,55 @@
+// The issue-8 benchmark scenarios, run in the simulator (simulated time, no model):
+// traces, the two policies under the same engine configuration, and the figures each
+// scenario reports. docs/scheduling.md quotes their output.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sched/sim/engine_sim.h"
+
+namespace metro::sched::sim {
+
+// The engine both policies run on: the SchedulerConfig, KV size and cost model.
+struct EngineSetup {
+  SchedulerConfig base{.max_batch_tokens = 256, .max_seqs = 64, .max_logits = 64};
+  SimConfig sim;
+  SlaConfig sla;
+};
+
+SchedulerFactory fcfs_factory(const EngineSetup& e);
+// The SLA policy with the engine's cost model (the engine would feed its measured one).
+SchedulerFactory sla_factory(const EngineSetup& e, const std::function<void(SlaSchedulerConfig&)>& tweak = {});
+
+// One request shape drawn per arrival.
+using ShapeFn = std::function<TraceRequest(SimRng&)>;
+
+// Poisson arrivals at `rate_per_s` for `duration_s`, shapes from `shape`.
+std::vector<TraceRequest> poisson_trace(double rate_per_s, double duration_s, uint64_t seed, const ShapeFn& shape);
+// Two tenants' Poisson streams merged (tenant names set from the arguments).
+std::vector<TraceRequest> merge_traces(std::vector<TraceRequest> a, const std::vector<TraceRequest>& b);
+
+// Capacity in requests per second for `shape`: one over the mean compute a request needs
+// under the cost model (its tokens' matmuls and attention), estimated over 20000 draws. The
+// fixed per-step cost is left out: it depends on how full steps are, which is the
+// policies' business, so "load 1.0" is a little beyond what any policy can sustain.
+double capacity_rate(const EngineSetup& e, const ShapeFn& shape, uint64_t seed);
+
+// Shapes of the scenarios.
+TraceRequest realtime_short(SimRng& r);  // prompt 32-128, output 16-64
+TraceRequest batch_long(SimRng& r);      // prompt 512-1536, output 128-384
+TraceRequest mixed_standard(SimRng& r);  // log-uniform prompt 16-2048, output 8-512
+TraceRequest chat_standard(SimRng& r);   // prompt 64-256, output 32-128
+
+struct ScenarioResult {
+  std::string text;      // the table printed by the benchmark program
+  bool passed = false;   // the issue's target
+};
+
+ScenarioResult scenario_priority(uint64_t seed);   // 1: 20% realtime + 80% batch at 1.5x
+ScenarioResult scenario_mixed(uint64_t seed);      // 2: mixed lengths at 90% load
+ScenarioResult scenario_overload(uint64_t seed);   // 3: 2x overload with admission control
+ScenarioResult scenario_tenants(uint64_t seed);    // 4: two tenants, one at 10x the rate
+
+}  // namespace metro::sched::sim

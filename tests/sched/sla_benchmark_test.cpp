@@ -1,0 +1,44 @@
+// The issue-8 benchmark scenarios in the simulator. Simulated time is deterministic, so
+// the targets are asserted; the tables are printed for docs/scheduling.md.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "sched/sim/scenarios.h"
+
+namespace metro::sched::sim {
+namespace {
+
+constexpr uint64_t kSeed = 42;
+
+void report(const ScenarioResult& r) {
+  std::fputs(r.text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+TEST(SlaBenchmark, RealtimeOverBatchFlood) {
+  ScenarioResult r = scenario_priority(kSeed);
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
+TEST(SlaBenchmark, MixedLengthsAtNinetyPercent) {
+  ScenarioResult r = scenario_mixed(kSeed);
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
+TEST(SlaBenchmark, TwiceOverloadWithAdmission) {
+  ScenarioResult r = scenario_overload(kSeed);
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
+TEST(SlaBenchmark, TwoTenantsFairShare) {
+  ScenarioResult r = scenario_tenants(kSeed);
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
+}  // namespace
+}  // namespace metro::sched::sim

@@ -1,0 +1,413 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "base/hash.h"
+#include "sched/sched_metrics.h"
+#include "sched/sla_scheduler.h"
+
+namespace metro::sched {
+namespace {
+
+// A step-by-step harness: each step() plans, "computes" and samples one fake token for
+// chunks that reach their sequence's end; a sequence finishes at max_new_tokens.
+struct Harness {
+  kv::KvCacheManager kv;
+  std::unique_ptr<SlaScheduler> s;
+  std::vector<std::unique_ptr<SeqState>> seqs;
+  int64_t now_ns = 0;
+  int64_t step_ns = 10'000'000;  // 10 ms per step unless a test says otherwise
+
+  Harness(int n_blocks, int block_size, SlaSchedulerConfig cfg)
+      : kv({.n_blocks = n_blocks, .block_size = block_size}), s(make_sla_scheduler(cfg, kv)) {}
+
+  SeqState* add(SlaClass cls, int n_prompt, int max_new, const std::string& tenant = "t",
+                uint64_t prefix_hash = 0) {
+    auto q = std::make_unique<SeqState>();
+    q->id = seqs.size() + 1;
+    q->tokens.resize(static_cast<size_t>(n_prompt));
+    for (int i = 0; i < n_prompt; ++i) {
+      q->tokens[static_cast<size_t>(i)] = static_cast<int32_t>(mix64(q->id * 1000003 + i) & 0xffffff);
+    }
+    q->n_prompt = n_prompt;
+    q->max_new_tokens = max_new;
+    q->sla_class = cls;
+    q->tenant = tenant;
+    q->prefix_hash = prefix_hash;
+    q->arrival_ns = now_ns + 1;  // > 0: stamped arrival
+    s->add(q.get());
+    seqs.push_back(std::move(q));
+    return seqs.back().get();
+  }
+
+  StepPlan step() {
+    StepPlan plan = s->schedule(now_ns);
+    std::vector<bool> samples;
+    for (auto& ss : plan.seqs) {
+      EXPECT_GE(kv.n_slots(ss.seq->id), ss.seq->n_computed + ss.n_tokens) << "scheduled without KV";
+      samples.push_back(ss.samples());
+    }
+    for (SeqState* v : plan.preempted) {
+      for (auto& ss : plan.seqs) EXPECT_NE(ss.seq, v) << "a victim was also planned";
+      EXPECT_EQ(kv.n_slots(v->id), 0);
+    }
+    s->update(plan);
+    now_ns += step_ns;
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      SeqState* q = plan.seqs[i].seq;
+      if (!samples[i]) continue;
+      q->tokens.push_back(static_cast<int32_t>(q->id * 7 + q->tokens.size()));
+      if (q->n_generated() >= q->max_new_tokens) s->finish(q);
+    }
+    return plan;
+  }
+
+  bool all_finished() const {
+    return std::all_of(seqs.begin(), seqs.end(), [](auto& q) { return q->status == SeqStatus::kFinished; });
+  }
+  static bool has(const StepPlan& p, const SeqState* q) {
+    return std::any_of(p.seqs.begin(), p.seqs.end(), [&](auto& ss) { return ss.seq == q; });
+  }
+};
+
+SlaSchedulerConfig small_cfg(int tokens, int seqs) {
+  SlaSchedulerConfig c;
+  c.base = {.max_batch_tokens = tokens, .max_seqs = seqs, .max_logits = seqs};
+  return c;
+}
+
+TEST(SlaScheduler, AdmitsByClassWhateverTheArrivalOrder) {
+  Harness h(256, 16, small_cfg(512, 1));
+  SeqState* b = h.add(SlaClass::kBatch, 8, 2);
+  SeqState* st = h.add(SlaClass::kStandard, 8, 2);
+  SeqState* rt = h.add(SlaClass::kRealtime, 8, 2);
+  std::vector<const SeqState*> first_scheduled;
+  while (!h.all_finished()) {
+    StepPlan p = h.step();
+    for (auto& ss : p.seqs) {
+      if (std::find(first_scheduled.begin(), first_scheduled.end(), ss.seq) == first_scheduled.end()) {
+        first_scheduled.push_back(ss.seq);
+      }
+    }
+  }
+  ASSERT_EQ(first_scheduled.size(), 3u);
+  EXPECT_EQ(first_scheduled[0], rt);
+  EXPECT_EQ(first_scheduled[1], st);
+  EXPECT_EQ(first_scheduled[2], b);
+  EXPECT_EQ(h.kv.stats().blocks_used, 0);
+}
+
+TEST(SlaScheduler, RealtimePrefillIsNeverStuckBehindBatchPrefill) {
+  for (bool exclusive : {true, false}) {
+    SlaSchedulerConfig cfg = small_cfg(64, 8);
+    cfg.realtime_prefill_exclusive = exclusive;
+    Harness h(1024, 16, cfg);
+    SeqState* b = h.add(SlaClass::kBatch, 1000, 4);
+    h.step();  // b takes the whole budget
+    EXPECT_EQ(b->n_computed, 64);
+    SeqState* rt = h.add(SlaClass::kRealtime, 40, 4);
+    StepPlan p = h.step();
+    ASSERT_GE(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].seq, rt);
+    EXPECT_EQ(p.seqs[0].n_tokens, 40);  // the whole realtime prompt first
+    EXPECT_EQ(rt->n_generated(), 1);
+    if (exclusive) {
+      EXPECT_EQ(p.seqs.size(), 1u) << "nothing of lower classes lengthens a realtime prefill step";
+    } else {
+      ASSERT_EQ(p.seqs.size(), 2u);
+      EXPECT_EQ(p.seqs[1].seq, b);  // batch gets what is left
+      EXPECT_EQ(p.seqs[1].n_tokens, 24);
+    }
+    // Next step: the realtime decode comes first, batch prefill continues with the rest.
+    StepPlan p2 = h.step();
+    ASSERT_EQ(p2.seqs.size(), 2u);
+    EXPECT_EQ(p2.seqs[0].seq, rt);
+    EXPECT_EQ(p2.seqs[0].n_tokens, 1);
+    EXPECT_EQ(p2.seqs[1].seq, b);
+    EXPECT_EQ(p2.seqs[1].n_tokens, 63);
+  }
+}
+
+TEST(SlaScheduler, RealtimeArrivalPausesBatchDecodesWhenBudgetIsShort) {
+  // Budget 4 tokens: three batch decodes (the seats 3/4 of the budget allows). A realtime
+  // arrival takes the whole budget; the batch decodes are paused, not preempted: they keep
+  // their blocks.
+  Harness h(256, 16, small_cfg(4, 8));
+  std::vector<SeqState*> batch;
+  for (int i = 0; i < 4; ++i) batch.push_back(h.add(SlaClass::kBatch, 1, 50));
+  for (int i = 0; i < 3; ++i) h.step();
+  EXPECT_EQ(batch[3]->status, SeqStatus::kWaiting) << "no seat: decodes would take the whole budget";
+  batch.pop_back();
+  for (SeqState* b : batch) ASSERT_EQ(b->status, SeqStatus::kRunning);
+  SeqState* rt = h.add(SlaClass::kRealtime, 4, 2);
+  StepPlan p = h.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].seq, rt);
+  EXPECT_TRUE(p.preempted.empty());
+  for (SeqState* b : batch) {
+    EXPECT_EQ(b->status, SeqStatus::kRunning);
+    EXPECT_EQ(h.kv.n_slots(b->id), b->n_computed) << "a paused sequence keeps its blocks";
+  }
+}
+
+TEST(SlaScheduler, RealtimePreemptsBatchWhenMemoryIsShort) {
+  // 8 blocks of 4 tokens; two batch requests hold all 32 slots. A realtime arrival frees one
+  // (preemption with recompute) and runs; batch finishes later all the same.
+  Harness h(8, 4, small_cfg(64, 8));
+  SeqState* b1 = h.add(SlaClass::kBatch, 12, 8);
+  SeqState* b2 = h.add(SlaClass::kBatch, 12, 8);
+  for (int i = 0; i < 4; ++i) h.step();
+  ASSERT_EQ(h.kv.n_free_blocks(), 0);
+  SeqState* rt = h.add(SlaClass::kRealtime, 6, 3);
+  StepPlan p = h.step();
+  EXPECT_TRUE(Harness::has(p, rt));
+  ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_TRUE(p.preempted[0] == b1 || p.preempted[0] == b2);
+  EXPECT_EQ(p.preempted[0]->status, SeqStatus::kWaiting);
+  for (int guard = 0; guard < 500 && !h.all_finished(); ++guard) h.step();
+  EXPECT_TRUE(h.all_finished());
+  EXPECT_EQ(b1->n_generated(), 8);
+  EXPECT_EQ(b2->n_generated(), 8);
+  EXPECT_EQ(h.s->counts().preemptions,
+            static_cast<uint64_t>(b1->n_preemptions + b2->n_preemptions + rt->n_preemptions));
+}
+
+TEST(SlaScheduler, SameClassArrivalWaitsInsteadOfPreempting) {
+  Harness h(8, 4, small_cfg(64, 8));
+  h.add(SlaClass::kStandard, 12, 8);
+  h.add(SlaClass::kStandard, 12, 8);
+  for (int i = 0; i < 4; ++i) h.step();
+  SeqState* late = h.add(SlaClass::kStandard, 6, 3);
+  StepPlan p = h.step();
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_FALSE(Harness::has(p, late));
+  EXPECT_EQ(late->status, SeqStatus::kWaiting);
+  for (int guard = 0; guard < 500 && !h.all_finished(); ++guard) h.step();
+  EXPECT_TRUE(h.all_finished());
+}
+
+TEST(SlaScheduler, LongGenerationDropsALevel) {
+  // Two seats per step and a realtime request taking one of them every step: the standard
+  // decodes a and b compete for the other. Quantum 8 work tokens (a prompt token costs 1).
+  SlaSchedulerConfig cfg = small_cfg(64, 2);
+  cfg.max_running_seqs = 4;
+  cfg.sla.of(SlaClass::kStandard).quantum_tokens = 8;
+  Harness h(256, 16, cfg);
+  SeqState* a = h.add(SlaClass::kStandard, 2, 60);
+  SeqState* b = h.add(SlaClass::kStandard, 2, 200);
+  h.step();
+  ASSERT_EQ(a->n_generated(), 1);
+  ASSERT_EQ(b->n_generated(), 1);
+  auto step_beside_realtime = [&] {
+    h.add(SlaClass::kRealtime, 1, 1);
+    return h.step();
+  };
+  // Same level: a is predicted to finish sooner (max_tokens 60 vs 200), so a goes first.
+  while (a->n_generated() < 7) {
+    StepPlan p = step_beside_realtime();
+    EXPECT_TRUE(Harness::has(p, a));
+    EXPECT_FALSE(Harness::has(p, b));
+  }
+  // 2 prompt + 7 generated = 9 > quantum 8: a drops to level 1 and b, still at level 0, goes
+  // first although it is predicted to run longer. a is paused, not preempted.
+  EXPECT_EQ(h.s->level_of(a), 1);
+  EXPECT_EQ(h.s->level_of(b), 0);
+  StepPlan p = step_beside_realtime();
+  EXPECT_TRUE(Harness::has(p, b));
+  EXPECT_FALSE(Harness::has(p, a));
+  EXPECT_EQ(a->status, SeqStatus::kRunning);
+  while (b->n_generated() < 7) step_beside_realtime();
+  // Both at level 1: shortest predicted remaining first again.
+  p = step_beside_realtime();
+  EXPECT_TRUE(Harness::has(p, a));
+  // Levels double: level 1 holds up to 8 + 16 = 24 work tokens, level 2 up to 24 + 32.
+  while (a->n_generated() < 22) step_beside_realtime();
+  EXPECT_EQ(h.s->level_of(a), 1);  // 2 + 22 = 24
+  while (a->n_generated() < 23) step_beside_realtime();
+  EXPECT_EQ(h.s->level_of(a), 2);  // 25
+  for (int guard = 0; guard < 1000 && !h.all_finished(); ++guard) h.step();
+  EXPECT_TRUE(h.all_finished());
+}
+
+TEST(SlaScheduler, ShortestPredictedFirstInsideALevel) {
+  auto predictor = std::make_shared<BucketQuantilePredictor>();
+  const uint64_t short_tpl = 11, long_tpl = 22;
+  for (int i = 0; i < 20; ++i) {
+    predictor->observe({.n_prompt = 16, .max_new_tokens = 512, .sla_class = SlaClass::kStandard,
+                        .tenant_hash = 0, .prefix_hash = short_tpl}, 5 + i % 3);
+    predictor->observe({.n_prompt = 16, .max_new_tokens = 512, .sla_class = SlaClass::kStandard,
+                        .tenant_hash = 0, .prefix_hash = long_tpl}, 400 + i);
+  }
+  SlaSchedulerConfig cfg = small_cfg(512, 1);
+  cfg.predictor = predictor;
+  Harness h(512, 16, cfg);
+  SeqState* blocker = h.add(SlaClass::kStandard, 4, 1);
+  SeqState* lng = h.add(SlaClass::kStandard, 16, 512, "t", long_tpl);
+  SeqState* sht = h.add(SlaClass::kStandard, 16, 512, "t", short_tpl);  // arrives last
+  EXPECT_LT(sht->predicted_output_tokens, 10);
+  EXPECT_GT(lng->predicted_output_tokens, 350);
+  StepPlan p = h.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].seq, blocker);  // the shortest of all
+  p = h.step();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].seq, sht);
+  EXPECT_EQ(lng->status, SeqStatus::kWaiting);
+}
+
+TEST(SlaScheduler, FinishTeachesThePredictorAbortDoesNot) {
+  SlaConfig sla;
+  SchedMetrics metrics(sla);
+  SlaSchedulerConfig cfg = small_cfg(256, 8);
+  cfg.metrics = &metrics;
+  Harness h(256, 16, cfg);
+  SeqState* done = h.add(SlaClass::kRealtime, 4, 3);
+  SeqState* aborted = h.add(SlaClass::kRealtime, 4, 30);
+  h.step();
+  h.step();
+  h.step();
+  ASSERT_EQ(done->status, SeqStatus::kFinished);
+  EXPECT_EQ(h.s->predictor().version(), 1u);
+  h.s->remove(aborted);
+  EXPECT_EQ(h.s->predictor().version(), 1u);
+  EXPECT_EQ(aborted->status, SeqStatus::kFinished);
+  EXPECT_EQ(h.kv.stats().blocks_used, 0);
+  SchedMetricsSnapshot snap = metrics.snapshot();
+  EXPECT_EQ(snap.classes[0].predictor.n, 1);
+  EXPECT_EQ(snap.predictor.n, 1);
+}
+
+TEST(SlaScheduler, VtcLiftsANewTenantAndChargesService) {
+  Harness h(1024, 16, small_cfg(64, 8));
+  h.add(SlaClass::kStandard, 32, 4, "a");
+  h.step();
+  const double a = h.s->tenant_counter(SlaClass::kStandard, "a");
+  EXPECT_DOUBLE_EQ(a, 32.0 + 2.0);  // 32 prompt tokens x 1 + one output token x 2
+  h.add(SlaClass::kStandard, 8, 4, "b");
+  EXPECT_DOUBLE_EQ(h.s->tenant_counter(SlaClass::kStandard, "b"), a) << "lifted to the active minimum";
+}
+
+TEST(SlaScheduler, StepBudgetFollowsTheTightestObjective) {
+  SlaSchedulerConfig cfg = small_cfg(256, 64);
+  cfg.cost = {.fixed_s = 0.006, .per_prefill_token_s = 0.0025, .per_decode_seq_s = 0.0025};
+  cfg.class_memory_s = 0.0;
+  Harness h(1024, 16, cfg);
+  h.add(SlaClass::kBatch, 400, 10);
+  h.step();
+  // Batch only: TTFT 30 s / 4 allows far more than 256 tokens.
+  EXPECT_EQ(h.s->last_step_budget(), 256);
+  h.add(SlaClass::kRealtime, 10, 10);
+  h.step();
+  // Realtime present: 0.5 s / 4 = 125 ms -> (0.125 - 0.006) / 0.0025 = 47 tokens.
+  EXPECT_EQ(h.s->last_step_budget(), 47);
+  h.step();
+  // Realtime decoding: 0.8 x its TPOT 0.1 s -> (0.08 - 0.006) / 0.0025 = 29 tokens.
+  EXPECT_EQ(h.s->last_step_budget(), 29);
+}
+
+TEST(SlaScheduler, TinyKvFloodAlwaysFinishes) {
+  // 8 blocks of 4 tokens (32 slots); floods of requests that each fit alone, of every class
+  // and two tenants, arriving while others run. Nothing may deadlock, livelock or leak.
+  uint64_t total_preemptions = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SlaSchedulerConfig cfg = small_cfg(16, 4);
+    cfg.sla.of(SlaClass::kBatch).starve_s = 0.5;
+    cfg.sla.of(SlaClass::kStandard).starve_s = 0.3;
+    Harness h(8, 4, cfg);
+    uint64_t x = seed;
+    int added = 0, steps = 0;
+    for (; steps < 20000 && (added < 60 || !h.all_finished()); ++steps) {
+      if (added < 60 && steps % 3 == 0) {
+        x = mix64(x);
+        const SlaClass cls = static_cast<SlaClass>(x % 3);
+        const int prompt = 1 + static_cast<int>((x >> 8) % 20);
+        const int max_new = 1 + static_cast<int>((x >> 16) % (32 - prompt));
+        h.add(cls, prompt, max_new, (x >> 24) % 2 ? "a" : "b");
+        ++added;
+      }
+      h.step();
+    }
+    ASSERT_TRUE(h.all_finished()) << "seed " << seed;
+    // 60 requests of at most 32 tokens, 16 tokens a step: a few hundred steps of work.
+    EXPECT_LT(steps, 2000) << "seed " << seed << ": progress too slow (thrashing?)";
+    for (auto& q : h.seqs) EXPECT_EQ(q->n_generated(), q->max_new_tokens);
+    EXPECT_EQ(h.kv.stats().blocks_used, 0);
+    total_preemptions += h.s->counts().preemptions;
+  }
+  EXPECT_GT(total_preemptions, 0u) << "the floods should have needed preemption";
+}
+
+TEST(SlaScheduler, LargestRequestThatFitsAloneFinishesUnderAFlood) {
+  // A batch request needing the whole cache (32 slots) against a stream of small realtime
+  // requests that never stops while it runs: the starvation lane must get it through.
+  SlaSchedulerConfig cfg = small_cfg(8, 4);
+  cfg.sla.of(SlaClass::kBatch).starve_s = 0.2;
+  Harness h(8, 4, cfg);
+  SeqState* big = h.add(SlaClass::kBatch, 20, 12);
+  for (int guard = 0; guard < 5000 && big->status != SeqStatus::kFinished; ++guard) {
+    h.add(SlaClass::kRealtime, 3, 2);
+    h.step();
+  }
+  EXPECT_EQ(big->status, SeqStatus::kFinished);
+  EXPECT_EQ(big->n_generated(), 12);
+}
+
+TEST(SlaScheduler, LargeRequestFinishesUnderAFloodOfItsOwnClass) {
+  // One class, one tenant: a request needing the whole cache among a stream of small ones
+  // that shortest-first would always prefer. Once it has starved, nothing is admitted behind
+  // it until it fits.
+  SlaSchedulerConfig cfg = small_cfg(8, 4);
+  cfg.sla.of(SlaClass::kStandard).starve_s = 0.05;
+  Harness h(8, 4, cfg);
+  h.add(SlaClass::kStandard, 3, 4);
+  SeqState* big = h.add(SlaClass::kStandard, 24, 8);
+  for (int guard = 0; guard < 5000 && big->status != SeqStatus::kFinished; ++guard) {
+    h.add(SlaClass::kStandard, 3, 4);
+    h.step();
+  }
+  EXPECT_EQ(big->status, SeqStatus::kFinished);
+  EXPECT_EQ(big->n_generated(), 8);
+}
+
+TEST(SlaScheduler, RequestLargerThanTheCacheDoesNotPreemptForNothing) {
+  // 32 slots; a realtime prompt of 40 tokens can never fit. It must not evict the batch
+  // sequences that hold the cache (the engine refuses such requests before they get here).
+  Harness h(8, 4, small_cfg(64, 8));
+  SeqState* b1 = h.add(SlaClass::kBatch, 8, 4);  // 11 slots: 3 blocks each, both fit
+  SeqState* b2 = h.add(SlaClass::kBatch, 8, 4);
+  h.step();
+  SeqState* huge = h.add(SlaClass::kRealtime, 40, 1);
+  for (int i = 0; i < 20; ++i) {
+    StepPlan p = h.step();
+    EXPECT_TRUE(p.preempted.empty());
+  }
+  EXPECT_EQ(huge->status, SeqStatus::kWaiting);
+  EXPECT_EQ(b1->status, SeqStatus::kFinished);
+  EXPECT_EQ(b2->status, SeqStatus::kFinished);
+  EXPECT_EQ(h.s->counts().preemptions, 0u);
+}
+
+TEST(SlaScheduler, FactoryAndValidation) {
+  kv::KvCacheManager kv({.n_blocks = 16, .block_size = 16});
+  SlaSchedulerConfig cfg;
+  auto f = make_scheduler("fcfs", cfg, kv);
+  ASSERT_TRUE(f.ok());
+  EXPECT_STREQ((*f)->name(), "fcfs");
+  auto s = make_scheduler("sla", cfg, kv);
+  ASSERT_TRUE(s.ok());
+  EXPECT_STREQ((*s)->name(), "sla");
+  auto bad = make_scheduler("lifo", cfg, kv);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'lifo'"), std::string::npos);
+  cfg.levels = 0;
+  EXPECT_FALSE(validate(cfg).ok());
+  cfg.levels = 4;
+  cfg.sla.of(SlaClass::kRealtime).tpot_s = -1.0;
+  Status st = validate(cfg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("realtime"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace metro::sched
