@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "sched/seq_state.h"
 
@@ -34,5 +35,18 @@ struct AdmissionDecision {
 };
 
 using AdmissionHook = std::function<AdmissionDecision(const AdmissionRequest&)>;
+
+// How an admitted request ended.
+struct AdmissionOutcome {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  bool completed = false;  // false: aborted, client gone, refused after admission, engine error
+};
+
+// For policies that count admitted requests as queued or in flight. Each admitted request
+// gets exactly one release (when its first token is out, or when it ends without one) and
+// then exactly one done. Called on I/O threads: must be thread-safe and quick.
+using AdmissionReleaseHook = std::function<void(const AdmissionRequest&)>;
+using AdmissionDoneHook = std::function<void(const AdmissionRequest&, const AdmissionOutcome&)>;
 
 }  // namespace metro::server

@@ -248,6 +248,7 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
   asio::post(core_.prep_pool(), [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
                                  model = std::move(model), label = std::move(endpoint_label), start]() mutable {
     ApiResult<PreparedCall> result = prepare_request(endpoint, body, model->prompt, call);
+    std::optional<AdmissionRequest> admitted;
     const AdmissionHook& admission = self->core_.config().admission;
     if (result.ok() && admission) {
       AdmissionRequest ar;
@@ -268,21 +269,25 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
         e.message = dec.message.empty() ? "the server cannot take this request now" : dec.message;
         e.retry_after_seconds = std::max(1, dec.retry_after_seconds);
         result = std::move(e);
+      } else {
+        admitted = std::move(ar);
       }
     }
-    asio::post(self->strand_,
-               [self, result = std::move(result), model = std::move(model), label = std::move(label), start]() mutable {
-                 self->on_prepared(std::move(result), std::move(model), std::move(label), start);
-               });
+    asio::post(self->strand_, [self, result = std::move(result), admitted = std::move(admitted),
+                               model = std::move(model), label = std::move(label), start]() mutable {
+      self->on_prepared(std::move(result), std::move(admitted), std::move(model), std::move(label), start);
+    });
   });
 }
 
-void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::shared_ptr<const ModelContext> model,
-                              std::string label, int64_t start_ns) {
+void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
+                              std::shared_ptr<const ModelContext> model, std::string label, int64_t start_ns) {
   preparing_ = false;
   ServerMetrics& metrics = core_.metrics();
+  const AdmissionOutcome refused{result.ok() ? result->prompt_tokens : 0, 0, false};
   if (phase_ != Phase::kPrepare) {  // the client left meanwhile; nothing was submitted
     metrics.inflight_requests.fetch_sub(1);
+    finish_admission(admitted, refused, false);
     return;
   }
   if (!result.ok()) {
@@ -296,6 +301,7 @@ void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::shared_ptr<co
   if (before + n_choices > core_.config().max_inflight_choices) {
     metrics.inflight_choices.fetch_sub(n_choices);
     metrics.inflight_requests.fetch_sub(1);
+    finish_admission(admitted, refused, false);
     respond(HttpResponse::error(unavailable_error("the server is at its limit of concurrent choices", "overloaded")),
             label);
     return;
@@ -305,12 +311,14 @@ void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::shared_ptr<co
   call->endpoint = label;
   call->start_ns = start_ns;
   call->n_choices = n_choices;
+  call->admitted = std::move(admitted);
   for (engine::Request& r : pc.requests) {
     auto h = model->engine->submit(std::move(r));
     if (!h.ok()) {
       for (const engine::Handle& prev : call->handles) model->engine->abort(prev.id);
       metrics.inflight_choices.fetch_sub(n_choices);
       metrics.inflight_requests.fetch_sub(1);
+      finish_admission(admitted, refused, false);
       const std::string param = pc.spec.endpoint == Endpoint::kChatCompletions ? "messages"
                                 : pc.spec.endpoint == Endpoint::kCompletions   ? "prompt"
                                                                                : "input";
@@ -360,6 +368,7 @@ void HttpSession::pump_events() {
     for (const engine::Event& e : events) fmt.on_event(i, e, &sse);
   }
   if (fmt.spec().stream && !sse.empty()) append_chunk(sse);
+  if (fmt.first_token_ns() > 0) release_admission(*call_);
   if (fmt.all_done()) {
     complete_call();
     return;
@@ -393,11 +402,32 @@ void HttpSession::complete_call() {
   respond(r, label);
 }
 
+void HttpSession::release_admission(Call& call) {
+  if (call.released || !call.admitted) return;
+  call.released = true;
+  if (const auto& hook = core_.config().admission_release) hook(*call.admitted);
+}
+
+void HttpSession::finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
+                                   bool released) {
+  if (!admitted) return;
+  const ServerConfig& cfg = core_.config();
+  if (!released && cfg.admission_release) cfg.admission_release(*admitted);
+  if (cfg.admission_done) cfg.admission_done(*admitted, outcome);
+}
+
 void HttpSession::end_call(bool client_gone) {
   if (!call_) return;
   for (const engine::Handle& h : call_->handles) {
     h.stream->set_notify(nullptr);
     if (client_gone) call_->model->engine->abort(h.id);
+  }
+  if (call_->admitted) {
+    const ResponseFormatter& fmt = *call_->formatter;
+    const engine::Usage& u = fmt.usage();
+    const bool completed = !client_gone && fmt.all_done() && !fmt.failure();
+    finish_admission(call_->admitted, AdmissionOutcome{u.prompt_tokens, u.completion_tokens, completed},
+                     call_->released);
   }
   core_.metrics().inflight_choices.fetch_sub(call_->n_choices);
   core_.metrics().inflight_requests.fetch_sub(1);

@@ -51,6 +51,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string endpoint;
     int64_t start_ns = 0;
     int n_choices = 0;
+    std::optional<AdmissionRequest> admitted;  // when an admission hook admitted it
+    bool released = false;                     // admission_release called
   };
 
   // Reading and parsing.
@@ -65,8 +67,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Model requests.
   void prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label);
-  void on_prepared(ApiResult<PreparedCall> result, std::shared_ptr<const ModelContext> model,
-                   std::string endpoint_label, int64_t start_ns);
+  void on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
+                   std::shared_ptr<const ModelContext> model, std::string endpoint_label, int64_t start_ns);
+  // Tells the admission policy that an admitted request left its queue / ended.
+  void release_admission(Call& call);
+  void finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
+                        bool released);
   void pump_events();
   void complete_call();
   void end_call(bool client_gone);

@@ -134,7 +134,9 @@ struct Server::Impl {
 
   void poll_drain() {
     const int64_t now = now_ns();
-    if (core->metrics().inflight_requests.load() == 0) {
+    // Requests are done once their connections have written everything and closed (a
+    // draining server closes each connection after its response).
+    if (core->metrics().inflight_requests.load() == 0 && core->metrics().connections.load() == 0) {
       finish(0);
       return;
     }

@@ -40,8 +40,10 @@ struct ServerConfig {
   double drain_timeout_s = 30.0;        // SIGTERM: wait this long for in-flight requests
   bool handle_signals = true;           // SIGTERM/SIGINT drain (off for in-process tests)
   RequestLimits limits;
-  ApiKeys api_keys;         // empty: no authentication
-  AdmissionHook admission;  // empty: admit everything
+  ApiKeys api_keys;                        // empty: no authentication
+  AdmissionHook admission;                 // empty: admit everything
+  AdmissionReleaseHook admission_release;  // optional: see admission.h
+  AdmissionDoneHook admission_done;        // optional: see admission.h
 };
 
 }  // namespace metro::server
