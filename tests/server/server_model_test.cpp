@@ -59,6 +59,7 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   cfg.http_threads = 1;
   cfg.prep_threads = 1;
   cfg.model_name = "m";
+  cfg.max_inflight_choices = 1;  // so that one n=2 request is over the server-wide bound
   cfg.admission = [](const AdmissionRequest& r) {
     if (r.prompt_tokens > 5) return AdmissionDecision::reject(429, "tenant_tokens_per_minute", "over quota", 7);
     return AdmissionDecision::accept();
@@ -105,13 +106,19 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   ASSERT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
   EXPECT_NE(refused.find("Retry-After: 7"), std::string::npos);
   EXPECT_NE(refused.find("\"code\":\"tenant_tokens_per_minute\""), std::string::npos);
+  // The bound on choices over all concurrent requests (RELIABILITY.md 11).
+  const std::string over = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2],"n":2})"));
+  ASSERT_EQ(over.rfind("HTTP/1.1 503", 0), 0u) << over;
+  EXPECT_NE(over.find("\"code\":\"overloaded\""), std::string::npos);
+  EXPECT_NE(over.find("Retry-After:"), std::string::npos);
   // Chat without a chat template is a clear 400, not a crash.
   const std::string chat =
       exchange(server.port(), post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})"));
   EXPECT_EQ(chat.rfind("HTTP/1.1 400", 0), 0u) << chat;
 
-  EXPECT_EQ(released.load(), 2);
-  EXPECT_EQ(done.load(), 2);
+  // Admitted: the completion, the stream and the n=2 request refused after admission.
+  EXPECT_EQ(released.load(), 3);
+  EXPECT_EQ(done.load(), 3);
   EXPECT_EQ(done_completed.load(), 2);
   EXPECT_EQ(done_tokens.load(), 5);
   server.request_drain();
