@@ -7,7 +7,9 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
+#include "kernels/matmul.h"
 #include "model/hparams.h"
+#include "model/weights.h"
 #include "tokenizer/pre_tokenizer.h"
 
 namespace metro::cli {
@@ -94,6 +96,15 @@ json summarize(const gguf::File& f, const std::string& path) {
     j["tied_output"] = h.tied_output;
     j["qkv_bias"] = h.has_qkv_bias;
     j["kv_bytes_per_token_f16"] = h.kv_bytes_per_token(2.0);
+    // Bind the weights as `metro serve` would, to report the layouts the kernels use.
+    auto w = model::ModelWeights::bind(f, h, /*allow_repack=*/true);
+    if (w.ok()) {
+      j["kernel_isa"] = std::string(kernels::kernel_isa());
+      j["weight_layouts"] = w->describe_layouts();
+      j["weight_bytes_per_token"] = w->bytes_per_token();
+    } else {
+      j["weights_error"] = w.status().message();
+    }
   } else {
     j["supported"] = false;
     j["unsupported_reason"] = hp.status().message();
@@ -152,6 +163,11 @@ void print_text(const json& j, const gguf::File& f, bool tensors, bool metadata)
     std::printf("rms norm eps:    %g\n", j["rms_eps"].get<double>());
     std::printf("output head:     %s%s\n", j["tied_output"].get<bool>() ? "tied to token embedding" : "separate",
                 j["qkv_bias"].get<bool>() ? ", Q/K/V biases" : "");
+    if (j.contains("weight_layouts")) {
+      std::printf("weights:         %s (kernels %s)\n", s("weight_layouts").c_str(), s("kernel_isa").c_str());
+    } else if (j.contains("weights_error")) {
+      std::printf("weights:         cannot be bound: %s\n", s("weights_error").c_str());
+    }
     std::printf("KV per token:    %s at F16\n",
                 human_bytes(j["kv_bytes_per_token_f16"].get<uint64_t>()).c_str());
   }

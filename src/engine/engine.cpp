@@ -12,6 +12,7 @@
 #include "engine/stop_matcher.h"
 #include "kv/kv_arena.h"
 #include "kv/kv_cache_manager.h"
+#include "sched/sla_scheduler.h"
 
 namespace metro::engine {
 
@@ -68,6 +69,9 @@ struct ActiveRequest {
   bool children_pending = false;  // choices 1..n-1 wait for choice 0's prompt
   int n_finished = 0;
   bool aborting = false;
+  int64_t arrival_ns = 0;
+  int64_t first_token_ns = 0;
+  int64_t last_token_ns = 0;
   bool completed = false;  // kDone pushed; destroyed by reap() after the step
   std::vector<double> embed_sum;
   int embed_rows = 0;
@@ -80,6 +84,13 @@ struct Engine::Impl {
   std::unique_ptr<kv::KvArena> arena;
   std::unique_ptr<kv::KvCacheManager> kv;
   std::unique_ptr<sched::Scheduler> sched;
+  sched::SlaScheduler* sla = nullptr;  // sched, when it is the SLA policy
+  sched::SchedMetrics metrics;
+  explicit Impl(const sched::SlaConfig& sla) : metrics(sla) {}
+  // Online least-squares fit of step time = a + b * prefill tokens + c * decode sequences,
+  // with exponential forgetting; feeds the SLA policy's step budget.
+  double xtx[3][3] = {}, xty[3] = {};
+  uint64_t cost_steps = 0;
   std::unique_ptr<ThreadPool> pool;
   model::Workspace ws;
   SamplerScratch scratch;
@@ -117,6 +128,7 @@ struct Engine::Impl {
   void reap();
   std::vector<uint64_t> completed_ids;
   void publish_stats(double step_ms, int batch_tokens, int batch_seqs);
+  void observe_cost(double step_s, int prefill_tokens, int decode_seqs);
 };
 
 Engine::Engine(std::shared_ptr<const model::Model> model, tokenizer::Tokenizer tokenizer,
@@ -145,7 +157,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
     }
   }
   auto e = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), cfg));
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(cfg.sla);
   impl->self = e.get();
   e->n_ctx_ = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, static_cast<int>(hp.n_ctx_train))
                             : static_cast<int>(hp.n_ctx_train);
@@ -167,15 +179,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->arena = std::make_unique<kv::KvArena>(hp, impl->layout, static_cast<int32_t>(n_blocks));
   impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
-  sched::SchedulerConfig sc;
-  sc.max_batch_tokens = cfg.max_batch_tokens;
-  sc.max_seqs = cfg.max_seqs;
-  sc.max_logits = cfg.max_seqs;
-  if (cfg.sched == "fcfs") {
-    impl->sched = sched::make_fcfs_scheduler(sc, *impl->kv);
-  } else {
-    return invalid_argument("unknown scheduler '" + cfg.sched + "' (fcfs)");
-  }
+  sched::SlaSchedulerConfig sc;
+  sc.base.max_batch_tokens = cfg.max_batch_tokens;
+  sc.base.max_seqs = cfg.max_seqs;
+  sc.base.max_logits = cfg.max_seqs;
+  sc.sla = cfg.sla;
+  sc.metrics = &impl->metrics;
+  METRO_ASSIGN_OR_RETURN(impl->sched, sched::make_scheduler(cfg.sched, sc, *impl->kv));
+  impl->sla = dynamic_cast<sched::SlaScheduler*>(impl->sched.get());
   const int threads = cfg.n_threads > 0 ? cfg.n_threads : cpu_features().physical_cores;
   impl->pool = std::make_unique<ThreadPool>(threads);
   model::WorkspaceLimits lim;
@@ -212,6 +223,7 @@ int64_t Engine::kv_capacity_tokens() const {
 size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
 size_t Engine::workspace_bytes() const { return impl_->ws.bytes(); }
 const char* Engine::scheduler_name() const { return impl_->sched->name(); }
+const sched::SchedMetrics& Engine::sched_metrics() const { return impl_->metrics; }
 
 Expected<Handle> Engine::submit(Request r) {
   const int32_t n_vocab = tokenizer_.n_vocab();
@@ -320,6 +332,7 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
     c->seq.sla_class = q.sla_class;
     c->seq.tenant = q.tenant;
     c->seq.deadline_ns = q.deadline_ns;
+    c->seq.prefix_hash = q.prefix_hash;
     c->seq.use_prefix_cache = q.kind == RequestKind::kGenerate;
     if (q.kind == RequestKind::kGenerate) {
       c->sampler = std::make_unique<Sampler>(q.sampling, base_seed + static_cast<uint64_t>(i));
@@ -331,6 +344,8 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
     r->choices.push_back(std::move(c));
   }
   r->usage.prompt_tokens = static_cast<int>(q.prompt.size());
+  r->arrival_ns = q.arrival_ns > 0 ? q.arrival_ns : now_ns();
+  for (auto& c : r->choices) c->seq.arrival_ns = r->arrival_ns;
   r->children_pending = q.n > 1;
   Choice& first = *r->choices[0];
   first.in_scheduler = true;
@@ -413,6 +428,28 @@ void Engine::Impl::step() {
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.prompt_tokens += prompt_tokens;
   }
+  StepReport rep;
+  rep.step_s = step_ms * 1e-3;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const sched::ScheduledSeq& ss = plan.seqs[i];
+    const int chunk_begin = ss.seq->n_computed - ss.n_tokens;
+    const int prompt_part = std::max(0, std::min(ss.seq->n_prompt, ss.seq->n_computed) - chunk_begin);
+    if (ss.n_tokens == 1 && chunk_begin >= ss.seq->n_prompt) {
+      ++rep.decode_seqs;
+    } else {
+      rep.prefill_tokens += ss.n_tokens;
+      rep.prefill_tokens_by_class[static_cast<size_t>(ss.seq->sla_class)] += prompt_part;
+    }
+  }
+  const auto counts = sched->counts();
+  rep.waiting_by_class = counts.waiting_by_class;
+  rep.running_by_class = counts.running_by_class;
+  for (int k = 0; k < sched::kNumSlaClasses; ++k) {
+    metrics.set_queue_depth(static_cast<sched::SlaClass>(k), counts.waiting_by_class[static_cast<size_t>(k)],
+                            counts.running_by_class[static_cast<size_t>(k)]);
+  }
+  observe_cost(rep.step_s, rep.prefill_tokens, rep.decode_seqs);
+  if (self->cfg_.on_step) self->cfg_.on_step(rep);
   publish_stats(step_ms, plan.n_tokens, static_cast<int>(plan.seqs.size()));
 }
 
@@ -484,6 +521,13 @@ void Engine::Impl::handle_token(Choice& c, std::span<const float> logits) {
 
 void Engine::Impl::emit_delta(Choice& c, std::string text, std::vector<TokenInfo> tokens) {
   if (c.finished || c.req->aborting) return;
+  const int64_t t = now_ns();
+  ActiveRequest& r = *c.req;
+  if (r.first_token_ns == 0) {
+    r.first_token_ns = t;
+    metrics.observe_first_token(r.req.sla_class, static_cast<double>(t - r.arrival_ns) * 1e-9);
+  }
+  r.last_token_ns = t;
   Event e;
   e.kind = Event::Kind::kDelta;
   e.index = c.index;
@@ -499,7 +543,13 @@ void Engine::Impl::finish_choice(Choice& c, FinishReason reason, const std::stri
   if (c.finished) return;
   ActiveRequest& r = *c.req;
   c.finished = true;
-  if (c.in_scheduler) sched->remove(&c.seq);
+  if (c.in_scheduler) {
+    if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
+      sched->finish(&c.seq);
+    } else {
+      sched->remove(&c.seq);
+    }
+  }
   c.in_scheduler = false;
   if (c.index == 0 && r.children_pending) {
     // Children never started (the parent ended before its prompt finished): end them too.
@@ -577,6 +627,15 @@ void Engine::Impl::maybe_complete(ActiveRequest& r) {
   r.stream->push_final(std::move(e));
   r.completed = true;
   completed_ids.push_back(r.id);
+  if (!r.aborting && r.req.kind == RequestKind::kGenerate && r.first_token_ns > 0) {
+    const double ttft = static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-9;
+    const double e2e = static_cast<double>(now_ns() - r.arrival_ns) * 1e-9;
+    const int per_choice = r.usage.completion_tokens / std::max(1, static_cast<int>(r.choices.size()));
+    const double tpot = per_choice > 1 ? static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
+                                             (per_choice - 1)
+                                       : -1.0;
+    metrics.observe_finished(r.req.sla_class, ttft, tpot, e2e);
+  }
   std::lock_guard<std::mutex> lock(stats_mu);
   if (!r.aborting) stats.requests_finished += 1;
 }
@@ -589,6 +648,40 @@ void Engine::Impl::reap() {
     active.erase(it);
   }
   completed_ids.clear();
+}
+
+void Engine::Impl::observe_cost(double step_s, int prefill_tokens, int decode_seqs) {
+  const double x[3] = {1.0, static_cast<double>(prefill_tokens), static_cast<double>(decode_seqs)};
+  constexpr double kForget = 0.995;  // about the last 200 steps
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) xtx[i][j] = kForget * xtx[i][j] + x[i] * x[j];
+    xty[i] = kForget * xty[i] + x[i] * step_s;
+  }
+  if (!sla || ++cost_steps % 32 != 0) return;
+  // Solve the 3x3 normal equations (ridge-regularised so sparse data stays stable).
+  double a[3][4];
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) a[i][j] = xtx[i][j] + (i == j ? 1e-6 : 0.0);
+    a[i][3] = xty[i];
+  }
+  for (int col = 0; col < 3; ++col) {
+    int piv = col;
+    for (int r = col + 1; r < 3; ++r) {
+      if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
+    }
+    if (std::fabs(a[piv][col]) < 1e-12) return;
+    for (int k = 0; k < 4; ++k) std::swap(a[col][k], a[piv][k]);
+    for (int r = 0; r < 3; ++r) {
+      if (r == col) continue;
+      const double f = a[r][col] / a[col][col];
+      for (int k = col; k < 4; ++k) a[r][k] -= f * a[col][k];
+    }
+  }
+  sched::StepCostModel cost;
+  cost.fixed_s = std::max(0.0, a[0][3] / a[0][0]);
+  cost.per_prefill_token_s = std::max(0.0, a[1][3] / a[1][1]);
+  cost.per_decode_seq_s = std::max(0.0, a[2][3] / a[2][2]);
+  if (cost.per_prefill_token_s > 0.0) sla->set_step_cost(cost);
 }
 
 void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seqs) {

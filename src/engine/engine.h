@@ -8,7 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <array>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,7 +24,9 @@
 #include "engine/request_stream.h"
 #include "kernels/dtype.h"
 #include "model/model.h"
+#include "sched/sched_metrics.h"
 #include "sched/scheduler.h"
+#include "sched/sla_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace metro::kv {
@@ -42,10 +46,23 @@ struct EngineConfig {
   int max_batch_tokens = 256;      // tokens per step (--max-batch-tokens)
   int max_seqs = 64;               // sequences per step (--max-seqs)
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context
-  std::string sched = "fcfs";      // scheduling policy
+  std::string sched = "sla";       // scheduling policy: sla | fcfs (--sched)
+  sched::SlaConfig sla;            // per-class objectives (--sla)
   size_t stream_capacity = 1024;   // events buffered per request before it is aborted
   int max_n = 16;                  // bound on Request::n
   uint64_t model_variant = 0;      // salts prefix-cache hashes
+  // Called on the engine thread after every step (keep it short; never block).
+  std::function<void(const struct StepReport&)> on_step;
+};
+
+// What one step did, for admission control and metrics.
+struct StepReport {
+  double step_s = 0.0;
+  int prefill_tokens = 0;
+  int decode_seqs = 0;
+  std::array<int, sched::kNumSlaClasses> prefill_tokens_by_class{};
+  std::array<int, sched::kNumSlaClasses> waiting_by_class{};  // after the step
+  std::array<int, sched::kNumSlaClasses> running_by_class{};
 };
 
 struct Handle {
@@ -107,6 +124,8 @@ class Engine {
   size_t kv_bytes() const;
   size_t workspace_bytes() const;
   const char* scheduler_name() const;
+  // Per-class latency histograms, SLO attainment and predictor accuracy (thread-safe).
+  const sched::SchedMetrics& sched_metrics() const;
 
   struct Impl;
 

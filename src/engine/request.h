@@ -31,6 +31,8 @@ struct Request {
   sched::SlaClass sla_class = sched::SlaClass::kStandard;
   std::string tenant;
   int64_t deadline_ns = 0;  // steady-clock deadline; 0 for none
+  uint64_t prefix_hash = 0;  // hash of the template / system prompt (length prediction)
+  int64_t arrival_ns = 0;    // when the request reached the server; 0: at submit()
 };
 
 enum class FinishReason : uint8_t {

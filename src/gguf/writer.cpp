@@ -56,6 +56,42 @@ void Writer::add_raw(std::string_view key, ValueType type, std::span<const uint8
   ++n_kv_;
 }
 
+namespace {
+
+void encode_payload(Encoder& e, const Value& v) {
+  switch (v.type()) {
+    case ValueType::kU8: e.put<uint8_t>(static_cast<uint8_t>(*v.as_uint())); break;
+    case ValueType::kI8: e.put<int8_t>(static_cast<int8_t>(*v.as_int())); break;
+    case ValueType::kU16: e.put<uint16_t>(static_cast<uint16_t>(*v.as_uint())); break;
+    case ValueType::kI16: e.put<int16_t>(static_cast<int16_t>(*v.as_int())); break;
+    case ValueType::kU32: e.put<uint32_t>(static_cast<uint32_t>(*v.as_uint())); break;
+    case ValueType::kI32: e.put<int32_t>(static_cast<int32_t>(*v.as_int())); break;
+    case ValueType::kU64: e.put<uint64_t>(*v.as_uint()); break;
+    case ValueType::kI64: e.put<int64_t>(*v.as_int()); break;
+    case ValueType::kF32: e.put<float>(static_cast<float>(*v.as_double())); break;
+    case ValueType::kF64: e.put<double>(*v.as_double()); break;
+    case ValueType::kBool: e.put<uint8_t>(*v.as_bool() ? 1 : 0); break;
+    case ValueType::kString: e.put_string(*v.as_string()); break;
+    case ValueType::kArray:
+      e.put<uint32_t>(static_cast<uint32_t>(v.array_type()));
+      e.put<uint64_t>(v.array_size());
+      if (v.array_type() == ValueType::kString) {
+        for (std::string_view s : v.strings()) e.put_string(s);
+      } else {
+        for (size_t i = 0; i < v.array_size(); ++i) encode_payload(e, v.array_at(i));
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+void Writer::add_value(std::string_view key, const Value& v) {
+  Encoder payload;
+  encode_payload(payload, v);
+  add_raw(key, v.type(), payload.bytes());
+}
+
 Status Writer::add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,
                           std::span<const uint8_t> data) {
   auto info = ggml_type_info(static_cast<uint32_t>(type));

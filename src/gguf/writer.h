@@ -59,6 +59,8 @@ class Writer {
   void add_i32_array(std::string_view key, const std::vector<int32_t>& v);
   // A pre-encoded value (type + payload as the format lays it out), for unusual values.
   void add_raw(std::string_view key, ValueType type, std::span<const uint8_t> payload);
+  // A value read from another file, re-encoded as it was (any type, nested arrays included).
+  void add_value(std::string_view key, const Value& v);
 
   // dims[0] is the innermost dimension. The byte size must match the type's geometry.
   Status add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,

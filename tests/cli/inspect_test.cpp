@@ -31,6 +31,9 @@ TEST(InspectCli, DefaultModelJson) {
   EXPECT_EQ(j["kv_bytes_per_token_f16"], 2 * 30 * 3 * 64 * 2);
   EXPECT_EQ(j["tokenizer"]["model"], "gpt2");
   EXPECT_TRUE(j["tokenizer"]["chat_template"].get<bool>());
+  // The layouts the kernels will use, and bytes of weights a decode token reads (~92 MiB).
+  EXPECT_NE(j["weight_layouts"].get<std::string>().find("Q4_1"), std::string::npos);
+  EXPECT_NEAR(j["weight_bytes_per_token"].get<double>(), 92.0 * (1 << 20), 2.0 * (1 << 20));
 }
 
 TEST(InspectCli, DefaultModelText) {

@@ -42,15 +42,21 @@ std::vector<std::vector<int32_t>> prompts(int n) {
   return out;
 }
 
+// Greedy continuations of every prompt (exactly max_tokens each: EOS ignored).
 std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<std::vector<int32_t>>& ps,
                                           int max_tokens, bool together) {
+  auto req = [&](const std::vector<int32_t>& p) {
+    Request r = greedy_request(p, max_tokens);
+    r.stop.ignore_eos = true;
+    return r;
+  };
   std::vector<std::vector<int32_t>> out(ps.size());
   if (together) {
     std::vector<Handle> hs;
-    for (const auto& p : ps) hs.push_back(*e.submit(greedy_request(p, max_tokens)));
+    for (const auto& p : ps) hs.push_back(*e.submit(req(p)));
     for (size_t i = 0; i < hs.size(); ++i) out[i] = collect(hs[i]).tokens;
   } else {
-    for (size_t i = 0; i < ps.size(); ++i) out[i] = collect(*e.submit(greedy_request(ps[i], max_tokens))).tokens;
+    for (size_t i = 0; i < ps.size(); ++i) out[i] = collect(*e.submit(req(ps[i]))).tokens;
   }
   return out;
 }
