@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "sched/sla_config.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 
@@ -85,6 +86,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--kv-block", ec.kv_block, "tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--kv-type", kv_type, "KV cache type: f16 or q8_0")->capture_default_str();
   app.add_flag("--no-prefix-cache", no_prefix_cache, "do not share KV blocks between equal prompt prefixes");
+  std::string sla_spec;
+  app.add_option("--sched", ec.sched, "scheduling policy: sla or fcfs")->capture_default_str();
+  app.add_option("--sla", sla_spec, "per-class objectives (see docs/scheduling.md)");
   app.add_option("--max-batch-tokens", ec.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -151,6 +155,11 @@ int cmd_serve(int argc, char** argv) {
     ec.kv_type = kernels::DType::kQ8_0;
   else
     return fail("serve", invalid_argument("--kv-type must be f16 or q8_0"));
+  if (!sla_spec.empty()) {
+    auto sla = sched::parse_sla_spec(sla_spec);
+    if (!sla.ok()) return fail("serve", sla.status());
+    ec.sla = *sla;
+  }
   ec.n_threads = threads;
   ec.prefix_cache = !no_prefix_cache;
   ec.max_n = sc.limits.max_n;

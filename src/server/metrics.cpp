@@ -114,7 +114,56 @@ void ServerMetrics::count_request(std::string_view endpoint, int status) {
   ++requests_[{label, status}];
 }
 
-std::string ServerMetrics::render(const engine::EngineStats* st, bool model_loaded, int64_t kv_capacity_tokens) const {
+void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s) {
+  auto label = [](size_t c) {
+    return std::string("class=\"") + sched::sla_class_name(static_cast<sched::SlaClass>(c)) + "\"";
+  };
+  auto hist = [&](const char* name, const char* help, auto member) {
+    write_metric_header(out, name, "histogram", help);
+    for (size_t c = 0; c < s.classes.size(); ++c) {
+      const sched::HistogramSnapshot& h = s.classes[c].*member;
+      uint64_t acc = 0;
+      for (size_t i = 0; i < h.bounds.size() && i < h.counts.size(); ++i) {
+        acc += h.counts[i];
+        write_sample(out, std::string(name) + "_bucket", label(c) + ",le=\"" + format_value(h.bounds[i]) + "\"",
+                     static_cast<double>(acc));
+      }
+      write_sample(out, std::string(name) + "_bucket", label(c) + ",le=\"+Inf\"", static_cast<double>(h.count));
+      write_sample(out, std::string(name) + "_sum", label(c), h.sum);
+      write_sample(out, std::string(name) + "_count", label(c), static_cast<double>(h.count));
+    }
+  };
+  hist("metro_class_ttft_seconds", "Time to first token by SLA class.", &sched::ClassMetricsSnapshot::ttft_s);
+  hist("metro_class_tpot_seconds", "Time per output token by SLA class.", &sched::ClassMetricsSnapshot::tpot_s);
+  hist("metro_class_e2e_seconds", "End-to-end latency by SLA class.", &sched::ClassMetricsSnapshot::e2e_s);
+  auto per_class = [&](const char* name, const char* type, const char* help, auto value) {
+    write_metric_header(out, name, type, help);
+    for (size_t c = 0; c < s.classes.size(); ++c) write_sample(out, name, label(c), value(s.classes[c]));
+  };
+  using C = sched::ClassMetricsSnapshot;
+  per_class("metro_class_finished_total", "counter", "Requests finished, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.finished); });
+  per_class("metro_class_slo_met_total", "counter", "Finished requests that met both TTFT and TPOT objectives.",
+            [](const C& c) { return static_cast<double>(c.slo_met); });
+  per_class("metro_class_slo_attainment", "gauge", "slo_met / finished.",
+            [](const C& c) { return c.slo_attainment; });
+  per_class("metro_class_waiting", "gauge", "Sequences waiting, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.waiting); });
+  per_class("metro_class_running", "gauge", "Sequences running, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.running); });
+  per_class("metro_class_preemptions_total", "counter", "Preemptions, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.preemptions); });
+  write_metric_header(out, "metro_class_rejections_total", "counter", "Requests refused, by SLA class and reason.");
+  for (size_t c = 0; c < s.classes.size(); ++c) {
+    for (const auto& [reason, n] : s.classes[c].rejections) {
+      write_sample(out, "metro_class_rejections_total", label(c) + ",reason=\"" + escape_label_value(reason) + "\"",
+                   static_cast<double>(n));
+    }
+  }
+}
+
+std::string ServerMetrics::render(const engine::EngineStats* st, bool model_loaded, int64_t kv_capacity_tokens,
+                                  const sched::SchedMetricsSnapshot* per_class) const {
   std::string out;
   out.reserve(8192);
   write_metric_header(&out, "metro_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
@@ -179,6 +228,7 @@ std::string ServerMetrics::render(const engine::EngineStats* st, bool model_load
   // The engine keeps no running sum of batch sizes, so this histogram has no _sum.
   write_histogram(&out, "metro_engine_batch_tokens", "Tokens in an engine step's batch.",
                   engine::EngineStats::batch_tokens_bounds(), st->batch_tokens_buckets, nullptr, st->steps);
+  if (per_class) write_class_metrics(&out, *per_class);
   return out;
 }
 

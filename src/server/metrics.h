@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "sched/sched_metrics.h"
 
 namespace metro::server {
 
@@ -45,6 +46,8 @@ void write_sample(std::string* out, std::string_view name, std::string_view labe
 void write_histogram(std::string* out, std::string_view name, std::string_view help, const std::vector<double>& bounds,
                      const std::vector<uint64_t>& cumulative, const double* sum, uint64_t count);
 std::string escape_label_value(std::string_view v);
+// Per-SLA-class series (label class="realtime|standard|batch").
+void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s);
 
 class ServerMetrics {
  public:
@@ -63,8 +66,10 @@ class ServerMetrics {
   std::atomic<uint64_t> rejected_connections{0};
   std::atomic<uint64_t> client_disconnects{0};  // requests aborted because the client left
 
-  // The whole exposition. `stats` is null while the model loads.
-  std::string render(const engine::EngineStats* stats, bool model_loaded, int64_t kv_capacity_tokens) const;
+  // The whole exposition. `stats` is null while the model loads; `per_class` (the
+  // scheduler's SLA-class metrics) may be null.
+  std::string render(const engine::EngineStats* stats, bool model_loaded, int64_t kv_capacity_tokens,
+                     const sched::SchedMetricsSnapshot* per_class = nullptr) const;
 
  private:
   mutable std::mutex mu_;

@@ -110,7 +110,8 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     if (m) {
       const engine::EngineStats st = m->engine->stats();
-      r.body = core.metrics().render(&st, true, m->engine->kv_capacity_tokens());
+      const sched::SchedMetricsSnapshot per_class = m->engine->sched_metrics().snapshot();
+      r.body = core.metrics().render(&st, true, m->engine->kv_capacity_tokens(), &per_class);
     } else {
       r.body = core.metrics().render(nullptr, false, 0);
     }

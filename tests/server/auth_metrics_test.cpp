@@ -105,7 +105,12 @@ TEST(MetricsTest, ExpositionIsValidPrometheusText) {
   st.step_seconds_total = 0.04;
   st.step_ms_buckets.assign(engine::EngineStats::step_ms_bounds().size() + 1, 4);
   st.batch_tokens_buckets.assign(engine::EngineStats::batch_tokens_bounds().size() + 1, 4);
-  const std::string text = m.render(&st, true, 1600);
+  sched::SchedMetrics sm{sched::SlaConfig{}};
+  sm.observe_first_token(sched::SlaClass::kRealtime, 0.2);
+  sm.observe_finished(sched::SlaClass::kRealtime, 0.2, 0.05, 1.0);
+  sm.observe_rejection(sched::SlaClass::kBatch, "queue_full");
+  const sched::SchedMetricsSnapshot per_class = sm.snapshot();
+  const std::string text = m.render(&st, true, 1600, &per_class);
   auto s = parse_exposition(text);
   EXPECT_EQ(s["metro_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"], 2);
   EXPECT_EQ(s["metro_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}"], 1);
@@ -128,6 +133,10 @@ TEST(MetricsTest, ExpositionIsValidPrometheusText) {
   EXPECT_EQ(s["metro_engine_step_duration_seconds_bucket{le=\"0.001\"}"], 4);
   EXPECT_EQ(s["metro_engine_batch_tokens_bucket{le=\"+Inf\"}"], 4);
   EXPECT_EQ(s["metro_model_loaded"], 1);
+  EXPECT_EQ(s["metro_class_finished_total{class=\"realtime\"}"], 1);
+  EXPECT_EQ(s["metro_class_e2e_seconds_count{class=\"realtime\"}"], 1);
+  EXPECT_EQ(s["metro_class_e2e_seconds_bucket{class=\"realtime\",le=\"+Inf\"}"], 1);
+  EXPECT_EQ(s["metro_class_rejections_total{class=\"batch\",reason=\"queue_full\"}"], 1);
   // Every TYPE line is followed by samples of that family.
   EXPECT_NE(text.find("# TYPE metro_time_per_output_token_seconds histogram\n"), std::string::npos);
 
