@@ -24,8 +24,7 @@ model:
 	@scripts/fetch_model.sh
 
 serve: build model
-	@echo "serve: the HTTP server is not built yet; showing the model metro would serve:"
-	$(BUILD)/bin/metro inspect $(MODEL)
+	$(BUILD)/bin/metro serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
 run: build model
 	$(BUILD)/bin/metro inspect $(MODEL)
@@ -40,7 +39,7 @@ test-asan: deps model
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  METRO_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
-fuzz: deps
+fuzz: deps model
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_FUZZ=ON \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)

@@ -14,6 +14,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"serve", metro::cli::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
     {"run", metro::cli::cmd_run, "generate text from a prompt"},
     {"bench", metro::cli::cmd_bench, "measure prompt processing and generation speed"},
     {"perplexity", metro::cli::cmd_perplexity, "perplexity of a model over a text file"},

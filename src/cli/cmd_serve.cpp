@@ -1,0 +1,246 @@
+// metro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--model-name NAME]
+//             [--api-key-file F] [-t N] [engine flags] [limits]
+// Serves the model over an OpenAI-compatible HTTP API (docs/server.md). The listener is up
+// before the model loads, so /health answers at once and /ready turns 200 when it is loaded.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "base/clock.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "sched/sla_config.h"
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+
+namespace metro::cli {
+namespace {
+
+// "4GiB", "512MiB", "1.5G", "1048576" -> bytes.
+Expected<int64_t> parse_size(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return invalid_argument("expected a size like 4GiB, 512MiB or 1048576, got '" + s + "'");
+  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
+  std::string unit = s.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult;
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    mult = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else
+    return invalid_argument("unknown size unit in '" + s + "' (use KiB, MiB or GiB)");
+  const double bytes = v * mult;
+  if (!(bytes >= 0 && bytes < 9.0e18)) return invalid_argument("size out of range: '" + s + "'");
+  return static_cast<int64_t>(bytes);
+}
+
+std::string default_model_name(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  return name;
+}
+
+// Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "metro serve"};
+  std::string model_path, model_name, api_key_file, chat_template_file;
+  std::string kv_memory, kv_type = "f16", max_body = "4MiB";
+  server::ServerConfig sc;
+  engine::EngineConfig ec;
+  int port = 8080, threads = default_threads();
+  bool no_prefix_cache = false, no_repack = false;
+  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  app.add_option("--host", sc.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--model-name", model_name, "model id in the API (default: the file name without .gguf)");
+  app.add_option("--api-key-file", api_key_file, "file of API keys, one per line: `key [tenant]`");
+  app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
+  app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
+  app.add_option("--kv-memory", kv_memory, "KV cache budget in bytes (e.g. 4GiB); overrides --ctx-total");
+  app.add_option("--ctx-total", ec.ctx_total, "KV cache budget in tokens (default 65536)")
+      ->check(CLI::Range(1, 1 << 28));
+  app.add_option("--kv-block", ec.kv_block, "tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--kv-type", kv_type, "KV cache type: f16 or q8_0")->capture_default_str();
+  app.add_flag("--no-prefix-cache", no_prefix_cache, "do not share KV blocks between equal prompt prefixes");
+  std::string sla_spec;
+  app.add_option("--sched", ec.sched, "scheduling policy: sla or fcfs")->capture_default_str();
+  app.add_option("--sla", sla_spec, "per-class objectives (see docs/scheduling.md)");
+  app.add_option("--max-batch-tokens", ec.max_batch_tokens, "tokens per engine step")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--max-seqs", ec.max_seqs, "sequences per engine step")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--ctx", ec.n_ctx, "context per sequence (default: the model's)")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--stream-buffer", ec.stream_capacity,
+                 "events buffered per request before a client that does not read is dropped")
+      ->check(CLI::Range(4, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  app.add_option("--drain-timeout", sc.drain_timeout_s, "seconds in-flight requests get after SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-body", max_body, "largest request body (413 above)")->capture_default_str();
+  app.add_option("--max-header", sc.max_header_bytes, "largest request header block in bytes (431 above)")
+      ->check(CLI::Range(1024, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-connections", sc.max_connections, "open connections (503 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--max-n", sc.limits.max_n, "largest n per request")->check(CLI::Range(1, 128))->capture_default_str();
+  app.add_option("--max-inflight-choices", sc.max_inflight_choices, "choices over all concurrent requests (503 beyond)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--idle-timeout", sc.idle_timeout_s, "seconds a connection may stall a read or a write")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--request-timeout", sc.request_timeout_s, "seconds to receive one whole request")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--keepalive-timeout", sc.keepalive_timeout_s, "seconds an idle keep-alive connection stays open")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--send-buffer", sc.socket_send_buffer, "socket send buffer per connection in bytes (0: OS default)")
+      ->check(CLI::Range(0, 1 << 26))
+      ->capture_default_str();
+  app.add_option("--http-threads", sc.http_threads, "HTTP I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--prep-threads", sc.prep_threads, "threads that parse and tokenize requests")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  sc.port = static_cast<uint16_t>(port);
+  sc.model_name = model_name.empty() ? default_model_name(model_path) : model_name;
+  auto body_bytes = parse_size(max_body);
+  if (!body_bytes.ok()) return fail("serve", body_bytes.status());
+  if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
+  sc.limits.max_body_bytes = static_cast<size_t>(*body_bytes);
+  if (!kv_memory.empty()) {
+    auto b = parse_size(kv_memory);
+    if (!b.ok()) return fail("serve", b.status());
+    ec.kv_memory_bytes = *b;
+  }
+  if (kv_type == "f16")
+    ec.kv_type = kernels::DType::kF16;
+  else if (kv_type == "q8_0")
+    ec.kv_type = kernels::DType::kQ8_0;
+  else
+    return fail("serve", invalid_argument("--kv-type must be f16 or q8_0"));
+  if (!sla_spec.empty()) {
+    auto sla = sched::parse_sla_spec(sla_spec);
+    if (!sla.ok()) return fail("serve", sla.status());
+    ec.sla = *sla;
+  }
+  ec.n_threads = threads;
+  ec.prefix_cache = !no_prefix_cache;
+  ec.max_n = sc.limits.max_n;
+  if (!api_key_file.empty()) {
+    auto keys = server::ApiKeys::load(api_key_file);
+    if (!keys.ok()) return fail("serve", keys.status());
+    sc.api_keys = std::move(*keys);
+  }
+  std::optional<tokenizer::ChatTemplate> template_override;
+  if (!chat_template_file.empty()) {
+    std::ifstream in(chat_template_file, std::ios::binary);
+    if (!in) return fail("serve", io_error("cannot read the chat template file"));
+    std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto t = tokenizer::ChatTemplate::parse(std::move(source));
+    if (!t.ok()) return fail("serve", t.status());
+    template_override = std::move(*t);
+  }
+  raise_fd_limit();
+
+  const server::RequestLimits limits = sc.limits;
+  const std::string name = sc.model_name;
+  const int64_t t_start = now_ns();
+  auto loader = [=]() -> Expected<std::shared_ptr<server::ModelContext>> {
+    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack));
+    std::optional<tokenizer::ChatTemplate> tmpl = template_override;
+    if (!tmpl) {
+      auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());
+      if (t.ok()) {
+        tmpl = std::move(*t);
+      } else {
+        std::fprintf(stderr,
+                     "metro serve: warning: the model's chat template is unusable (%s); "
+                     "/v1/chat/completions will answer 400\n",
+                     t.status().message().c_str());
+      }
+    }
+    METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, ec));
+    auto ctx = std::make_shared<server::ModelContext>(name, std::shared_ptr<engine::Engine>(std::move(eng)),
+                                                      *lm.tokenizer, std::move(tmpl), limits);
+    ctx->created_unix_s = unix_time_seconds();
+    ctx->load_seconds = static_cast<double>(now_ns() - t_start) * 1e-9;
+    return ctx;
+  };
+  server::Server::Callbacks cb;
+  cb.on_loaded = [threads](const server::ModelContext& m) {
+    const engine::Engine& e = *m.engine;
+    std::printf(
+        "metro serve: model '%s' ready in %.2f s | context %d tokens | KV capacity %lld tokens "
+        "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s%s\n",
+        m.name.c_str(), m.load_seconds, e.n_ctx(), static_cast<long long>(e.kv_capacity_tokens()),
+        static_cast<double>(e.kv_bytes()) / (1 << 20), e.config().kv_type == kernels::DType::kQ8_0 ? "q8_0" : "f16",
+        e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off",
+        m.chat_template ? "" : " | no chat template");
+    std::fflush(stdout);
+  };
+  cb.on_load_failed = [](const Status& s) {
+    std::fprintf(stderr, "metro serve: cannot load the model: %s\n", s.message().c_str());
+  };
+  const double drain_s = sc.drain_timeout_s;
+  cb.on_drain = [drain_s](const char* what) {
+    std::printf("metro serve: %s: draining in-flight requests (up to %.0f s)\n", what, drain_s);
+    std::fflush(stdout);
+  };
+  const std::string host = sc.host;
+  const bool keys = sc.api_keys.enabled();
+  const size_t n_keys = sc.api_keys.size();
+  server::Server srv(std::move(sc), loader, cb);
+  if (Status s = srv.start(); !s.ok()) return fail("serve", s);
+  std::printf("metro serve: listening on http://%s:%u (web UI at /, API at /v1)%s; loading %s\n", host.c_str(),
+              static_cast<unsigned>(srv.port()),
+              keys ? (" with " + std::to_string(n_keys) + " API key(s)").c_str() : "", name.c_str());
+  std::fflush(stdout);
+  const int code = srv.wait();
+  if (code == 130) {
+    std::printf("metro serve: second SIGINT: exiting now\n");
+    std::fflush(stdout);
+    std::_Exit(130);  // in-flight work is abandoned on purpose; destructors would wait for it
+  }
+  std::printf("metro serve: stopped\n");
+  std::fflush(stdout);
+  return code;
+}
+
+}  // namespace metro::cli

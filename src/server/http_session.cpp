@@ -1,0 +1,560 @@
+#include "server/http_session.h"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <cstring>
+
+#include "base/clock.h"
+#include "base/log.h"
+
+namespace metro::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Bytes a client may pipeline while its previous request runs; reading pauses beyond.
+constexpr size_t kMaxBufferedAhead = 64 * 1024;
+// After an error response, discard at most this much of an unread body before closing, so
+// the client reads the response instead of a connection reset.
+constexpr size_t kMaxLingerBytes = 16u << 20;
+constexpr auto kLingerTime = std::chrono::seconds(2);
+
+std::chrono::nanoseconds seconds_ns(int s) { return std::chrono::seconds(s); }
+
+std::string hex(size_t n) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%zx", n);
+  return buf;
+}
+
+}  // namespace
+
+HttpSession::HttpSession(Socket socket, ServerCore& core)
+    : socket_(std::move(socket)),
+      strand_(socket_.get_executor()),
+      core_(core),
+      read_timer_(strand_),
+      write_timer_(strand_) {
+  core_.metrics().connections.fetch_add(1);
+}
+
+HttpSession::~HttpSession() {
+  end_call(/*client_gone=*/true);
+  core_.remove_connection(registry_id_);
+  core_.metrics().connections.fetch_sub(1);
+}
+
+void HttpSession::start() {
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  registry_id_ = core_.add_connection([weak] {
+    if (auto s = weak.lock()) asio::post(s->strand_, [s] { s->close_if_idle(); });
+  });
+  asio::post(strand_, [self = shared_from_this()] {
+    boost::system::error_code ec;
+    self->socket_.set_option(tcp::no_delay(true), ec);  // SSE chunks are small: send at once
+    // A smaller send buffer bounds what a client that stops reading can leave queued.
+    if (const int sndbuf = self->core_.config().socket_send_buffer; sndbuf > 0) {
+      self->socket_.set_option(asio::socket_base::send_buffer_size(sndbuf), ec);
+    }
+    self->begin_request();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading
+
+void HttpSession::begin_request() {
+  phase_ = Phase::kReadRequest;
+  const ServerConfig& cfg = core_.config();
+  parser_.emplace();
+  parser_->header_limit(static_cast<uint32_t>(cfg.max_header_bytes));
+  parser_->body_limit(static_cast<uint64_t>(cfg.limits.max_body_bytes));
+  request_bytes_seen_ = buf_.size() > 0;
+  continue_sent_ = false;
+  request_start_ns_ = now_ns();
+  last_read_ns_ = request_start_ns_;
+  parse_buffered();
+}
+
+void HttpSession::arm_read() {
+  if (read_in_flight_ || phase_ == Phase::kClosed) return;
+  if ((phase_ == Phase::kPrepare || phase_ == Phase::kGenerate || phase_ == Phase::kRespondDone) &&
+      buf_.size() >= kMaxBufferedAhead) {
+    return;  // a pipelining client waits until its previous request is answered
+  }
+  read_in_flight_ = true;
+  socket_.async_read_some(asio::buffer(read_chunk_),
+                          beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+  if (phase_ == Phase::kReadRequest) arm_read_timer();
+}
+
+void HttpSession::on_read(boost::system::error_code ec, size_t n) {
+  read_in_flight_ = false;
+  if (phase_ == Phase::kClosed) return;
+  if (phase_ == Phase::kLinger) {
+    linger_bytes_ += n;
+    if (ec || linger_bytes_ > kMaxLingerBytes) {
+      close();
+    } else {
+      arm_read();
+    }
+    return;
+  }
+  if (ec) {
+    if (phase_ == Phase::kPrepare || phase_ == Phase::kGenerate) {
+      client_gone();
+    } else {
+      close();
+    }
+    return;
+  }
+  const auto dst = buf_.prepare(n);
+  std::memcpy(dst.data(), read_chunk_.data(), n);
+  buf_.commit(n);
+  last_read_ns_ = now_ns();
+  if (phase_ == Phase::kReadRequest) {
+    parse_buffered();
+  } else {
+    arm_read();
+  }
+}
+
+void HttpSession::arm_read_timer() {
+  const ServerConfig& cfg = core_.config();
+  const int64_t idle_ns =
+      (request_bytes_seen_ ? seconds_ns(cfg.idle_timeout_s) : seconds_ns(cfg.keepalive_timeout_s)).count();
+  int64_t deadline = last_read_ns_ + idle_ns;
+  if (request_bytes_seen_) deadline = std::min(deadline, request_start_ns_ + seconds_ns(cfg.request_timeout_s).count());
+  read_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, deadline - now_ns())));
+  read_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) self->on_read_timer();
+  });
+}
+
+void HttpSession::on_read_timer() {
+  if (phase_ != Phase::kReadRequest) return;
+  const ServerConfig& cfg = core_.config();
+  const int64_t now = now_ns();
+  const int64_t idle_ns =
+      (request_bytes_seen_ ? seconds_ns(cfg.idle_timeout_s) : seconds_ns(cfg.keepalive_timeout_s)).count();
+  const bool idle = now - last_read_ns_ >= idle_ns;
+  const bool too_long = request_bytes_seen_ && now - request_start_ns_ >= seconds_ns(cfg.request_timeout_s).count();
+  if (!idle && !too_long) {
+    arm_read_timer();
+    return;
+  }
+  if (!request_bytes_seen_) {
+    close();  // an idle keep-alive connection
+    return;
+  }
+  ApiError e = bad_request(too_long ? "the request took too long to arrive" : "the connection was idle too long", "",
+                           "request_timeout");
+  e.status = 408;
+  respond(HttpResponse::error(e), "other", /*close_after=*/true);
+}
+
+void HttpSession::parse_buffered() {
+  while (phase_ == Phase::kReadRequest) {
+    if (buf_.size() == 0) {
+      arm_read();
+      return;
+    }
+    request_bytes_seen_ = true;
+    beast::error_code ec;
+    const size_t used = parser_->put(buf_.data(), ec);
+    buf_.consume(used);
+    if (ec == http::error::need_more) {
+      arm_read();
+      return;
+    }
+    if (ec) {
+      on_parse_error(ec);
+      return;
+    }
+    if (parser_->is_done()) {
+      on_request();
+      return;
+    }
+    if (parser_->is_header_done() && !continue_sent_) {
+      continue_sent_ = true;
+      if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+        out_ += "HTTP/1.1 100 Continue\r\n\r\n";
+        flush();
+      }
+    }
+    if (used == 0) {
+      arm_read();
+      return;
+    }
+  }
+}
+
+void HttpSession::on_parse_error(boost::system::error_code ec) {
+  const ServerConfig& cfg = core_.config();
+  ApiError e;
+  if (ec == http::error::header_limit) {
+    e = bad_request("the request headers are larger than " + std::to_string(cfg.max_header_bytes) + " bytes", "",
+                    "headers_too_large");
+    e.status = 431;
+  } else if (ec == http::error::body_limit) {
+    e = bad_request("the request body is larger than " + std::to_string(cfg.limits.max_body_bytes) + " bytes", "",
+                    "body_too_large");
+    e.status = 413;
+  } else {
+    e = bad_request("malformed HTTP request: " + ec.message(), "", "bad_http");
+  }
+  respond(HttpResponse::error(e), "other", /*close_after=*/true);
+}
+
+void HttpSession::on_request() {
+  read_timer_.cancel();
+  http::request<http::string_body> req = parser_->release();
+  parser_.reset();
+  keep_alive_ = req.keep_alive();
+  chunked_ = req.version() >= 11;
+  head_request_ = req.method() == http::verb::head;
+  RequestHead head;
+  head.method = std::string(req.method_string());
+  head.target = std::string(req.target());
+  head.authorization = std::string(req[http::field::authorization]);
+  head.content_type = std::string(req[http::field::content_type]);
+  if (auto it = req.find("X-Metro-Class"); it != req.end()) head.metro_class = std::string(it->value());
+  RouteDecision d = route_request(head, core_);
+  if (d.response) {
+    respond(*d.response, d.endpoint);
+    return;
+  }
+  prepare(*d.model_call, std::move(req.body()), std::move(d.call), d.endpoint);
+}
+
+// ---------------------------------------------------------------------------------------
+// Model requests
+
+void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label) {
+  phase_ = Phase::kPrepare;
+  preparing_ = true;
+  core_.metrics().inflight_requests.fetch_add(1);
+  std::shared_ptr<const ModelContext> model = core_.model();
+  const int64_t start = request_start_ns_;
+  arm_read();  // notice a client that leaves while its request is prepared or generated
+  asio::post(core_.prep_pool(), [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
+                                 model = std::move(model), label = std::move(endpoint_label), start]() mutable {
+    ApiResult<PreparedCall> result = prepare_request(endpoint, body, model->prompt, call);
+    std::optional<AdmissionRequest> admitted;
+    const AdmissionHook& admission = self->core_.config().admission;
+    if (result.ok() && admission) {
+      AdmissionRequest ar;
+      ar.endpoint = endpoint_path(endpoint);
+      ar.tenant = call.tenant;
+      ar.prompt_tokens = result->prompt_tokens;
+      if (!result->requests.empty()) {
+        ar.sla_class = result->requests.front().sla_class;
+        ar.max_tokens = result->requests.front().stop.max_tokens;
+      }
+      ar.n_choices = static_cast<int>(result->requests.size()) * std::max(1, result->spec.n);
+      const AdmissionDecision dec = admission(ar);
+      if (!dec.admit) {
+        ApiError e;
+        e.status = dec.status == 429 ? 429 : 503;
+        e.type = dec.status == 429 ? "rate_limit_error" : "server_error";
+        e.code = dec.code.empty() ? (dec.status == 429 ? "rate_limit_exceeded" : "overloaded") : dec.code;
+        e.message = dec.message.empty() ? "the server cannot take this request now" : dec.message;
+        e.retry_after_seconds = std::max(1, dec.retry_after_seconds);
+        result = std::move(e);
+      } else {
+        admitted = std::move(ar);
+      }
+    }
+    asio::post(self->strand_, [self, result = std::move(result), admitted = std::move(admitted),
+                               model = std::move(model), label = std::move(label), start]() mutable {
+      self->on_prepared(std::move(result), std::move(admitted), std::move(model), std::move(label), start);
+    });
+  });
+}
+
+void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
+                              std::shared_ptr<const ModelContext> model, std::string label, int64_t start_ns) {
+  preparing_ = false;
+  ServerMetrics& metrics = core_.metrics();
+  const AdmissionOutcome refused{result.ok() ? result->prompt_tokens : 0, 0, false};
+  if (phase_ != Phase::kPrepare) {  // the client left meanwhile; nothing was submitted
+    metrics.inflight_requests.fetch_sub(1);
+    finish_admission(admitted, refused, false);
+    return;
+  }
+  if (!result.ok()) {
+    metrics.inflight_requests.fetch_sub(1);
+    respond(HttpResponse::error(result.error()), label);
+    return;
+  }
+  PreparedCall& pc = *result;
+  const int n_choices = static_cast<int>(pc.requests.size()) * std::max(1, pc.spec.n);
+  const int64_t before = metrics.inflight_choices.fetch_add(n_choices);
+  if (before + n_choices > core_.config().max_inflight_choices) {
+    metrics.inflight_choices.fetch_sub(n_choices);
+    metrics.inflight_requests.fetch_sub(1);
+    finish_admission(admitted, refused, false);
+    respond(HttpResponse::error(unavailable_error("the server is at its limit of concurrent choices", "overloaded")),
+            label);
+    return;
+  }
+  auto call = std::make_unique<Call>();
+  call->model = model;
+  call->endpoint = label;
+  call->start_ns = start_ns;
+  call->n_choices = n_choices;
+  call->admitted = std::move(admitted);
+  for (engine::Request& r : pc.requests) {
+    auto h = model->engine->submit(std::move(r));
+    if (!h.ok()) {
+      for (const engine::Handle& prev : call->handles) model->engine->abort(prev.id);
+      metrics.inflight_choices.fetch_sub(n_choices);
+      metrics.inflight_requests.fetch_sub(1);
+      finish_admission(admitted, refused, false);
+      const std::string param = pc.spec.endpoint == Endpoint::kChatCompletions ? "messages"
+                                : pc.spec.endpoint == Endpoint::kCompletions   ? "prompt"
+                                                                               : "input";
+      respond(HttpResponse::error(error_from_status(h.status(), param)), label);
+      return;
+    }
+    call->handles.push_back(std::move(*h));
+  }
+  const Endpoint endpoint = pc.spec.endpoint;
+  call->formatter = std::make_unique<ResponseFormatter>(std::move(pc.spec), model->tokenizer, call->handles.size(),
+                                                        make_response_id(endpoint), unix_time_seconds());
+  const bool stream = call->formatter->spec().stream;
+  call_ = std::move(call);
+  phase_ = Phase::kGenerate;
+  if (stream) {
+    if (!keep_alive_ || !chunked_ || core_.draining()) close_after_response_ = true;
+    out_ +=
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
+    if (chunked_) out_ += "Transfer-Encoding: chunked\r\n";
+    out_ += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+    metrics.count_request(label, 200);
+    flush();
+  }
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  for (const engine::Handle& h : call_->handles) {
+    // Runs on the engine thread: only schedule work here, coalescing bursts of pushes.
+    h.stream->set_notify([weak] {
+      auto s = weak.lock();
+      if (!s || s->notify_pending_.exchange(true)) return;
+      asio::post(s->strand_, [s] {
+        s->notify_pending_.store(false);
+        s->pump_events();
+      });
+    });
+  }
+  pump_events();
+}
+
+void HttpSession::pump_events() {
+  if (!call_ || phase_ != Phase::kGenerate || write_in_flight_) return;
+  ResponseFormatter& fmt = *call_->formatter;
+  std::string sse;
+  std::deque<engine::Event> events;
+  for (size_t i = 0; i < call_->handles.size(); ++i) {
+    events.clear();
+    call_->handles[i].stream->drain(&events);
+    for (const engine::Event& e : events) fmt.on_event(i, e, &sse);
+  }
+  if (fmt.spec().stream && !sse.empty()) append_chunk(sse);
+  if (fmt.first_token_ns() > 0) release_admission(*call_);
+  if (fmt.all_done()) {
+    complete_call();
+    return;
+  }
+  flush();
+}
+
+void HttpSession::complete_call() {
+  ResponseFormatter& fmt = *call_->formatter;
+  ServerMetrics& metrics = core_.metrics();
+  const int64_t now = now_ns();
+  metrics.observe_e2e(static_cast<double>(now - call_->start_ns) * 1e-9);
+  if (fmt.first_token_ns() > 0) {
+    metrics.observe_ttft(static_cast<double>(fmt.first_token_ns() - call_->start_ns) * 1e-9);
+    const int per_choice = fmt.generated_tokens() / std::max(1, call_->n_choices);
+    if (per_choice > 1) {
+      metrics.observe_tpot(static_cast<double>(fmt.last_token_ns() - fmt.first_token_ns()) * 1e-9 / (per_choice - 1));
+    }
+  }
+  const std::string label = call_->endpoint;
+  if (fmt.spec().stream) {
+    append_chunk(fmt.finish());
+    if (chunked_) out_ += "0\r\n\r\n";
+    end_call(false);
+    phase_ = Phase::kRespondDone;
+    flush();
+    return;
+  }
+  HttpResponse r = fmt.failure() ? HttpResponse::error(*fmt.failure()) : HttpResponse::json(200, fmt.finish());
+  end_call(false);
+  respond(r, label);
+}
+
+void HttpSession::release_admission(Call& call) {
+  if (call.released || !call.admitted) return;
+  call.released = true;
+  if (const auto& hook = core_.config().admission_release) hook(*call.admitted);
+}
+
+void HttpSession::finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
+                                   bool released) {
+  if (!admitted) return;
+  const ServerConfig& cfg = core_.config();
+  if (!released && cfg.admission_release) cfg.admission_release(*admitted);
+  if (cfg.admission_done) cfg.admission_done(*admitted, outcome);
+}
+
+void HttpSession::end_call(bool client_gone) {
+  if (!call_) return;
+  for (const engine::Handle& h : call_->handles) {
+    h.stream->set_notify(nullptr);
+    if (client_gone) call_->model->engine->abort(h.id);
+  }
+  if (call_->admitted) {
+    const ResponseFormatter& fmt = *call_->formatter;
+    const engine::Usage& u = fmt.usage();
+    const bool completed = !client_gone && fmt.all_done() && !fmt.failure();
+    finish_admission(call_->admitted, AdmissionOutcome{u.prompt_tokens, u.completion_tokens, completed},
+                     call_->released);
+  }
+  core_.metrics().inflight_choices.fetch_sub(call_->n_choices);
+  core_.metrics().inflight_requests.fetch_sub(1);
+  call_.reset();
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing
+
+void HttpSession::respond(const HttpResponse& r, const std::string& endpoint_label, bool close_after) {
+  if (close_after || !keep_alive_ || core_.draining()) close_after_response_ = true;
+  std::string& o = out_;
+  o += "HTTP/1.1 ";
+  o += std::to_string(r.status);
+  o += ' ';
+  o += http_reason(r.status);
+  o += "\r\nContent-Type: ";
+  o += r.content_type;
+  o += "\r\nContent-Length: ";
+  o += std::to_string(r.body.size());
+  o += "\r\n";
+  for (const auto& [k, v] : r.headers) {
+    o += k;
+    o += ": ";
+    o += v;
+    o += "\r\n";
+  }
+  o += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+  if (!head_request_) o += r.body;
+  core_.metrics().count_request(endpoint_label, r.status);
+  phase_ = Phase::kRespondDone;
+  read_timer_.cancel();
+  flush();
+}
+
+void HttpSession::append_chunk(const std::string& data) {
+  if (data.empty()) return;
+  if (!chunked_) {
+    out_ += data;
+    return;
+  }
+  out_ += hex(data.size());
+  out_ += "\r\n";
+  out_ += data;
+  out_ += "\r\n";
+}
+
+void HttpSession::flush() {
+  if (write_in_flight_ || out_.empty() || phase_ == Phase::kClosed || phase_ == Phase::kLinger) return;
+  writing_.swap(out_);
+  out_.clear();
+  write_in_flight_ = true;
+  const uint64_t seq = ++write_seq_;
+  write_timer_.expires_after(std::chrono::seconds(core_.config().idle_timeout_s));
+  write_timer_.async_wait([self = shared_from_this(), seq](boost::system::error_code ec) {
+    // A client that takes nothing for a whole idle timeout is gone as far as we care.
+    if (!ec && self->write_in_flight_ && self->write_seq_ == seq) self->client_gone();
+  });
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](boost::system::error_code ec, size_t) { self->on_write(ec); });
+}
+
+void HttpSession::on_write(boost::system::error_code ec) {
+  write_in_flight_ = false;
+  write_timer_.cancel();
+  writing_.clear();
+  if (phase_ == Phase::kClosed || phase_ == Phase::kLinger) return;
+  if (ec) {
+    client_gone();
+    return;
+  }
+  if (phase_ == Phase::kGenerate) pump_events();
+  if (write_in_flight_) return;
+  if (!out_.empty()) {
+    flush();
+  } else if (phase_ == Phase::kRespondDone) {
+    after_response();
+  }
+}
+
+void HttpSession::after_response() {
+  if (close_after_response_ || !keep_alive_ || core_.draining()) {
+    linger_close();
+    return;
+  }
+  begin_request();
+}
+
+// ---------------------------------------------------------------------------------------
+// Closing
+
+void HttpSession::client_gone() {
+  if (phase_ == Phase::kClosed) return;
+  if (call_ || preparing_) core_.metrics().client_disconnects.fetch_add(1);
+  end_call(/*client_gone=*/true);
+  close();
+}
+
+void HttpSession::close() {
+  if (phase_ == Phase::kClosed) return;
+  phase_ = Phase::kClosed;
+  end_call(/*client_gone=*/true);
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  read_timer_.cancel();
+  write_timer_.cancel();
+}
+
+void HttpSession::linger_close() {
+  phase_ = Phase::kLinger;
+  linger_bytes_ = 0;
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) {
+    close();
+    return;
+  }
+  read_timer_.expires_after(kLingerTime);
+  read_timer_.async_wait([self = shared_from_this()](boost::system::error_code e) {
+    if (!e) self->close();
+  });
+  arm_read();
+}
+
+void HttpSession::close_if_idle() {
+  if (phase_ == Phase::kReadRequest && !request_bytes_seen_) close();
+}
+
+}  // namespace metro::server

@@ -1,0 +1,124 @@
+// One HTTP/1.1 connection: reads requests (Beast's parser under metro's limits and
+// timeouts), answers cheap routes at once, and runs model requests without ever blocking
+// its I/O thread: parsing and tokenizing happen on the prep pool, the engine pushes events
+// that are posted back here, and output is written as the client takes it.
+//
+// Everything a session does runs on its strand. Life cycle of a model request:
+//   read request -> prepare (prep pool) -> submit to the engine -> stream events -> done
+// While a request runs the socket is still read (bounded), so a client that goes away is
+// noticed at once and its engine requests are aborted. Engine events are drained only when
+// no write is pending: a client that stops reading leaves them in the engine's bounded
+// per-request buffer, and the engine aborts the request when that fills.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/openai_response.h"
+#include "server/routes.h"
+#include "server/server_core.h"
+
+namespace metro::server {
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  using Socket = boost::asio::ip::tcp::socket;
+
+  HttpSession(Socket socket, ServerCore& core);
+  ~HttpSession();
+  HttpSession(const HttpSession&) = delete;
+  HttpSession& operator=(const HttpSession&) = delete;
+
+  void start();
+
+ private:
+  enum class Phase { kReadRequest, kPrepare, kGenerate, kRespondDone, kLinger, kClosed };
+
+  // A model request in flight.
+  struct Call {
+    std::shared_ptr<const ModelContext> model;
+    std::vector<engine::Handle> handles;
+    std::unique_ptr<ResponseFormatter> formatter;
+    std::string endpoint;
+    int64_t start_ns = 0;
+    int n_choices = 0;
+    std::optional<AdmissionRequest> admitted;  // when an admission hook admitted it
+    bool released = false;                     // admission_release called
+  };
+
+  // Reading and parsing.
+  void arm_read();
+  void on_read(boost::system::error_code ec, size_t n);
+  void parse_buffered();
+  void on_parse_error(boost::system::error_code ec);
+  void on_request();
+  void arm_read_timer();
+  void on_read_timer();
+  void begin_request();
+
+  // Model requests.
+  void prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label);
+  void on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
+                   std::shared_ptr<const ModelContext> model, std::string endpoint_label, int64_t start_ns);
+  // Tells the admission policy that an admitted request left its queue / ended.
+  void release_admission(Call& call);
+  void finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
+                        bool released);
+  void pump_events();
+  void complete_call();
+  void end_call(bool client_gone);
+
+  // Writing.
+  void respond(const HttpResponse& r, const std::string& endpoint_label, bool close_after = false);
+  void append_chunk(const std::string& data);
+  void flush();
+  void on_write(boost::system::error_code ec);
+  void after_response();
+
+  // Closing.
+  void client_gone();
+  void close();
+  void linger_close();
+  void close_if_idle();
+
+  Socket socket_;
+  const Socket::executor_type strand_;
+  ServerCore& core_;
+  uint64_t registry_id_ = 0;
+  Phase phase_ = Phase::kReadRequest;
+  boost::beast::flat_buffer buf_;           // received, not yet parsed
+  std::array<char, 16 * 1024> read_chunk_;  // a read in flight fills this, never buf_
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  bool read_in_flight_ = false;
+  bool request_bytes_seen_ = false;  // of the request being read
+  bool continue_sent_ = false;
+  bool head_request_ = false;
+  int64_t request_start_ns_ = 0;
+  int64_t last_read_ns_ = 0;
+  boost::asio::steady_timer read_timer_;
+  boost::asio::steady_timer write_timer_;
+
+  bool keep_alive_ = true;
+  bool close_after_response_ = false;
+  bool chunked_ = true;  // HTTP/1.1 streams are chunked; 1.0 streams end with the connection
+  std::string out_;      // queued bytes
+  std::string writing_;  // bytes of the write in flight
+  bool write_in_flight_ = false;
+  uint64_t write_seq_ = 0;
+
+  std::unique_ptr<Call> call_;
+  bool preparing_ = false;
+  std::atomic<bool> notify_pending_{false};
+  size_t linger_bytes_ = 0;
+};
+
+}  // namespace metro::server

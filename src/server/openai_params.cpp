@@ -1,0 +1,184 @@
+// Sampling, stop and streaming fields shared by /v1/completions and /v1/chat/completions.
+#include <cmath>
+
+#include "server/json_util.h"
+#include "server/openai_request.h"
+
+namespace metro::server {
+
+const char* endpoint_path(Endpoint e) {
+  switch (e) {
+    case Endpoint::kCompletions:
+      return "/v1/completions";
+    case Endpoint::kChatCompletions:
+      return "/v1/chat/completions";
+    case Endpoint::kEmbeddings:
+      return "/v1/embeddings";
+  }
+  return "?";
+}
+
+namespace detail {
+
+namespace {
+
+constexpr size_t kMaxUserBytes = 1024;
+
+// Echoed client text is cut short and made valid UTF-8 so an error body stays small.
+std::string quote_short(const std::string& s) {
+  constexpr size_t kMax = 64;
+  return "'" + sanitize_utf8(s.size() > kMax ? s.substr(0, kMax) + "..." : s) + "'";
+}
+
+std::optional<ApiError> parse_stop(const nlohmann::json& body, const RequestLimits& lim,
+                                   std::vector<std::string>* out) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  std::vector<const nlohmann::json*> items;
+  if (it->is_string()) {
+    items.push_back(&*it);
+  } else if (it->is_array()) {
+    if (it->size() > static_cast<size_t>(lim.max_stop)) {
+      return bad_request("stop may hold at most " + std::to_string(lim.max_stop) + " strings", "stop");
+    }
+    for (const auto& s : *it) items.push_back(&s);
+  } else {
+    return bad_request("stop must be a string or an array of strings", "stop");
+  }
+  for (const nlohmann::json* s : items) {
+    if (!s->is_string()) return bad_request("stop must be a string or an array of strings", "stop");
+    const auto& str = s->get_ref<const std::string&>();
+    if (str.empty()) return bad_request("stop strings must not be empty", "stop");
+    if (str.size() > lim.max_stop_bytes) {
+      return bad_request("stop strings may be at most " + std::to_string(lim.max_stop_bytes) + " bytes", "stop");
+    }
+    out->push_back(str);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_logit_bias(const nlohmann::json& body, const PromptContext& ctx,
+                                         engine::SamplingParams* sp) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return bad_request("logit_bias must be an object {token id: bias}", "logit_bias");
+  if (it->size() > static_cast<size_t>(ctx.limits.max_logit_bias)) {
+    return bad_request("logit_bias may hold at most " + std::to_string(ctx.limits.max_logit_bias) + " entries",
+                       "logit_bias");
+  }
+  const int32_t n_vocab = ctx.tokenizer->n_vocab();
+  for (const auto& [key, value] : it->items()) {
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= n_vocab) {
+      return bad_request(
+          "logit_bias keys must be token ids in [0, " + std::to_string(n_vocab) + "), got " + quote_short(key),
+          "logit_bias");
+    }
+    if (!value.is_number()) return bad_request("logit_bias values must be numbers", "logit_bias");
+    const double b = value.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) {
+      return bad_request("logit_bias values must be in [-100, 100], got " + format_number(b), "logit_bias");
+    }
+    sp->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> check_model(const nlohmann::json& body, const PromptContext& ctx) {
+  std::optional<ApiError> err;
+  auto model = get_string(body, "model", 4096, &err);
+  if (err) return err;
+  if (model && *model != ctx.model_name) {
+    return not_found_error(
+        "The model " + quote_short(*model) + " does not exist; this server serves " + quote_short(ctx.model_name),
+        "model", "model_not_found");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
+                                                const CallContext& call, GenerationFields* out) {
+  std::optional<ApiError> err;
+  const RequestLimits& lim = ctx.limits;
+  engine::SamplingParams& sp = out->sampling;
+  const int64_t ctx_max = std::max(1, ctx.n_ctx);
+
+  if (auto v = get_int(body, "n", 1, lim.max_n, &err)) out->n = static_cast<int>(*v);
+  if (err) return err;
+  if (auto v = get_int(body, "best_of", 1, lim.max_n, &err)) {
+    if (*v != 1 && *v != out->n) return bad_request("best_of other than n is not supported", "best_of");
+  }
+  if (err) return err;
+  if (auto v = get_int(body, "max_tokens", 1, ctx_max, &err)) out->max_tokens = static_cast<int>(*v);
+  if (err) return err;
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (auto v = get_int(body, "max_completion_tokens", 1, ctx_max, &err)) out->max_tokens = static_cast<int>(*v);
+    if (err) return err;
+  }
+  if (auto v = get_number(body, "temperature", 0.0, 2.0, &err)) sp.temperature = static_cast<float>(*v);
+  if (err) return err;
+  if (auto v = get_number(body, "top_p", 0.0, 1.0, &err)) {
+    if (!(*v > 0.0)) return bad_request("top_p must be in (0, 1], got " + format_number(*v), "top_p");
+    sp.top_p = static_cast<float>(*v);
+  }
+  if (err) return err;
+  if (auto v = get_int(body, "top_k", -1, 1 << 20, &err)) sp.top_k = *v < 0 ? 0 : static_cast<int>(*v);
+  if (err) return err;
+  if (auto v = get_number(body, "min_p", 0.0, 1.0, &err)) sp.min_p = static_cast<float>(*v);
+  if (err) return err;
+  if (auto v = get_number(body, "presence_penalty", -2.0, 2.0, &err)) sp.presence_penalty = static_cast<float>(*v);
+  if (err) return err;
+  if (auto v = get_number(body, "frequency_penalty", -2.0, 2.0, &err)) sp.frequency_penalty = static_cast<float>(*v);
+  if (err) return err;
+  if (auto v = get_number(body, "repetition_penalty", 0.01, 10.0, &err)) {
+    sp.repetition_penalty = static_cast<float>(*v);
+  }
+  if (err) return err;
+  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    if (it->is_number_unsigned()) {
+      sp.seed = it->get<uint64_t>();
+    } else if (it->is_number_integer()) {
+      sp.seed = static_cast<uint64_t>(it->get<int64_t>());
+    } else {
+      return bad_request("seed must be an integer", "seed");
+    }
+    sp.has_seed = true;
+  }
+  if (auto e = parse_logit_bias(body, ctx, &sp)) return e;
+  if (auto e = parse_stop(body, lim, &out->stop.stop)) return e;
+  if (auto v = get_bool(body, "ignore_eos", &err)) out->stop.ignore_eos = *v;
+  if (err) return err;
+  get_string(body, "user", kMaxUserBytes, &err);
+  if (err) return err;
+  if (auto v = get_bool(body, "stream", &err)) out->stream = *v;
+  if (err) return err;
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return bad_request("stream_options must be an object", "stream_options");
+    if (auto v = get_bool(*it, "include_usage", &err)) out->include_usage = *v;
+    if (err) {
+      err->param = "stream_options.include_usage";
+      return err;
+    }
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    const bool text = it->is_object() && it->contains("type") && (*it)["type"] == "text";
+    if (!text) return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
+  }
+
+  // SLA class: the header wins over the body field.
+  std::optional<std::string> cls = call.class_header;
+  if (auto v = get_string(body, "metro_class", 64, &err); v && !cls) cls = v;
+  if (err) return err;
+  if (cls && !sched::parse_sla_class(*cls, &out->sla_class)) {
+    return bad_request("metro_class (X-Metro-Class) must be realtime, standard or batch", "metro_class");
+  }
+  return std::nullopt;
+}
+
+}  // namespace detail
+}  // namespace metro::server

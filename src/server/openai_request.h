@@ -1,0 +1,124 @@
+// OpenAI request bodies -> engine requests (RELIABILITY.md 7-18).
+//
+// prepare_request() parses and validates a body for one endpoint, renders the chat template,
+// tokenizes, and checks every bound before anything reaches the engine. Any byte string is
+// safe to pass (fuzz/http_request_fuzz.cpp): the worst outcome is an ApiError.
+//
+// Unknown fields are ignored, as OpenAI's own API does. Known fields that metro cannot honour
+// (suffix, a non-text response_format, best_of above n, echo with logprobs, content parts
+// other than text) are refused with 400 rather than silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/api_error.h"
+#include "server/server_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace metro::tokenizer {
+class ChatTemplate;
+}
+
+namespace metro::server {
+
+enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kEmbeddings };
+const char* endpoint_path(Endpoint e);
+
+// What preparing a request needs of the loaded model.
+struct PromptContext {
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  const tokenizer::ChatTemplate* chat_template = nullptr;  // null: chat answers 400
+  std::string model_name;
+  int n_ctx = 0;   // context window per sequence
+  int n_embd = 0;  // embedding width (the `dimensions` an embeddings request may name)
+  RequestLimits limits;
+};
+
+// What the HTTP layer knows of a request besides its body.
+struct CallContext {
+  std::string tenant;                       // from the API key
+  std::optional<std::string> class_header;  // X-Metro-Class
+};
+
+// How to shape the answer.
+struct ResponseSpec {
+  Endpoint endpoint = Endpoint::kCompletions;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int n = 1;                   // choices per engine request
+  std::string model;           // echoed in responses
+  // /v1/completions
+  bool echo = false;
+  std::vector<std::string> echo_text;  // per prompt, when echo
+  int logprobs = -1;                   // -1: none; else top alternatives per token
+  // /v1/chat/completions
+  bool chat_logprobs = false;
+  int top_logprobs = 0;
+  // /v1/embeddings
+  bool base64 = false;
+};
+
+struct PreparedCall {
+  std::vector<engine::Request> requests;  // one per prompt, in choice order
+  ResponseSpec spec;
+  int prompt_tokens = 0;  // over every prompt
+};
+
+ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body, const PromptContext& ctx,
+                                        const CallContext& call);
+
+// Pieces of prepare_request, exposed for tests.
+namespace detail {
+
+// The sampling and stop fields shared by chat and completions. `default_max_tokens` < 0
+// means "the rest of the context" (chat); the caller clamps and checks against the prompt.
+struct GenerationFields {
+  engine::SamplingParams sampling;
+  engine::StopConditions stop;
+  std::optional<int> max_tokens;  // as given
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  sched::SlaClass sla_class = sched::SlaClass::kStandard;
+};
+std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
+                                                const CallContext& call, GenerationFields* out);
+
+// `model` must be absent or name the served model (404 model_not_found otherwise).
+std::optional<ApiError> check_model(const nlohmann::json& body, const PromptContext& ctx);
+
+// Prompts of /v1/completions and inputs of /v1/embeddings: a string, an array of strings,
+// an array of token ids, or an array of arrays of token ids.
+struct Prompt {
+  std::vector<int32_t> tokens;
+  std::string text;  // the text (decoded for token-id prompts), for echo
+};
+ApiResult<std::vector<Prompt>> parse_prompts(const nlohmann::json& value, const char* param, const PromptContext& ctx,
+                                             bool parse_special);
+
+// Chat messages -> prompt token ids (template rendered, special-token text in message
+// content kept as text).
+ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const PromptContext& ctx);
+
+// Message content that spells a control token (`<|im_end|>`) must stay text (RELIABILITY.md
+// 18). Such content is rendered as a random placeholder; the rendered prompt is then
+// tokenized with special tokens parsed in the template's own text and the content spliced
+// back in as plain text. Each placeholder must appear exactly once in `rendered`.
+struct ProtectedContent {
+  std::string placeholder;
+  std::string text;
+};
+ApiResult<std::vector<int32_t>> tokenize_rendered(const tokenizer::Tokenizer& tok, const std::string& rendered,
+                                                  const std::vector<ProtectedContent>& protected_contents);
+// True when `text` holds the text of a control token.
+bool has_control_text(const tokenizer::Tokenizer& tok, std::string_view text);
+
+}  // namespace detail
+
+}  // namespace metro::server

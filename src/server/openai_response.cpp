@@ -1,0 +1,344 @@
+#include "server/openai_response.h"
+
+#include <bit>
+#include <cstring>
+#include <random>
+
+#include "server/json_util.h"
+
+namespace metro::server {
+
+std::string make_response_id(Endpoint endpoint) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::mt19937_64 rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  std::string id = endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
+                   : endpoint == Endpoint::kCompletions   ? "cmpl-"
+                                                          : "embd-";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return id;
+}
+
+std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }
+
+std::string base64_encode(const void* data, size_t n) {
+  static constexpr char kTable[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= n; i += 3) {
+    const uint32_t v = (uint32_t{p[i]} << 16) | (uint32_t{p[i + 1]} << 8) | p[i + 2];
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += kTable[(v >> 6) & 63];
+    out += kTable[v & 63];
+  }
+  if (i < n) {
+    uint32_t v = uint32_t{p[i]} << 16;
+    if (i + 1 < n) v |= uint32_t{p[i + 1]} << 8;
+    out += kTable[v >> 18];
+    out += kTable[(v >> 12) & 63];
+    out += i + 1 < n ? kTable[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+constexpr const char* kFingerprint = "metro";
+
+OJson bytes_json(const std::string& piece) {
+  OJson b = OJson::array();
+  for (char c : piece) b.push_back(static_cast<unsigned char>(c));
+  return b;
+}
+
+}  // namespace
+
+ResponseFormatter::ResponseFormatter(ResponseSpec spec, tokenizer::Tokenizer tokenizer, size_t n_requests,
+                                     std::string id, int64_t created_unix_s)
+    : spec_(std::move(spec)),
+      tok_(std::move(tokenizer)),
+      n_requests_(n_requests),
+      id_(std::move(id)),
+      created_(created_unix_s) {
+  if (spec_.endpoint == Endpoint::kEmbeddings) {
+    embeddings_.resize(n_requests_);
+  } else {
+    choices_.resize(n_requests_ * static_cast<size_t>(spec_.n));
+  }
+}
+
+OJson ResponseFormatter::chunk_base() const {
+  OJson j = OJson::object();
+  j["id"] = id_;
+  j["object"] = spec_.endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion";
+  j["created"] = created_;
+  j["model"] = spec_.model;
+  j["system_fingerprint"] = kFingerprint;
+  return j;
+}
+
+OJson ResponseFormatter::usage_json() const {
+  OJson u = OJson::object();
+  u["prompt_tokens"] = usage_.prompt_tokens;
+  if (spec_.endpoint == Endpoint::kEmbeddings) {
+    u["total_tokens"] = usage_.prompt_tokens;
+    return u;
+  }
+  u["completion_tokens"] = usage_.completion_tokens;
+  u["total_tokens"] = usage_.prompt_tokens + usage_.completion_tokens;
+  u["prompt_tokens_details"] = OJson{{"cached_tokens", usage_.cached_prompt_tokens}};
+  return u;
+}
+
+OJson ResponseFormatter::chat_logprobs(const std::vector<engine::TokenInfo>& tokens) const {
+  OJson content = OJson::array();
+  for (const engine::TokenInfo& t : tokens) {
+    const std::string piece = tok_.token_to_piece(t.id);
+    OJson e = OJson::object();
+    e["token"] = sanitize_utf8(piece);
+    e["logprob"] = t.logprob;
+    e["bytes"] = bytes_json(piece);
+    OJson top = OJson::array();
+    for (const engine::TokenLogprob& a : t.top) {
+      const std::string ap = tok_.token_to_piece(a.id);
+      top.push_back(OJson{{"token", sanitize_utf8(ap)}, {"logprob", a.logprob}, {"bytes", bytes_json(ap)}});
+    }
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return content;
+}
+
+OJson ResponseFormatter::completion_logprobs(const std::vector<engine::TokenInfo>& tokens, size_t* offset) const {
+  OJson lp = OJson::object();
+  OJson toks = OJson::array(), lps = OJson::array(), tops = OJson::array(), offs = OJson::array();
+  for (const engine::TokenInfo& t : tokens) {
+    const std::string piece = tok_.token_to_piece(t.id);
+    toks.push_back(sanitize_utf8(piece));
+    lps.push_back(t.logprob);
+    OJson top = OJson::object();
+    for (const engine::TokenLogprob& a : t.top) top[sanitize_utf8(tok_.token_to_piece(a.id))] = a.logprob;
+    if (!top.contains(sanitize_utf8(piece))) top[sanitize_utf8(piece)] = t.logprob;
+    tops.push_back(std::move(top));
+    offs.push_back(*offset);
+    *offset += piece.size();
+  }
+  lp["tokens"] = std::move(toks);
+  lp["token_logprobs"] = std::move(lps);
+  lp["top_logprobs"] = std::move(tops);
+  lp["text_offset"] = std::move(offs);
+  return lp;
+}
+
+void ResponseFormatter::append_logprobs(ChoiceState& c, const OJson& lp) {
+  if (spec_.endpoint == Endpoint::kChatCompletions) {
+    if (c.logprobs.is_null()) c.logprobs = OJson{{"content", OJson::array()}};
+    for (const auto& e : lp) c.logprobs["content"].push_back(e);
+    return;
+  }
+  if (c.logprobs.is_null())
+    c.logprobs = lp;
+  else {
+    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      for (const auto& e : lp[k]) c.logprobs[k].push_back(e);
+    }
+  }
+}
+
+void ResponseFormatter::on_event(size_t req, const engine::Event& e, std::string* out) {
+  using Kind = engine::Event::Kind;
+  switch (e.kind) {
+    case Kind::kDelta:
+      on_delta(req * static_cast<size_t>(spec_.n) + static_cast<size_t>(e.index), e, out);
+      break;
+    case Kind::kFinish:
+      if (spec_.endpoint == Endpoint::kEmbeddings) {
+        if (e.reason == engine::FinishReason::kAbort || e.reason == engine::FinishReason::kError) {
+          if (!failure_) failure_ = unavailable_error("the request was aborted: " + e.message, "aborted");
+        }
+        break;
+      }
+      on_finish(req * static_cast<size_t>(spec_.n) + static_cast<size_t>(e.index), e, out);
+      break;
+    case Kind::kEmbedding:
+      if (req < embeddings_.size()) embeddings_[req] = e.embedding;
+      break;
+    case Kind::kDone:
+      ++n_done_;
+      usage_.prompt_tokens += e.usage.prompt_tokens;
+      usage_.cached_prompt_tokens += e.usage.cached_prompt_tokens;
+      usage_.completion_tokens += e.usage.completion_tokens;
+      break;
+  }
+}
+
+void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string* out) {
+  if (ci >= choices_.size()) return;
+  ChoiceState& c = choices_[ci];
+  if (!e.tokens.empty()) {
+    if (first_token_ns_ == 0) first_token_ns_ = e.time_ns;
+    last_token_ns_ = e.time_ns;
+    generated_tokens_ += static_cast<int>(e.tokens.size());
+  }
+  const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
+  std::string text = sanitize_utf8(e.text);
+  const bool want_lp = chat ? spec_.chat_logprobs : spec_.logprobs >= 0;
+  std::string echo;
+  if (!c.started && spec_.echo) {
+    echo = sanitize_utf8(spec_.echo_text[ci / static_cast<size_t>(spec_.n)]);
+    c.text_bytes = echo.size();
+  }
+  OJson lp;
+  if (want_lp && !e.tokens.empty()) {
+    lp = chat ? chat_logprobs(e.tokens) : completion_logprobs(e.tokens, &c.text_bytes);
+  }
+  if (!spec_.stream) {
+    if (!c.started) c.text += echo;
+    c.text += text;
+    if (!lp.is_null()) append_logprobs(c, lp);
+    c.started = true;
+    return;
+  }
+  OJson base = chunk_base();
+  if (chat && !c.started) {
+    OJson role = base;
+    role["choices"] = OJson::array({OJson{{"index", ci},
+                                          {"delta", OJson{{"role", "assistant"}, {"content", ""}}},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", nullptr}}});
+    if (spec_.include_usage) role["usage"] = nullptr;
+    *out += sse_event(dump_json(role));
+  }
+  const bool first = !c.started;
+  c.started = true;
+  if (text.empty() && lp.is_null() && !(first && !echo.empty())) return;
+  OJson choice = OJson::object();
+  choice["index"] = ci;
+  if (chat) {
+    choice["delta"] = OJson{{"content", text}};
+    choice["logprobs"] = lp.is_null() ? OJson(nullptr) : OJson{{"content", lp}};
+  } else {
+    choice["text"] = echo + text;
+    choice["logprobs"] = lp.is_null() ? OJson(nullptr) : lp;
+  }
+  choice["finish_reason"] = nullptr;
+  base["choices"] = OJson::array({std::move(choice)});
+  if (spec_.include_usage) base["usage"] = nullptr;
+  *out += sse_event(dump_json(base));
+}
+
+void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string* out) {
+  if (ci >= choices_.size()) return;
+  ChoiceState& c = choices_[ci];
+  if (e.reason == engine::FinishReason::kAbort || e.reason == engine::FinishReason::kError) {
+    if (!failure_) {
+      if (e.reason == engine::FinishReason::kAbort) {
+        failure_ = unavailable_error("the request was aborted: " + e.message, "aborted");
+      } else {
+        ApiError err;
+        err.status = 500;
+        err.type = "server_error";
+        err.code = "internal_error";
+        err.message = "generation failed: " + e.message;
+        failure_ = err;
+      }
+    }
+    c.finish_reason = "abort";
+    if (spec_.stream && !failure_sent_) {
+      failure_sent_ = true;
+      *out += sse_event(failure_->body());
+    }
+    return;
+  }
+  c.finish_reason = engine::finish_reason_name(e.reason);
+  if (!spec_.stream) return;
+  const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
+  if (chat && !c.started) {
+    engine::Event none;  // a choice that produced no token still announces its role
+    on_delta(ci, none, out);
+  }
+  OJson base = chunk_base();
+  OJson choice = OJson::object();
+  choice["index"] = ci;
+  if (chat) {
+    choice["delta"] = OJson::object();
+  } else {
+    choice["text"] = "";
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = c.finish_reason;
+  base["choices"] = OJson::array({std::move(choice)});
+  if (spec_.include_usage) base["usage"] = nullptr;
+  *out += sse_event(dump_json(base));
+}
+
+std::string ResponseFormatter::finish() {
+  if (!spec_.stream) return finish_body();
+  std::string out;
+  if (spec_.include_usage && !failure_) {
+    OJson base = chunk_base();
+    base["choices"] = OJson::array();
+    base["usage"] = usage_json();
+    out += sse_event(dump_json(base));
+  }
+  out += kSseDone;
+  return out;
+}
+
+std::string ResponseFormatter::finish_body() {
+  OJson j = OJson::object();
+  if (spec_.endpoint == Endpoint::kEmbeddings) {
+    j["object"] = "list";
+    OJson data = OJson::array();
+    for (size_t i = 0; i < embeddings_.size(); ++i) {
+      OJson item = OJson::object();
+      item["object"] = "embedding";
+      item["index"] = i;
+      const std::vector<float>& v = embeddings_[i];
+      if (spec_.base64) {
+        static_assert(std::endian::native == std::endian::little, "base64 embeddings are little-endian float32");
+        item["embedding"] = base64_encode(v.data(), v.size() * sizeof(float));
+      } else {
+        item["embedding"] = v;
+      }
+      data.push_back(std::move(item));
+    }
+    j["data"] = std::move(data);
+    j["model"] = spec_.model;
+    j["usage"] = usage_json();
+    return dump_json(j);
+  }
+  const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
+  j["id"] = id_;
+  j["object"] = chat ? "chat.completion" : "text_completion";
+  j["created"] = created_;
+  j["model"] = spec_.model;
+  j["system_fingerprint"] = kFingerprint;
+  OJson choices = OJson::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    ChoiceState& c = choices_[i];
+    OJson ch = OJson::object();
+    ch["index"] = i;
+    if (chat) {
+      ch["message"] = OJson{{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      ch["logprobs"] = spec_.chat_logprobs ? (c.logprobs.is_null() ? OJson{{"content", OJson::array()}} : c.logprobs)
+                                           : OJson(nullptr);
+    } else {
+      ch["text"] = c.text;
+      ch["logprobs"] = spec_.logprobs >= 0 ? c.logprobs : OJson(nullptr);
+    }
+    ch["finish_reason"] = c.finish_reason.empty() ? OJson(nullptr) : OJson(c.finish_reason);
+    choices.push_back(std::move(ch));
+  }
+  j["choices"] = std::move(choices);
+  j["usage"] = usage_json();
+  return dump_json(j);
+}
+
+}  // namespace metro::server

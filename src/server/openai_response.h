@@ -1,0 +1,87 @@
+// Engine events -> OpenAI response bodies and SSE chunks.
+//
+// One ResponseFormatter per HTTP request. The engine requests of a call (one per prompt)
+// feed it their events in order; it builds either streamed chunks (`data: {...}\n\n`, then
+// `data: [DONE]\n\n`) or, after every request is done, one JSON body. Output is always
+// valid UTF-8: text from the model has ill-formed bytes replaced with U+FFFD.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace metro::server {
+
+// "chatcmpl-...", "cmpl-..." or "embd-..." with 24 random alphanumerics.
+std::string make_response_id(Endpoint endpoint);
+
+// One SSE event carrying `json_text`.
+std::string sse_event(const std::string& json_text);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// RFC 4648 base64 of raw bytes.
+std::string base64_encode(const void* data, size_t n);
+
+class ResponseFormatter {
+ public:
+  ResponseFormatter(ResponseSpec spec, tokenizer::Tokenizer tokenizer, size_t n_requests, std::string id,
+                    int64_t created_unix_s);
+
+  // An event of engine request `request_index`. Streaming calls get SSE bytes to send
+  // appended to *out (possibly none).
+  void on_event(size_t request_index, const engine::Event& e, std::string* out);
+  bool all_done() const { return n_done_ == n_requests_; }
+  // After all_done(): the JSON body (non-streaming) or the closing SSE events ([DONE]).
+  std::string finish();
+
+  // Set when a choice ended by abort or error; a non-streaming call answers with it.
+  const std::optional<ApiError>& failure() const { return failure_; }
+  const ResponseSpec& spec() const { return spec_; }
+  const engine::Usage& usage() const { return usage_; }
+  // For metrics: steady-clock times of the first and last generated token, token count.
+  int64_t first_token_ns() const { return first_token_ns_; }
+  int64_t last_token_ns() const { return last_token_ns_; }
+  int generated_tokens() const { return generated_tokens_; }
+
+ private:
+  struct ChoiceState {
+    std::string text;
+    bool started = false;
+    std::string finish_reason;
+    size_t text_bytes = 0;            // for completions text_offset
+    nlohmann::ordered_json logprobs;  // accumulated for non-streaming responses
+  };
+
+  nlohmann::ordered_json chunk_base() const;
+  nlohmann::ordered_json usage_json() const;
+  nlohmann::ordered_json chat_logprobs(const std::vector<engine::TokenInfo>& tokens) const;
+  nlohmann::ordered_json completion_logprobs(const std::vector<engine::TokenInfo>& tokens, size_t* offset) const;
+  void on_delta(size_t choice, const engine::Event& e, std::string* out);
+  void on_finish(size_t choice, const engine::Event& e, std::string* out);
+  std::string finish_body();
+  void append_logprobs(ChoiceState& c, const nlohmann::ordered_json& lp);
+
+  ResponseSpec spec_;
+  tokenizer::Tokenizer tok_;
+  size_t n_requests_;
+  size_t n_done_ = 0;
+  std::string id_;
+  int64_t created_;
+  std::vector<ChoiceState> choices_;
+  std::vector<std::vector<float>> embeddings_;
+  engine::Usage usage_;
+  std::optional<ApiError> failure_;
+  bool failure_sent_ = false;
+  int64_t first_token_ns_ = 0;
+  int64_t last_token_ns_ = 0;
+  int generated_tokens_ = 0;
+};
+
+}  // namespace metro::server

@@ -1,0 +1,182 @@
+#include "server/routes.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "server/json_util.h"
+#include "server/web_ui.h"
+
+namespace metro::server {
+
+HttpResponse HttpResponse::json(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse HttpResponse::error(const ApiError& e) {
+  HttpResponse r = json(e.status, e.body());
+  if (e.retry_after_seconds > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_seconds));
+  if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+namespace {
+
+ApiError method_not_allowed(const std::string& allow) {
+  ApiError e = bad_request("this endpoint accepts " + allow + " only", "", "method_not_allowed");
+  e.status = 405;
+  return e;
+}
+
+HttpResponse not_allowed(const std::string& allow) {
+  HttpResponse r = HttpResponse::error(method_not_allowed(allow));
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
+
+bool is_json_content_type(std::string ct) {
+  std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return std::tolower(c); });
+  const size_t semi = ct.find(';');
+  std::string base = ct.substr(0, semi);
+  while (!base.empty() && base.back() == ' ') base.pop_back();
+  while (!base.empty() && base.front() == ' ') base.erase(0, 1);
+  return base == "application/json";
+}
+
+HttpResponse models_list(const ModelContext& m) {
+  Json data = Json::object();
+  data["id"] = m.name;
+  data["object"] = "model";
+  data["created"] = m.created_unix_s;
+  data["owned_by"] = "metro";
+  data["max_model_len"] = m.engine->n_ctx();
+  Json j = Json::object();
+  j["object"] = "list";
+  j["data"] = Json::array({std::move(data)});
+  return HttpResponse::json(200, dump_json(j));
+}
+
+}  // namespace
+
+RouteDecision route_request(const RequestHead& head, ServerCore& core) {
+  RouteDecision d;
+  const std::string path = head.target.substr(0, head.target.find('?'));
+  d.endpoint = path;
+  const bool get = head.method == "GET" || head.method == "HEAD";
+  const bool post = head.method == "POST";
+
+  if (path == "/" || path == "/index.html") {
+    if (!get) {
+      d.response = not_allowed("GET");
+      return d;
+    }
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(web_ui_html());
+    d.response = std::move(r);
+    return d;
+  }
+  if (path == "/health") {
+    if (!get) {
+      d.response = not_allowed("GET");
+      return d;
+    }
+    d.response = HttpResponse::json(200, R"({"status":"ok"})");
+    return d;
+  }
+  if (path == "/ready") {
+    if (!get) {
+      d.response = not_allowed("GET");
+      return d;
+    }
+    if (core.draining()) {
+      d.response = HttpResponse::error(unavailable_error("the server is shutting down", "server_draining"));
+    } else if (!core.model()) {
+      d.response = HttpResponse::error(unavailable_error("the model is loading", "model_loading"));
+    } else {
+      d.response = HttpResponse::json(200, R"({"status":"ready"})");
+    }
+    return d;
+  }
+  if (path == "/metrics") {
+    if (!get) {
+      d.response = not_allowed("GET");
+      return d;
+    }
+    auto m = core.model();
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    if (m) {
+      const engine::EngineStats st = m->engine->stats();
+      const sched::SchedMetricsSnapshot per_class = m->engine->sched_metrics().snapshot();
+      r.body = core.metrics().render(&st, true, m->engine->kv_capacity_tokens(), &per_class);
+    } else {
+      r.body = core.metrics().render(nullptr, false, 0);
+    }
+    d.response = std::move(r);
+    return d;
+  }
+
+  std::optional<Endpoint> endpoint;
+  if (path == "/v1/completions")
+    endpoint = Endpoint::kCompletions;
+  else if (path == "/v1/chat/completions")
+    endpoint = Endpoint::kChatCompletions;
+  else if (path == "/v1/embeddings")
+    endpoint = Endpoint::kEmbeddings;
+  const bool models = path == "/v1/models";
+  if (!endpoint && !models) {
+    d.endpoint = "other";
+    d.response = HttpResponse::error(
+        not_found_error("no route for " + head.method + " " + sanitize_utf8(path.substr(0, 128)), "", "unknown_route"));
+    return d;
+  }
+  if (models && !get) {
+    d.response = not_allowed("GET");
+    return d;
+  }
+  if (endpoint && !post) {
+    d.response = not_allowed("POST");
+    return d;
+  }
+
+  const ApiKeys& keys = core.config().api_keys;
+  if (keys.enabled()) {
+    auto tenant = keys.authenticate(head.authorization);
+    if (!tenant) {
+      ApiError e;
+      e.status = 401;
+      e.message = head.authorization.empty()
+                      ? "You didn't provide an API key. Send it as `Authorization: Bearer <key>`."
+                      : "Incorrect API key provided.";
+      e.code = "invalid_api_key";
+      d.response = HttpResponse::error(e);
+      return d;
+    }
+    d.call.tenant = *tenant;
+  }
+  if (core.draining()) {
+    d.response = HttpResponse::error(unavailable_error("the server is shutting down", "server_draining"));
+    return d;
+  }
+  auto m = core.model();
+  if (!m) {
+    d.response = HttpResponse::error(unavailable_error("the model is loading; retry shortly", "model_loading", 2));
+    return d;
+  }
+  if (models) {
+    d.response = models_list(*m);
+    return d;
+  }
+  if (!is_json_content_type(head.content_type)) {
+    d.response = HttpResponse::error(bad_request("Content-Type must be application/json", "", "invalid_content_type"));
+    return d;
+  }
+  d.call.class_header = head.metro_class;
+  d.model_call = endpoint;
+  return d;
+}
+
+}  // namespace metro::server

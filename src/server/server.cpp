@@ -1,0 +1,240 @@
+#include "server/server.h"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/write.hpp>
+#include <csignal>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "server/http_session.h"
+#include "server/server_core.h"
+
+namespace metro::server {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto kDrainPoll = std::chrono::milliseconds(20);
+// After a drain timeout aborts what is left, how long aborted requests get to say so.
+constexpr int64_t kAbortGraceNs = 2'000'000'000;
+
+constexpr std::string_view kBusyResponse =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 114\r\n"
+    "Retry-After: 1\r\nConnection: close\r\n\r\n"
+    R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":"too_many_connections"}})";
+
+}  // namespace
+
+struct Server::Impl {
+  explicit Impl(int prep_threads)
+      : prep(static_cast<size_t>(std::max(1, prep_threads))),
+        strand(asio::make_strand(ioc)),
+        acceptor(strand),
+        signals(strand),
+        drain_timer(strand),
+        accept_retry_timer(strand),
+        work(asio::make_work_guard(ioc)) {}
+
+  asio::io_context ioc;
+  asio::thread_pool prep;
+  asio::strand<asio::io_context::executor_type> strand;  // accept, signals, drain
+  tcp::acceptor acceptor;
+  asio::signal_set signals;
+  asio::steady_timer drain_timer;
+  asio::steady_timer accept_retry_timer;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::vector<std::thread> io_threads;
+  std::thread loader_thread;
+
+  ServerCore* core = nullptr;
+  Loader loader;
+  Callbacks callbacks;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<int> exit_code;
+
+  // Strand-only state.
+  bool sigint_seen = false;
+  bool drain_started = false;
+  int64_t drain_deadline_ns = 0;
+  int64_t abort_deadline_ns = 0;
+  bool engine_stopped = false;
+
+  void finish(int code) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!exit_code) exit_code = code;
+    }
+    cv.notify_all();
+  }
+
+  void do_accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec) {
+        if (!acceptor.is_open() || ec == asio::error::operation_aborted) return;
+        // Out of descriptors or similar: back off instead of spinning.
+        METRO_LOG_WARN("accept failed: %s", ec.message().c_str());
+        accept_retry_timer.expires_after(std::chrono::milliseconds(50));
+        accept_retry_timer.async_wait([this](boost::system::error_code e) {
+          if (!e) do_accept();
+        });
+        return;
+      }
+      if (core->metrics().connections.load() >= core->config().max_connections) {
+        core->metrics().rejected_connections.fetch_add(1);
+        auto s = std::make_shared<tcp::socket>(std::move(socket));
+        asio::async_write(*s, asio::buffer(kBusyResponse.data(), kBusyResponse.size()),
+                          [s](boost::system::error_code, size_t) {
+                            boost::system::error_code ignored;
+                            s->shutdown(tcp::socket::shutdown_both, ignored);
+                            s->close(ignored);
+                          });
+      } else {
+        std::make_shared<HttpSession>(std::move(socket), *core)->start();
+      }
+      do_accept();
+    });
+  }
+
+  void wait_signal() {
+    signals.async_wait([this](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGINT && (sigint_seen || drain_started)) {
+        finish(130);
+        return;
+      }
+      if (sig == SIGINT) sigint_seen = true;
+      begin_drain(sig == SIGINT ? "SIGINT" : "SIGTERM");
+      wait_signal();
+    });
+  }
+
+  void begin_drain(const char* what) {
+    if (drain_started) return;
+    drain_started = true;
+    core->set_draining();
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    if (callbacks.on_drain) callbacks.on_drain(what);
+    core->close_idle_connections();
+    const int64_t timeout_ns = static_cast<int64_t>(core->config().drain_timeout_s * 1e9);
+    drain_deadline_ns = now_ns() + std::max<int64_t>(0, timeout_ns);
+    poll_drain();
+  }
+
+  void poll_drain() {
+    const int64_t now = now_ns();
+    // Requests are done once their connections have written everything and closed (a
+    // draining server closes each connection after its response).
+    if (core->metrics().inflight_requests.load() == 0 && core->metrics().connections.load() == 0) {
+      finish(0);
+      return;
+    }
+    if (!engine_stopped && now >= drain_deadline_ns) {
+      engine_stopped = true;
+      abort_deadline_ns = now + kAbortGraceNs;
+      METRO_LOG_WARN("drain timeout: aborting %lld request(s) still in flight",
+                     static_cast<long long>(core->metrics().inflight_requests.load()));
+      // Every request still running ends with reason abort; its client gets an error.
+      if (auto m = core->model()) m->engine->shutdown();
+    }
+    if (engine_stopped && now >= abort_deadline_ns) {
+      finish(0);
+      return;
+    }
+    drain_timer.expires_after(kDrainPoll);
+    drain_timer.async_wait([this](boost::system::error_code ec) {
+      if (!ec) poll_drain();
+    });
+  }
+};
+
+Server::Server(ServerConfig config, Loader loader, Callbacks callbacks)
+    : impl_(std::make_unique<Impl>(config.prep_threads)) {
+  core_ = std::make_unique<ServerCore>(std::move(config), &impl_->prep);
+  impl_->core = core_.get();
+  impl_->loader = std::move(loader);
+  impl_->callbacks = std::move(callbacks);
+}
+
+Server::~Server() {
+  if (!impl_) return;
+  Impl& im = *impl_;
+  asio::post(im.strand, [&im] {
+    boost::system::error_code ec;
+    im.acceptor.close(ec);
+    im.signals.cancel(ec);
+    im.drain_timer.cancel();
+    im.accept_retry_timer.cancel();
+  });
+  if (im.loader_thread.joinable()) im.loader_thread.join();
+  // Requests still running end with reason abort; sessions then close.
+  if (auto m = core_->model()) m->engine->shutdown();
+  im.work.reset();
+  im.ioc.stop();
+  for (std::thread& t : im.io_threads) t.join();
+  im.prep.join();
+  impl_.reset();  // destroys pending handlers and with them the sessions, which use core_
+}
+
+Status Server::start() {
+  Impl& im = *impl_;
+  const ServerConfig& cfg = core_->config();
+  boost::system::error_code ec;
+  tcp::resolver resolver(im.ioc);
+  auto results = resolver.resolve(cfg.host, std::to_string(cfg.port), tcp::resolver::passive, ec);
+  if (ec || results.empty()) return invalid_argument("cannot resolve --host " + cfg.host + ": " + ec.message());
+  const tcp::endpoint ep = *results.begin();
+  im.acceptor.open(ep.protocol(), ec);
+  if (!ec) im.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) im.acceptor.bind(ep, ec);
+  if (!ec) im.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return io_error("cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) + ": " + ec.message());
+  port_ = im.acceptor.local_endpoint(ec).port();
+
+  if (cfg.handle_signals) {
+    im.signals.add(SIGINT, ec);
+    if (!ec) im.signals.add(SIGTERM, ec);
+    if (ec) return io_error("cannot install signal handlers: " + ec.message());
+    asio::post(im.strand, [&im] { im.wait_signal(); });
+  }
+  asio::post(im.strand, [&im] { im.do_accept(); });
+  for (int i = 0; i < std::max(1, cfg.http_threads); ++i) {
+    im.io_threads.emplace_back([&im] { im.ioc.run(); });
+  }
+  im.loader_thread = std::thread([&im, core = core_.get()] {
+    auto m = im.loader();
+    if (!m.ok()) {
+      if (im.callbacks.on_load_failed) im.callbacks.on_load_failed(m.status());
+      im.finish(1);
+      return;
+    }
+    std::shared_ptr<ModelContext> ctx = std::move(*m);
+    core->set_model(ctx);
+    if (im.callbacks.on_loaded) im.callbacks.on_loaded(*ctx);
+  });
+  return {};
+}
+
+int Server::wait() {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return impl_->exit_code.has_value(); });
+  return *impl_->exit_code;
+}
+
+void Server::request_drain() {
+  Impl* im = impl_.get();
+  asio::post(im->strand, [im] { im->begin_drain("request"); });
+}
+
+}  // namespace metro::server

@@ -1,0 +1,73 @@
+// State shared by the listener, the connections and the routes of one Server.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "server/metrics.h"
+#include "server/model_context.h"
+#include "server/server_config.h"
+
+namespace boost::asio {
+class thread_pool;
+}
+
+namespace metro::server {
+
+class ServerCore {
+ public:
+  ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool)
+      : config_(std::move(config)), prep_pool_(prep_pool) {}
+
+  const ServerConfig& config() const { return config_; }
+  ServerMetrics& metrics() { return metrics_; }
+  boost::asio::thread_pool& prep_pool() { return *prep_pool_; }
+
+  // Null while the model loads.
+  std::shared_ptr<const ModelContext> model() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return model_;
+  }
+  void set_model(std::shared_ptr<const ModelContext> m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    model_ = std::move(m);
+  }
+
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+  void set_draining() { draining_.store(true, std::memory_order_release); }
+
+  // Connections register a callback that closes them if idle (used by a drain).
+  uint64_t add_connection(std::function<void()> close_if_idle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t id = next_connection_id_++;
+    connections_.emplace(id, std::move(close_if_idle));
+    return id;
+  }
+  void remove_connection(uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections_.erase(id);
+  }
+  void close_idle_connections() {
+    std::vector<std::function<void()>> fns;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, fn] : connections_) fns.push_back(fn);
+    }
+    for (auto& fn : fns) fn();
+  }
+
+ private:
+  const ServerConfig config_;
+  ServerMetrics metrics_;
+  boost::asio::thread_pool* prep_pool_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const ModelContext> model_;
+  std::atomic<bool> draining_{false};
+  uint64_t next_connection_id_ = 1;
+  std::unordered_map<uint64_t, std::function<void()>> connections_;
+};
+
+}  // namespace metro::server

@@ -1,0 +1,198 @@
+"""OpenAI API behaviour of metro serve, checked with the official openai client."""
+
+import base64
+import json
+import math
+import struct
+import time
+
+import openai
+
+from e2e_util import request
+
+
+def t_models(t):
+    ids = [m.id for m in t.client.models.list().data]
+    assert ids == [t.model_name], ids
+
+
+def t_chat(t):
+    msgs = [{"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "What is the capital of France?"}]
+    r = t.client.chat.completions.create(model=t.model_name, messages=msgs, max_tokens=8, temperature=0)
+    c = r.choices[0]
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-"), r
+    assert abs(r.created - time.time()) < 3600
+    assert c.index == 0 and c.message.role == "assistant" and c.message.content, c
+    assert c.finish_reason in ("stop", "length"), c.finish_reason
+    u = r.usage
+    assert 0 < u.completion_tokens <= 8 and u.total_tokens == u.prompt_tokens + u.completion_tokens, u
+    if c.finish_reason == "length":
+        assert u.completion_tokens == 8
+    chunks = list(t.client.chat.completions.create(model=t.model_name, messages=msgs, max_tokens=8, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == c.message.content, (text, c.message.content)
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finishes == [c.finish_reason], finishes
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == u.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == u.prompt_tokens
+    assert all(ch.usage is None for ch in chunks[:-1])
+    assert len({ch.id for ch in chunks}) == 1 and chunks[0].object == "chat.completion.chunk"
+
+
+def t_completions(t):
+    kw = dict(model=t.model_name, prompt="The capital of France is", max_tokens=6, temperature=0)
+    r = t.client.completions.create(**kw)
+    assert r.object == "text_completion" and r.id.startswith("cmpl-"), r
+    text = r.choices[0].text
+    assert text, r
+    stream = list(t.client.completions.create(stream=True, **kw))
+    assert "".join(ch.choices[0].text for ch in stream if ch.choices) == text
+    assert stream[-1].choices[0].finish_reason == r.choices[0].finish_reason
+    echo = t.client.completions.create(echo=True, **kw)
+    assert echo.choices[0].text == "The capital of France is" + text, echo.choices[0].text
+
+
+def t_n2(t):
+    r = t.client.completions.create(model=t.model_name, prompt="Once upon a time", max_tokens=5, n=2,
+                                    temperature=1.0, seed=7, extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == 10, r.usage
+    chunks = list(t.client.chat.completions.create(model=t.model_name, n=2, max_tokens=4, temperature=1.0, seed=3,
+                                                   messages=[{"role": "user", "content": "Name a colour."}],
+                                                   stream=True))
+    texts = {0: "", 1: ""}
+    finished = set()
+    for ch in chunks:
+        for c in ch.choices:
+            texts[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finished.add(c.index)
+    assert finished == {0, 1} and all(texts.values()), texts
+
+
+def t_stop(t):
+    kw = dict(model=t.model_name, prompt="List the days of the week: Monday,", temperature=0,
+              extra_body={"ignore_eos": True})
+    full = t.client.completions.create(max_tokens=16, **kw).choices[0].text
+    # A stop string that first occurs a little way into the output.
+    k = next((i for i in range(3, len(full) - 2) if full.find(full[i:i + 3]) == i and full[i:i + 3].strip()), None)
+    assert k is not None, full
+    stop = full[k:k + 3]
+    r = t.client.completions.create(max_tokens=16, stop=[stop, "@@never@@"], **kw)
+    assert r.choices[0].text == full[:k], (r.choices[0].text, full, stop)
+    assert r.choices[0].finish_reason == "stop"
+    one = t.client.completions.create(max_tokens=16, stop=stop, **kw)
+    assert one.choices[0].text == full[:k]
+
+
+def t_logprobs(t):
+    r = t.client.completions.create(model=t.model_name, prompt="1, 2, 3,", max_tokens=4, temperature=0, logprobs=3,
+                                    extra_body={"ignore_eos": True})
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4 == r.usage.completion_tokens
+    assert all(x <= 0 for x in lp.token_logprobs)
+    for chosen, lpv, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert 3 <= len(top) <= 4, top
+        assert max(top.values()) == lpv, (top, lpv)  # greedy picks the most likely token
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    c = t.client.chat.completions.create(model=t.model_name, messages=[{"role": "user", "content": "Count to 3"}],
+                                         max_tokens=3, temperature=0, logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    assert len(content) == c.usage.completion_tokens
+    for e in content:
+        assert len(e.top_logprobs) == 2 and e.logprob <= 0
+        assert abs(e.logprob - e.top_logprobs[0].logprob) < 1e-6, e
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token or "\ufffd" in e.token
+
+
+def t_seed(t):
+    def gen(seed):
+        return t.client.completions.create(model=t.model_name, prompt="My favourite animal is", max_tokens=8,
+                                           temperature=1.0, seed=seed,
+                                           extra_body={"ignore_eos": True}).choices[0].text
+    a, b = gen(1234), gen(1234)
+    assert a == b, (a, b)
+    others = {gen(s) for s in (1, 2, 3)}
+    assert len(others | {a}) > 1, others
+
+
+def t_usage(t):
+    ids = t.token_ids("Hello world, this is a test.")
+    r = t.client.completions.create(model=t.model_name, prompt=ids, max_tokens=5, n=2,
+                                    extra_body={"ignore_eos": True})
+    assert r.usage.prompt_tokens == len(ids), (r.usage, len(ids))
+    assert r.usage.completion_tokens == 10 and r.usage.total_tokens == len(ids) + 10, r.usage
+    two = t.client.completions.create(model=t.model_name, prompt=[ids, ids[:3]], max_tokens=2,
+                                      extra_body={"ignore_eos": True})
+    assert two.usage.prompt_tokens == len(ids) + 3 and two.usage.completion_tokens == 4, two.usage
+    assert [c.index for c in two.choices] == [0, 1]
+    text = t.client.completions.create(model=t.model_name, prompt="Hello world, this is a test.", max_tokens=1)
+    assert text.usage.prompt_tokens == len(t.token_ids("Hello world, this is a test.", special=True))
+
+
+def t_prefix_cache(t):
+    prompt = "Here is a long shared preamble that several requests start with. " * 4
+    first = t.client.completions.create(model=t.model_name, prompt=prompt, max_tokens=1)
+    second = t.client.completions.create(model=t.model_name, prompt=prompt, max_tokens=1)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= 16 and cached < second.usage.prompt_tokens, (first.usage, second.usage)
+
+
+def t_embeddings(t):
+    r = t.client.embeddings.create(model=t.model_name, input=["hello world", "a different sentence"])
+    assert len(r.data) == 2 and [d.index for d in r.data] == [0, 1]
+    for d in r.data:
+        assert len(d.embedding) == t.n_embd, len(d.embedding)
+        norm = math.sqrt(sum(x * x for x in d.embedding))
+        assert abs(norm - 1.0) < 1e-3, norm
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens
+    assert r.data[0].embedding != r.data[1].embedding
+    status, _, body = request(t.port, "POST", "/v1/embeddings", {"input": "hello world", "encoding_format": "float"},
+                              t.auth)
+    assert status == 200, body
+    floats = json.loads(body)["data"][0]["embedding"]
+    status, _, body = request(t.port, "POST", "/v1/embeddings", {"input": "hello world", "encoding_format": "base64"},
+                              t.auth)
+    raw = base64.b64decode(json.loads(body)["data"][0]["embedding"])
+    decoded = struct.unpack(f"<{len(raw) // 4}f", raw)
+    assert len(decoded) == len(floats) and max(abs(a - b) for a, b in zip(decoded, floats)) < 1e-6
+    assert max(abs(a - b) for a, b in zip(floats, r.data[0].embedding)) < 1e-5
+
+
+def t_unknown_model(t):
+    for call in (lambda: t.client.chat.completions.create(model="gpt-unknown", max_tokens=1,
+                                                          messages=[{"role": "user", "content": "hi"}]),
+                 lambda: t.client.completions.create(model="gpt-unknown", prompt="hi", max_tokens=1),
+                 lambda: t.client.embeddings.create(model="gpt-unknown", input="hi")):
+        try:
+            call()
+            raise AssertionError("no error")
+        except openai.NotFoundError as e:
+            assert e.status_code == 404 and e.body["code"] == "model_not_found", e.body
+
+
+def t_invalid_utf8_output(t):
+    # Force a lone lead byte (0xE2 starts a 3-byte character) as the only generated token.
+    byte_id = t.token_ids(b"\xe2")
+    assert len(byte_id) == 1, byte_id
+    kw = dict(model=t.model_name, prompt="Say something:", max_tokens=1, temperature=0,
+              logit_bias={str(byte_id[0]): 100})
+    r = t.client.completions.create(**kw)
+    assert r.choices[0].text == "\ufffd", repr(r.choices[0].text)
+    s = "".join(ch.choices[0].text for ch in t.client.completions.create(stream=True, **kw) if ch.choices)
+    assert s == "\ufffd", repr(s)
+
+
+def t_web_ui(t):
+    status, headers, body = request(t.port, "GET", "/")
+    assert status == 200 and headers["content-type"].startswith("text/html"), headers
+    assert b"/v1/chat/completions" in body and b"<script>" in body
+    assert b"<script src" not in body and b"<link" not in body  # everything is inline: no CDN
+
+
+TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
+         t_unknown_model, t_invalid_utf8_output, t_web_ui]

@@ -1,0 +1,152 @@
+// API keys (constant-time compare, key file format) and the Prometheus exposition.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "server/auth.h"
+#include "server/metrics.h"
+
+namespace metro::server {
+namespace {
+
+TEST(AuthTest, ConstantTimeEqual) {
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_TRUE(constant_time_equal("sk-secret-1", "sk-secret-1"));
+  EXPECT_FALSE(constant_time_equal("sk-secret-1", "sk-secret-2"));
+  EXPECT_FALSE(constant_time_equal("sk-secret", "sk-secret-1"));  // prefix
+  EXPECT_FALSE(constant_time_equal("sk-secret-1", "sk-secret"));
+  EXPECT_FALSE(constant_time_equal("", "x"));
+  EXPECT_FALSE(constant_time_equal(std::string("a\0b", 3), std::string("a\0c", 3)));
+}
+
+TEST(AuthTest, KeyFileAndTenants) {
+  auto keys = ApiKeys::parse("# comment\n\nsk-aaaaaaaa team-a\n  sk-bbbbbbbb   \nsk-cccccccc\tteam-c\r\n");
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  EXPECT_TRUE(keys->enabled());
+  EXPECT_EQ(keys->size(), 3u);
+  EXPECT_EQ(keys->authenticate("Bearer sk-aaaaaaaa"), std::optional<std::string>("team-a"));
+  EXPECT_EQ(keys->authenticate("bearer sk-bbbbbbbb"), std::optional<std::string>(""));
+  EXPECT_EQ(keys->authenticate("Bearer sk-cccccccc"), std::optional<std::string>("team-c"));
+  EXPECT_FALSE(keys->authenticate("Bearer sk-aaaaaaa"));
+  EXPECT_FALSE(keys->authenticate("Bearer sk-aaaaaaaab"));
+  EXPECT_FALSE(keys->authenticate("sk-aaaaaaaa"));
+  EXPECT_FALSE(keys->authenticate("Basic sk-aaaaaaaa"));
+  EXPECT_FALSE(keys->authenticate(""));
+  EXPECT_FALSE(keys->authenticate("Bearer "));
+}
+
+TEST(AuthTest, KeyFileErrorsNeverEchoKeys) {
+  auto short_key = ApiKeys::parse("abc\n");
+  ASSERT_FALSE(short_key.ok());
+  EXPECT_EQ(short_key.status().message().find("abc"), std::string::npos);
+  EXPECT_NE(short_key.status().message().find("line 1"), std::string::npos);
+  auto extra = ApiKeys::parse("sk-secretkey team extra\n");
+  ASSERT_FALSE(extra.ok());
+  EXPECT_EQ(extra.status().message().find("sk-secretkey"), std::string::npos);
+  EXPECT_FALSE(ApiKeys::parse("# nothing\n").ok());
+  auto missing = ApiKeys::load("/nonexistent/dir/keys.txt");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message().find("/nonexistent"), std::string::npos);
+}
+
+// Checks every line against the text format and returns samples by "name{labels}".
+std::map<std::string, double> parse_exposition(const std::string& text) {
+  static const std::regex kComment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
+  static const std::regex kSample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\.)*",?)*\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$)");
+  std::map<std::string, double> samples;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("#", 0) == 0) {
+      EXPECT_TRUE(std::regex_match(line, kComment)) << line;
+      continue;
+    }
+    std::smatch m;
+    EXPECT_TRUE(std::regex_match(line, m, kSample)) << line;
+    const size_t sp = line.rfind(' ');
+    samples[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  EXPECT_TRUE(text.empty() || text.back() == '\n');
+  return samples;
+}
+
+TEST(MetricsTest, HistogramBucketsAreCumulative) {
+  Histogram h({0.1, 1.0, 10.0});
+  for (double v : {0.05, 0.1, 0.5, 5.0, 50.0}) h.observe(v);
+  h.observe(std::numeric_limits<double>::quiet_NaN());  // ignored
+  auto s = h.snapshot();
+  EXPECT_EQ(s.cumulative, (std::vector<uint64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(s.count, 5u);
+  EXPECT_DOUBLE_EQ(s.sum, 55.65);
+}
+
+TEST(MetricsTest, ExpositionIsValidPrometheusText) {
+  ServerMetrics m;
+  m.count_request("/v1/chat/completions", 200);
+  m.count_request("/v1/chat/completions", 200);
+  m.count_request("/v1/chat/completions", 400);
+  m.count_request("/wp-admin/\"evil\"\n", 404);  // unknown paths share one label
+  m.observe_ttft(0.3);
+  m.observe_tpot(0.02);
+  m.observe_e2e(1.5);
+  engine::EngineStats st;
+  st.waiting = 2;
+  st.running = 3;
+  st.kv_blocks_total = 100;
+  st.kv_blocks_used = 7;
+  st.prefix_queries = 50;
+  st.prefix_hits = 20;
+  st.prompt_tokens = 123;
+  st.generated_tokens = 45;
+  st.steps = 4;
+  st.step_seconds_total = 0.04;
+  st.step_ms_buckets.assign(engine::EngineStats::step_ms_bounds().size() + 1, 4);
+  st.batch_tokens_buckets.assign(engine::EngineStats::batch_tokens_bounds().size() + 1, 4);
+  sched::SchedMetrics sm{sched::SlaConfig{}};
+  sm.observe_first_token(sched::SlaClass::kRealtime, 0.2);
+  sm.observe_finished(sched::SlaClass::kRealtime, 0.2, 0.05, 1.0);
+  sm.observe_rejection(sched::SlaClass::kBatch, "queue_full");
+  const sched::SchedMetricsSnapshot per_class = sm.snapshot();
+  const std::string text = m.render(&st, true, 1600, &per_class);
+  auto s = parse_exposition(text);
+  EXPECT_EQ(s["metro_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"], 2);
+  EXPECT_EQ(s["metro_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}"], 1);
+  EXPECT_EQ(s["metro_http_requests_total{endpoint=\"other\",status=\"404\"}"], 1);
+  EXPECT_EQ(s["metro_time_to_first_token_seconds_bucket{le=\"0.25\"}"], 0);
+  EXPECT_EQ(s["metro_time_to_first_token_seconds_bucket{le=\"0.5\"}"], 1);
+  EXPECT_EQ(s["metro_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], 1);
+  EXPECT_EQ(s["metro_time_to_first_token_seconds_count"], 1);
+  EXPECT_DOUBLE_EQ(s["metro_e2e_request_latency_seconds_sum"], 1.5);
+  EXPECT_EQ(s["metro_requests_waiting"], 2);
+  EXPECT_EQ(s["metro_requests_running"], 3);
+  EXPECT_EQ(s["metro_kv_blocks_used"], 7);
+  EXPECT_EQ(s["metro_kv_blocks_total"], 100);
+  EXPECT_EQ(s["metro_prefix_cache_hits_total"], 20);
+  EXPECT_EQ(s["metro_prefix_cache_queries_total"], 50);
+  EXPECT_EQ(s["metro_prompt_tokens_total"], 123);
+  EXPECT_EQ(s["metro_generation_tokens_total"], 45);
+  EXPECT_EQ(s["metro_engine_step_duration_seconds_count"], 4);
+  EXPECT_DOUBLE_EQ(s["metro_engine_step_duration_seconds_sum"], 0.04);
+  EXPECT_EQ(s["metro_engine_step_duration_seconds_bucket{le=\"0.001\"}"], 4);
+  EXPECT_EQ(s["metro_engine_batch_tokens_bucket{le=\"+Inf\"}"], 4);
+  EXPECT_EQ(s["metro_model_loaded"], 1);
+  EXPECT_EQ(s["metro_class_finished_total{class=\"realtime\"}"], 1);
+  EXPECT_EQ(s["metro_class_e2e_seconds_count{class=\"realtime\"}"], 1);
+  EXPECT_EQ(s["metro_class_e2e_seconds_bucket{class=\"realtime\",le=\"+Inf\"}"], 1);
+  EXPECT_EQ(s["metro_class_rejections_total{class=\"batch\",reason=\"queue_full\"}"], 1);
+  // Every TYPE line is followed by samples of that family.
+  EXPECT_NE(text.find("# TYPE metro_time_per_output_token_seconds histogram\n"), std::string::npos);
+
+  const std::string loading = m.render(nullptr, false, 0);
+  auto l = parse_exposition(loading);
+  EXPECT_EQ(l["metro_model_loaded"], 0);
+  EXPECT_EQ(l.count("metro_kv_blocks_used"), 0u);
+}
+
+TEST(MetricsTest, LabelEscaping) { EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
+
+}  // namespace
+}  // namespace metro::server

@@ -1,0 +1,129 @@
+// The server in-process over the real model: a completion and a stream end to end through
+// the HTTP layer, and the admission hooks (refusal with 429 + Retry-After; exactly one
+// release and one done per admitted request).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_test_util.h"
+#include "server/server.h"
+#include "server/server_core.h"
+#include "support/test_util.h"
+
+namespace metro::server {
+namespace {
+
+using nlohmann::json;
+
+// Sends one request on a fresh connection and reads until the server closes it.
+std::string exchange(uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 120000) <= 0) break;
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+std::string post(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+TEST(ServerModelTest, CompletionStreamAndAdmission) {
+  REQUIRE_MODEL();
+  const auto& shared = testing::default_model();
+  ASSERT_TRUE(shared.model);
+  std::atomic<int> released{0}, done{0}, done_completed{0}, done_tokens{0};
+  ServerConfig cfg;
+  cfg.port = 0;
+  cfg.handle_signals = false;
+  cfg.http_threads = 1;
+  cfg.prep_threads = 1;
+  cfg.model_name = "m";
+  cfg.max_inflight_choices = 1;  // so that one n=2 request is over the server-wide bound
+  cfg.admission = [](const AdmissionRequest& r) {
+    if (r.prompt_tokens > 5) return AdmissionDecision::reject(429, "tenant_tokens_per_minute", "over quota", 7);
+    return AdmissionDecision::accept();
+  };
+  cfg.admission_release = [&](const AdmissionRequest&) { released.fetch_add(1); };
+  cfg.admission_done = [&](const AdmissionRequest& r, const AdmissionOutcome& o) {
+    EXPECT_EQ(released.load(), done.load() + 1);  // release always comes first
+    EXPECT_EQ(r.endpoint, "/v1/completions");
+    done.fetch_add(1);
+    if (o.completed) done_completed.fetch_add(1);
+    done_tokens.fetch_add(o.completion_tokens);
+  };
+  const RequestLimits limits = cfg.limits;
+  Server server(std::move(cfg), [&]() -> Expected<std::shared_ptr<ModelContext>> {
+    engine::EngineConfig ec;
+    ec.n_threads = 1;
+    ec.ctx_total = 2048;
+    ec.n_ctx = 512;
+    METRO_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(shared.model, *shared.tokenizer, ec));
+    return std::make_shared<ModelContext>("m", std::shared_ptr<engine::Engine>(std::move(eng)), *shared.tokenizer,
+                                          std::nullopt, limits);
+  });
+  ASSERT_TRUE(server.start().ok());
+  for (int i = 0; i < 6000 && !server.core().model(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(server.core().model());
+
+  const std::string plain = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":2,
+      "temperature":0,"ignore_eos":true})"));
+  ASSERT_EQ(plain.rfind("HTTP/1.1 200", 0), 0u) << plain;
+  json j = json::parse(plain.substr(plain.find("\r\n\r\n") + 4));
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["model"], "m");
+
+  const std::string stream = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":3,
+      "temperature":0,"ignore_eos":true,"stream":true})"));
+  ASSERT_EQ(stream.rfind("HTTP/1.1 200", 0), 0u) << stream;
+  EXPECT_NE(stream.find("Transfer-Encoding: chunked"), std::string::npos);
+  EXPECT_NE(stream.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_NE(stream.find("\r\n0\r\n\r\n"), std::string::npos);  // the last chunk
+
+  const std::string refused = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3,4,5,6,7]})"));
+  ASSERT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Retry-After: 7"), std::string::npos);
+  EXPECT_NE(refused.find("\"code\":\"tenant_tokens_per_minute\""), std::string::npos);
+  // The bound on choices over all concurrent requests (RELIABILITY.md 11).
+  const std::string over = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2],"n":2})"));
+  ASSERT_EQ(over.rfind("HTTP/1.1 503", 0), 0u) << over;
+  EXPECT_NE(over.find("\"code\":\"overloaded\""), std::string::npos);
+  EXPECT_NE(over.find("Retry-After:"), std::string::npos);
+  // Chat without a chat template is a clear 400, not a crash.
+  const std::string chat =
+      exchange(server.port(), post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})"));
+  EXPECT_EQ(chat.rfind("HTTP/1.1 400", 0), 0u) << chat;
+
+  // Admitted: the completion, the stream and the n=2 request refused after admission.
+  EXPECT_EQ(released.load(), 3);
+  EXPECT_EQ(done.load(), 3);
+  EXPECT_EQ(done_completed.load(), 2);
+  EXPECT_EQ(done_tokens.load(), 5);
+  server.request_drain();
+  EXPECT_EQ(server.wait(), 0);
+}
+
+}  // namespace
+}  // namespace metro::server
