@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "gateway/traffic_policy.h"
 #include "sched/sla_config.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
@@ -86,9 +88,18 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--kv-block", ec.kv_block, "tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--kv-type", kv_type, "KV cache type: f16 or q8_0")->capture_default_str();
   app.add_flag("--no-prefix-cache", no_prefix_cache, "do not share KV blocks between equal prompt prefixes");
-  std::string sla_spec;
+  std::string sla_spec, admission_mode = "auto";
+  double ttft_margin = 1.0;
   app.add_option("--sched", ec.sched, "scheduling policy: sla or fcfs")->capture_default_str();
   app.add_option("--sla", sla_spec, "per-class objectives (see docs/scheduling.md)");
+  app.add_option("--admission", admission_mode,
+                 "refuse (503) requests that would miss their class's TTFT: on, off, or auto (on with "
+                 "--sched sla, off with fcfs)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--ttft-margin", ttft_margin, "refuse when predicted TTFT > margin x the class objective")
+      ->check(CLI::Range(0.1, 100.0))
+      ->capture_default_str();
   app.add_option("--max-batch-tokens", ec.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -168,6 +179,59 @@ int cmd_serve(int argc, char** argv) {
     if (!keys.ok()) return fail("serve", keys.status());
     sc.api_keys = std::move(*keys);
   }
+  // The gateway: tenant quotas from the key file, admission control on the class queues.
+  gateway::TrafficPolicyConfig tp;
+  tp.admission = admission_mode == "on" || (admission_mode == "auto" && ec.sched == "sla");
+  tp.admission_cfg.sla = ec.sla;
+  tp.admission_cfg.ttft_margin = ttft_margin;
+  tp.admission_cfg.class_priority = tp.admission_cfg.shortest_first = ec.sched == "sla";
+  for (const auto& [tenant, ts] : sc.api_keys.tenants()) {
+    gateway::TenantQuota q;
+    q.tokens_per_minute = ts.tokens_per_minute;
+    q.burst_tokens = ts.burst_tokens;
+    q.max_concurrent = ts.max_concurrent;
+    tp.tenant_quotas.emplace_back(tenant, q);
+  }
+  if (Status s = gateway::validate(tp); !s.ok()) return fail("serve", s);
+  auto policy = std::make_shared<gateway::TrafficPolicy>(tp);
+  auto traffic = [](const server::AdmissionRequest& ar) {
+    gateway::TrafficRequest tr;
+    tr.tenant = ar.tenant;
+    tr.sla_class = ar.sla_class;
+    tr.prompt_tokens = ar.prompt_tokens;
+    tr.max_new_tokens = static_cast<int64_t>(ar.max_tokens) * ar.n_choices;
+    tr.deadline_ns = ar.deadline_ns;
+    return tr;
+  };
+  sc.admission = [policy, traffic](const server::AdmissionRequest& ar) {
+    const gateway::Decision d = policy->admit(traffic(ar), now_ns());
+    if (d.admit) return server::AdmissionDecision::accept();
+    const int retry = static_cast<int>(gateway::retry_after_seconds(d.retry_after_s));
+    std::string msg;
+    if (d.reason == gateway::kReasonTenantRate) {
+      msg = "your key is over its tokens-per-minute quota; retry after " + std::to_string(retry) + " s";
+    } else if (d.reason == gateway::kReasonTenantConcurrency) {
+      msg = "your key has as many requests in flight as its quota allows; retry after " + std::to_string(retry) + " s";
+    } else if (d.reason == gateway::kReasonDeadline) {
+      msg = "the request cannot start before its deadline (metro_deadline_ms)";
+    } else if (d.reason == gateway::kReasonTtft) {
+      msg = std::string("the ") + sched::sla_class_name(ar.sla_class) +
+            " queue is too long to start this request within its time-to-first-token objective; retry after " +
+            std::to_string(retry) + " s";
+    } else {
+      msg = std::string("the ") + sched::sla_class_name(ar.sla_class) + " queue is full; retry after " +
+            std::to_string(retry) + " s";
+    }
+    return server::AdmissionDecision::reject(d.http_status, d.reason, std::move(msg), retry);
+  };
+  sc.admission_release = [policy, traffic](const server::AdmissionRequest& ar) { policy->first_token(traffic(ar)); };
+  sc.admission_done = [policy, traffic](const server::AdmissionRequest& ar, const server::AdmissionOutcome& o) {
+    const int64_t now = now_ns();
+    const double duration = ar.start_ns > 0 ? static_cast<double>(now - ar.start_ns) * 1e-9 : -1.0;
+    policy->done(traffic(ar), static_cast<int64_t>(o.prompt_tokens) + o.completion_tokens, duration, now);
+  };
+  ec.on_step = [policy](const engine::StepReport& rep) { policy->observe_step(rep); };
+
   std::optional<tokenizer::ChatTemplate> template_override;
   if (!chat_template_file.empty()) {
     std::ifstream in(chat_template_file, std::ios::binary);
@@ -182,6 +246,7 @@ int cmd_serve(int argc, char** argv) {
   const server::RequestLimits limits = sc.limits;
   const std::string name = sc.model_name;
   const int64_t t_start = now_ns();
+  auto calibrated_rate = std::make_shared<std::atomic<double>>(0.0);
   auto loader = [=]() -> Expected<std::shared_ptr<server::ModelContext>> {
     METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
@@ -197,6 +262,12 @@ int cmd_serve(int argc, char** argv) {
       }
     }
     METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, ec));
+    policy->attach_metrics(&eng->sched_metrics());
+    // One timed prefill: admission starts from this machine's real speed, and the weights are
+    // paged in before the first client.
+    auto rate = policy->calibrate(*eng);
+    if (!rate.ok()) return rate.status();
+    calibrated_rate->store(*rate);
     auto ctx = std::make_shared<server::ModelContext>(name, std::shared_ptr<engine::Engine>(std::move(eng)),
                                                       *lm.tokenizer, std::move(tmpl), limits);
     ctx->created_unix_s = unix_time_seconds();
@@ -204,14 +275,17 @@ int cmd_serve(int argc, char** argv) {
     return ctx;
   };
   server::Server::Callbacks cb;
-  cb.on_loaded = [threads](const server::ModelContext& m) {
+  const bool admission_on = tp.admission;
+  cb.on_loaded = [threads, admission_on, calibrated_rate](const server::ModelContext& m) {
     const engine::Engine& e = *m.engine;
     std::printf(
         "metro serve: model '%s' ready in %.2f s | context %d tokens | KV capacity %lld tokens "
-        "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s%s\n",
+        "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s | scheduler %s, admission %s "
+        "(measured prefill %.0f tokens/s)%s\n",
         m.name.c_str(), m.load_seconds, e.n_ctx(), static_cast<long long>(e.kv_capacity_tokens()),
         static_cast<double>(e.kv_bytes()) / (1 << 20), e.config().kv_type == kernels::DType::kQ8_0 ? "q8_0" : "f16",
-        e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off",
+        e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off", e.scheduler_name(),
+        admission_on ? "on" : "off", calibrated_rate->load(),
         m.chat_template ? "" : " | no chat template");
     std::fflush(stdout);
   };

@@ -224,6 +224,7 @@ size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
 size_t Engine::workspace_bytes() const { return impl_->ws.bytes(); }
 const char* Engine::scheduler_name() const { return impl_->sched->name(); }
 const sched::SchedMetrics& Engine::sched_metrics() const { return impl_->metrics; }
+sched::SchedMetrics& Engine::sched_metrics() { return impl_->metrics; }
 
 Expected<Handle> Engine::submit(Request r) {
   const int32_t n_vocab = tokenizer_.n_vocab();

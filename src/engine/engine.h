@@ -126,6 +126,8 @@ class Engine {
   const char* scheduler_name() const;
   // Per-class latency histograms, SLO attainment and predictor accuracy (thread-safe).
   const sched::SchedMetrics& sched_metrics() const;
+  // The same registry, for the gateway to count its refusals in (SchedMetrics is thread-safe).
+  sched::SchedMetrics& sched_metrics();
 
   struct Impl;
 

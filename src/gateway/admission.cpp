@@ -157,7 +157,26 @@ void AdmissionController::observe_step(const StepObservation& o) {
   if (any_backlog) q_.fifo_drain_tokens_per_s += a * (total / o.step_s - q_.fifo_drain_tokens_per_s);
   if (total > 0 && std::isfinite(o.prefill_s) && o.prefill_s > 0.0) {
     q_.prefill_tokens_per_s += a * (total / o.prefill_s - q_.prefill_tokens_per_s);
+    // A class that had nothing waiting, below no backlogged class, would have had the whole
+    // prefill rate: its drain estimate follows that instead of staying at its initial guess
+    // (a quiet realtime class must not be judged by the configured start value forever).
+    bool above_backlogged = false;
+    for (size_t k = 0; k < o.prefill_tokens.size(); ++k) {
+      if (!o.backlogged[k] && !above_backlogged) {
+        q_.drain_tokens_per_s[k] += a * (q_.prefill_tokens_per_s - q_.drain_tokens_per_s[k]);
+      }
+      above_backlogged = above_backlogged || o.backlogged[k];
+    }
   }
+}
+
+void AdmissionController::calibrate(double prefill_tokens_per_s, double step_s) {
+  if (!std::isfinite(prefill_tokens_per_s) || prefill_tokens_per_s <= 0.0) return;
+  std::lock_guard lock(mu_);
+  q_.prefill_tokens_per_s = prefill_tokens_per_s;
+  q_.drain_tokens_per_s.fill(prefill_tokens_per_s);
+  q_.fifo_drain_tokens_per_s = prefill_tokens_per_s;
+  if (std::isfinite(step_s) && step_s >= 0.0) q_.step_s = step_s;
 }
 
 QueueState AdmissionController::state() const {

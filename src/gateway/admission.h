@@ -95,9 +95,13 @@ class AdmissionController {
   // The request left the queue (first token, finished, aborted or refused downstream).
   void release(sched::SlaClass c, int prompt_tokens);
 
-  // Every step's measurements (EWMA; a class's drain rate moves only in steps where it was
-  // backlogged, the prefill rate only in steps with prompt tokens).
+  // Every step's measurements (EWMA; the prefill rate moves only in steps with prompt
+  // tokens; a class's drain rate moves to what it got in steps where it was backlogged, and
+  // to the prefill rate in steps where neither it nor a class above it was).
   void observe_step(const StepObservation& o);
+  // Replaces the starting guesses with a measurement (e.g. a warm-up prefill at startup):
+  // the prefill rate and every class's drain rate become `prefill_tokens_per_s`.
+  void calibrate(double prefill_tokens_per_s, double step_s);
 
   // Predicted TTFT of a request of class c with this prompt, given the queue now.
   double predicted_ttft_s(sched::SlaClass c, int prompt_tokens) const;

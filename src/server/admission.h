@@ -19,6 +19,8 @@ struct AdmissionRequest {
   int prompt_tokens = 0;                                   // over every prompt of the request
   int max_tokens = 0;                                      // per choice
   int n_choices = 1;                                       // prompts x n
+  int64_t deadline_ns = 0;                                 // first token due by then (now_ns clock); 0: none
+  int64_t start_ns = 0;                                    // when admission was asked (now_ns clock)
 };
 
 struct AdmissionDecision {

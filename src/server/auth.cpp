@@ -1,5 +1,8 @@
 #include "server/auth.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -27,6 +30,45 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// `name=value` settings after the tenant name; errors name the field, never the key.
+Status parse_setting(std::string_view field, TenantSettings* ts, bool* explicit_fields) {
+  const size_t eq = field.find('=');
+  const std::string_view name = field.substr(0, eq), value = field.substr(eq + 1);
+  auto number = [&](double lo, double hi, double* out) -> Status {
+    double v = 0.0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || ptr != value.data() + value.size() || !(v >= lo && v <= hi)) {
+      return invalid_argument("`" + std::string(name) + "` must be a number in [" + std::to_string(static_cast<long long>(lo)) +
+                              ", " + std::to_string(static_cast<long long>(hi)) + "]");
+    }
+    *out = v;
+    return Status();
+  };
+  if (name == "class") {
+    sched::SlaClass c;
+    if (!sched::parse_sla_class(std::string(value), &c)) {
+      return invalid_argument("`class` must be realtime, standard or batch");
+    }
+    ts->default_class = c;
+    explicit_fields[0] = true;
+  } else if (name == "tpm") {
+    METRO_RETURN_IF_ERROR(number(0, 1e12, &ts->tokens_per_minute));
+    explicit_fields[1] = true;
+  } else if (name == "burst") {
+    METRO_RETURN_IF_ERROR(number(0, 1e12, &ts->burst_tokens));
+    explicit_fields[2] = true;
+  } else if (name == "concurrency") {
+    double v = 0;
+    METRO_RETURN_IF_ERROR(number(0, 1e6, &v));
+    if (v != std::floor(v)) return invalid_argument("`concurrency` must be a whole number");
+    ts->max_concurrent = static_cast<int>(v);
+    explicit_fields[3] = true;
+  } else {
+    return invalid_argument("unknown setting `" + std::string(name) + "` (class, tpm, burst, concurrency)");
+  }
+  return Status();
+}
+
 }  // namespace
 
 Expected<ApiKeys> ApiKeys::parse(std::string_view text) {
@@ -38,21 +80,40 @@ Expected<ApiKeys> ApiKeys::parse(std::string_view text) {
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     ++line_no;
     if (line.empty() || line.front() == '#') continue;
-    size_t sp = 0;
-    while (sp < line.size() && !is_space(line[sp])) ++sp;
-    std::string_view key = line.substr(0, sp);
-    std::string_view tenant = trim(line.substr(sp));
-    if (key.size() < 8) {
-      return invalid_argument("API key file line " + std::to_string(line_no) + ": keys must be at least 8 characters");
-    }
-    if (tenant.find_first_of(" \t") != std::string_view::npos) {
-      return invalid_argument("API key file line " + std::to_string(line_no) +
-                              ": expected `key [tenant]`, found more fields");
-    }
+    const std::string where = "API key file line " + std::to_string(line_no) + ": ";
     for (char c : line) {
-      if (static_cast<unsigned char>(c) < 0x20 && c != '\t') {
-        return invalid_argument("API key file line " + std::to_string(line_no) + ": control character");
+      if (static_cast<unsigned char>(c) < 0x20 && c != '\t') return invalid_argument(where + "control character");
+    }
+    std::vector<std::string_view> fields;
+    for (std::string_view rest = line; !rest.empty();) {
+      size_t sp = 0;
+      while (sp < rest.size() && !is_space(rest[sp])) ++sp;
+      fields.push_back(rest.substr(0, sp));
+      rest = trim(rest.substr(sp));
+    }
+    const std::string_view key = fields[0];
+    if (key.size() < 8) return invalid_argument(where + "keys must be at least 8 characters");
+    size_t next = 1;
+    std::string_view tenant;
+    if (next < fields.size() && fields[next].find('=') == std::string_view::npos) tenant = fields[next++];
+    TenantSettings ts;
+    bool given[4] = {false, false, false, false};
+    for (; next < fields.size(); ++next) {
+      if (fields[next].find('=') == std::string_view::npos) {
+        return invalid_argument(where + "expected `key [tenant] [class=C] [tpm=N] [burst=N] [concurrency=N]`");
       }
+      if (Status s = parse_setting(fields[next], &ts, given); !s.ok()) return invalid_argument(where + s.message());
+    }
+    const bool any = given[0] || given[1] || given[2] || given[3];
+    auto known = std::find_if(keys.tenants_.begin(), keys.tenants_.end(),
+                              [&](const auto& t) { return t.first == tenant; });
+    if (known == keys.tenants_.end()) {
+      keys.tenants_.emplace_back(std::string(tenant), ts);
+    } else if (any) {
+      if (known->second != TenantSettings{} && known->second != ts) {
+        return invalid_argument(where + "tenant '" + std::string(tenant) + "' has other settings on an earlier line");
+      }
+      known->second = ts;
     }
     keys.entries_.push_back({std::string(key), std::string(tenant)});
   }
@@ -66,6 +127,13 @@ Expected<ApiKeys> ApiKeys::load(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse(ss.str());
+}
+
+const TenantSettings* ApiKeys::tenant_settings(const std::string& tenant) const {
+  for (const auto& [name, ts] : tenants_) {
+    if (name == tenant) return &ts;
+  }
+  return nullptr;
 }
 
 std::optional<std::string> ApiKeys::authenticate(std::string_view header) const {

@@ -227,6 +227,7 @@ void HttpSession::on_request() {
   head.authorization = std::string(req[http::field::authorization]);
   head.content_type = std::string(req[http::field::content_type]);
   if (auto it = req.find("X-Metro-Class"); it != req.end()) head.metro_class = std::string(it->value());
+  if (auto it = req.find("X-Metro-Deadline-Ms"); it != req.end()) head.metro_deadline_ms = std::string(it->value());
   RouteDecision d = route_request(head, core_);
   if (d.response) {
     respond(*d.response, d.endpoint);
@@ -255,8 +256,10 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
       ar.endpoint = endpoint_path(endpoint);
       ar.tenant = call.tenant;
       ar.prompt_tokens = result->prompt_tokens;
+      ar.start_ns = now_ns();
       if (!result->requests.empty()) {
         ar.sla_class = result->requests.front().sla_class;
+        ar.deadline_ns = result->requests.front().deadline_ns;
         ar.max_tokens = result->requests.front().stop.max_tokens;
       }
       ar.n_choices = static_cast<int>(result->requests.size()) * std::max(1, result->spec.n);

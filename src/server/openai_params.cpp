@@ -1,5 +1,8 @@
 // Sampling, stop and streaming fields shared by /v1/completions and /v1/chat/completions.
 #include <cmath>
+#include <cstdlib>
+
+#include "base/clock.h"
 
 #include "server/json_util.h"
 #include "server/openai_request.h"
@@ -170,13 +173,36 @@ std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endp
     if (!text) return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
   }
 
-  // SLA class: the header wins over the body field.
-  std::optional<std::string> cls = call.class_header;
-  if (auto v = get_string(body, "metro_class", 64, &err); v && !cls) cls = v;
+  return parse_traffic_fields(body, call, &out->sla_class, &out->deadline_ns);
+}
+
+std::optional<ApiError> parse_traffic_fields(const nlohmann::json& body, const CallContext& call,
+                                             sched::SlaClass* cls, int64_t* deadline_ns) {
+  std::optional<ApiError> err;
+  // SLA class: the header wins over the body field, which wins over the key's default.
+  *cls = call.default_class.value_or(sched::SlaClass::kStandard);
+  std::optional<std::string> name = call.class_header;
+  if (auto v = get_string(body, "metro_class", 64, &err); v && !name) name = v;
   if (err) return err;
-  if (cls && !sched::parse_sla_class(*cls, &out->sla_class)) {
+  if (name && !sched::parse_sla_class(*name, cls)) {
     return bad_request("metro_class (X-Metro-Class) must be realtime, standard or batch", "metro_class");
   }
+  constexpr double kMaxDeadlineMs = 86400.0 * 1000.0;
+  std::optional<double> ms;
+  if (call.deadline_header) {
+    const std::string& h = *call.deadline_header;
+    char* end = nullptr;
+    const double v = h.empty() ? std::nan("") : std::strtod(h.c_str(), &end);
+    if (end == nullptr || *end != '\0' || !(v > 0.0 && v <= kMaxDeadlineMs)) {
+      return bad_request("X-Metro-Deadline-Ms must be a number of milliseconds in (0, 86400000]",
+                         "metro_deadline_ms");
+    }
+    ms = v;
+  } else {
+    ms = get_number(body, "metro_deadline_ms", 1e-3, kMaxDeadlineMs, &err);
+    if (err) return err;
+  }
+  *deadline_ns = ms ? now_ns() + static_cast<int64_t>(*ms * 1e6) : 0;
   return std::nullopt;
 }
 

@@ -191,6 +191,7 @@ std::optional<ApiError> build_generation(std::vector<Prompt>& prompts, const Gen
     r.stop.max_tokens = max_tokens;
     r.n = g.n;
     r.sla_class = g.sla_class;
+    r.deadline_ns = g.deadline_ns;
     r.tenant = call.tenant;
     out->prompt_tokens += static_cast<int>(r.prompt.size());
     out->requests.push_back(std::move(r));
@@ -275,12 +276,8 @@ ApiResult<PreparedCall> prepare_embeddings(const nlohmann::json& body, const Pro
   get_string(body, "user", 1024, &err);
   if (err) return *err;
   sched::SlaClass cls = sched::SlaClass::kStandard;
-  std::optional<std::string> cls_name = call.class_header;
-  if (auto v = get_string(body, "metro_class", 64, &err); v && !cls_name) cls_name = v;
-  if (err) return *err;
-  if (cls_name && !sched::parse_sla_class(*cls_name, &cls)) {
-    return bad_request("metro_class (X-Metro-Class) must be realtime, standard or batch", "metro_class");
-  }
+  int64_t deadline_ns = 0;
+  if (auto e = detail::parse_traffic_fields(body, call, &cls, &deadline_ns)) return *e;
   auto it = body.find("input");
   if (it == body.end() || it->is_null()) return bad_request("input is required", "input");
   auto prompts = detail::parse_prompts(*it, "input", ctx, /*parse_special=*/false);
@@ -295,6 +292,7 @@ ApiResult<PreparedCall> prepare_embeddings(const nlohmann::json& body, const Pro
     r.kind = engine::RequestKind::kEmbed;
     r.prompt = std::move(p.tokens);
     r.sla_class = cls;
+    r.deadline_ns = deadline_ns;
     r.tenant = call.tenant;
     pc.prompt_tokens += static_cast<int>(r.prompt.size());
     pc.requests.push_back(std::move(r));

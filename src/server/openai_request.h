@@ -44,6 +44,9 @@ struct PromptContext {
 struct CallContext {
   std::string tenant;                       // from the API key
   std::optional<std::string> class_header;  // X-Metro-Class
+  std::optional<std::string> deadline_header;  // X-Metro-Deadline-Ms
+  // The class of requests that name none: the API key's `class=` (standard without one).
+  std::optional<sched::SlaClass> default_class;
 };
 
 // How to shape the answer.
@@ -86,9 +89,17 @@ struct GenerationFields {
   bool stream = false;
   bool include_usage = false;
   sched::SlaClass sla_class = sched::SlaClass::kStandard;
+  int64_t deadline_ns = 0;  // 0: none
 };
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
                                                 const CallContext& call, GenerationFields* out);
+
+// The traffic fields every model endpoint takes: the SLA class (X-Metro-Class header, else
+// the body's `metro_class`, else the key's default class, else standard) and an optional
+// deadline (X-Metro-Deadline-Ms header, else `metro_deadline_ms`: milliseconds from now by
+// which the first token must be out; admission refuses what cannot make it).
+std::optional<ApiError> parse_traffic_fields(const nlohmann::json& body, const CallContext& call,
+                                             sched::SlaClass* cls, int64_t* deadline_ns);
 
 // `model` must be absent or name the served model (404 model_not_found otherwise).
 std::optional<ApiError> check_model(const nlohmann::json& body, const PromptContext& ctx);

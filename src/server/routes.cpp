@@ -156,6 +156,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
       return d;
     }
     d.call.tenant = *tenant;
+    if (const TenantSettings* ts = keys.tenant_settings(*tenant)) d.call.default_class = ts->default_class;
   }
   if (core.draining()) {
     d.response = HttpResponse::error(unavailable_error("the server is shutting down", "server_draining"));
@@ -175,6 +176,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     return d;
   }
   d.call.class_header = head.metro_class;
+  d.call.deadline_header = head.metro_deadline_ms;
   d.model_call = endpoint;
   return d;
 }

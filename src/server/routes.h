@@ -36,6 +36,7 @@ struct RequestHead {
   std::string authorization;  // Authorization header
   std::string content_type;
   std::optional<std::string> metro_class;  // X-Metro-Class
+  std::optional<std::string> metro_deadline_ms;  // X-Metro-Deadline-Ms
 };
 
 struct RouteDecision {

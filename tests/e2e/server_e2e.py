@@ -23,6 +23,7 @@ import openai  # noqa: E402
 import e2e_api  # noqa: E402
 import e2e_bad_inputs  # noqa: E402
 import e2e_load  # noqa: E402
+import e2e_sla  # noqa: E402
 from e2e_util import Harness, MetroServer, env_int, metrics, request  # noqa: E402
 
 
@@ -46,6 +47,9 @@ class Context:
         self.server = MetroServer(self.metro, args.model, [
             "--model-name", self.model_name, "--api-key-file", key_file, "--ctx", str(self.n_ctx),
             "--ctx-total", "16384", "--max-seqs", "128", "--max-batch-tokens", "256",
+            # Admission control would (rightly) refuse most of a 1,000-request burst; these
+            # tests measure what the server itself survives. e2e_sla.py tests admission.
+            "--admission", "off",
             "--idle-timeout", str(self.idle_timeout), "--request-timeout", "20", "--keepalive-timeout", "60",
             "--send-buffer", "4096", "--stream-buffer", "32", "--drain-timeout", str(self.drain_timeout),
             "-t", str(env_int("METRO_E2E_THREADS", 2))])
@@ -129,11 +133,13 @@ def main():
         print(f"model {args.model} missing: run `make model`", flush=True)
         return 1
     h = Harness()
+    only = set(filter(None, args.only.split(",")))
     with tempfile.TemporaryDirectory() as tmp:
         key_file = os.path.join(tmp, "keys.txt")
         with open(key_file, "w") as f:
             f.write("# e2e keys\nsk-metro-e2e-0123456789abcdef tenant-e2e\n")
         t = Context(args, key_file)
+        t.tmp = tmp
         t.server.start()
         t.port = t.server.port
         try:
@@ -141,13 +147,16 @@ def main():
             t.server.wait_ready()
             t.client = openai.OpenAI(base_url=f"http://127.0.0.1:{t.port}/v1", api_key=t.key, timeout=600,
                                      max_retries=0)
-            only = set(filter(None, args.only.split(",")))
             for fn in e2e_api.TESTS + e2e_bad_inputs.TESTS + e2e_load.TESTS + e2e_load.FINAL_TESTS:
                 if only and fn.__name__ not in only:
                     continue
                 h.run(fn.__name__, fn, t)
         finally:
             t.server.kill()
+        for fn in e2e_sla.TESTS:
+            if only and fn.__name__ not in only:
+                continue
+            h.run(fn.__name__, fn, t)
     print("\nnotes:")
     for n in t.notes:
         print("  " + n)

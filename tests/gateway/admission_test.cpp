@@ -105,7 +105,8 @@ TEST(Admission, MeasuredRatesMoveThePrediction) {
   QueueState q = a.state();
   EXPECT_NEAR(q.prefill_tokens_per_s, 4000.0, 1.0);
   EXPECT_NEAR(q.drain_tokens_per_s[1], 500.0, 1.0);
-  EXPECT_NEAR(q.drain_tokens_per_s[0], 1000.0, 1e-9) << "not backlogged: no observation";
+  EXPECT_NEAR(q.drain_tokens_per_s[0], 4000.0, 1.0) << "not backlogged, nothing above it: the whole prefill rate";
+  EXPECT_NEAR(q.drain_tokens_per_s[2], 1000.0, 1e-9) << "below a backlogged class: no observation";
   EXPECT_NEAR(q.fifo_drain_tokens_per_s, 2000.0, 1.0);
   EXPECT_NEAR(q.step_s, 0.2, 1e-3);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1000), 100.0 / 4000.0 + 2000.0 / 500.0 + 0.2, 1e-2);

@@ -37,6 +37,44 @@ TEST(AuthTest, KeyFileAndTenants) {
   EXPECT_FALSE(keys->authenticate("Bearer "));
 }
 
+TEST(AuthTest, TenantSettingsFromTheKeyFile) {
+  auto keys = ApiKeys::parse(
+      "sk-aaaaaaaa team-a class=realtime tpm=6000 burst=9000 concurrency=4\n"
+      "sk-a2a2a2a2 team-a\n"
+      "sk-bbbbbbbb team-b tpm=100\n"
+      "sk-cccccccc class=batch\n");
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  const TenantSettings* a = keys->tenant_settings("team-a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->default_class, sched::SlaClass::kRealtime);
+  EXPECT_EQ(a->tokens_per_minute, 6000.0);
+  EXPECT_EQ(a->burst_tokens, 9000.0);
+  EXPECT_EQ(a->max_concurrent, 4);
+  const TenantSettings* b = keys->tenant_settings("team-b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_FALSE(b->default_class.has_value());
+  EXPECT_EQ(b->tokens_per_minute, 100.0);
+  EXPECT_EQ(b->max_concurrent, 0);
+  // A key without a tenant name belongs to the anonymous tenant "".
+  EXPECT_EQ(keys->authenticate("Bearer sk-cccccccc"), std::optional<std::string>(""));
+  ASSERT_NE(keys->tenant_settings(""), nullptr);
+  EXPECT_EQ(keys->tenant_settings("")->default_class, sched::SlaClass::kBatch);
+  EXPECT_EQ(keys->tenant_settings("nobody"), nullptr);
+  EXPECT_EQ(keys->tenants().size(), 3u);
+  EXPECT_EQ(keys->authenticate("Bearer sk-a2a2a2a2"), std::optional<std::string>("team-a"));
+
+  for (const char* bad : {"sk-aaaaaaaa t class=urgent\n", "sk-aaaaaaaa t tpm=-1\n", "sk-aaaaaaaa t tpm=nan\n",
+                          "sk-aaaaaaaa t concurrency=1.5\n", "sk-aaaaaaaa t speed=3\n", "sk-aaaaaaaa t tpm=\n",
+                          "sk-aaaaaaaa t tpm=5 extra\n",
+                          "sk-aaaaaaaa t tpm=5\nsk-bbbbbbbb t tpm=6\n"}) {
+    auto k = ApiKeys::parse(bad);
+    EXPECT_FALSE(k.ok()) << bad;
+    if (!k.ok()) {
+      EXPECT_EQ(k.status().message().find("sk-"), std::string::npos) << k.status().message();
+    }
+  }
+}
+
 TEST(AuthTest, KeyFileErrorsNeverEchoKeys) {
   auto short_key = ApiKeys::parse("abc\n");
   ASSERT_FALSE(short_key.ok());

@@ -1,0 +1,207 @@
+"""Traffic policy end to end (issue 8): SLA classes under a batch flood, admission refusals
+with Retry-After, tenant quotas and default classes from the key file, deadlines. Each test
+starts its own `metro serve` (the shared server runs with --admission off, so its load tests
+measure raw capacity)."""
+
+import asyncio
+import json
+import os
+import time
+
+from e2e_util import MetroServer, check_error, env_int, metrics, request, sse_request
+
+KEYS = {
+    "flood": "sk-flood-000000000000",
+    "rt": "sk-realtime-0000000000",
+    "tpm": "sk-tokens-per-minute-0",
+    "conc": "sk-concurrency-000000",
+}
+KEY_FILE_TEXT = f"""# e2e tenants
+{KEYS['flood']} flooder class=batch
+{KEYS['rt']} interactive class=realtime
+{KEYS['tpm']} metered tpm=60 burst=60
+{KEYS['conc']} single concurrency=1
+"""
+
+SANITIZED = bool(os.environ.get("METRO_SANITIZED"))
+# The realtime objective the flood must not push a realtime request past. Generous under
+# ASan+UBSan, where every step is several times slower.
+REALTIME_TTFT = 4.0 if SANITIZED else 1.0
+# Each flood request starts with its own words, so the prefix cache cannot share the work.
+FLOOD_PROMPT = "Summarise the history of the railway in great detail, with dates and names. " * 6
+
+
+def start_server(ctx, tmp_keys, extra):
+    srv = MetroServer(ctx.metro, ctx.model_path, [
+        "--model-name", ctx.model_name, "--api-key-file", tmp_keys, "--ctx", "1024", "--ctx-total", "32768",
+        "--max-seqs", "64", "--max-batch-tokens", "128", "--drain-timeout", "5",
+        "-t", str(env_int("METRO_E2E_THREADS", 2))] + extra)
+    srv.start()
+    srv.wait_ready()
+    return srv
+
+
+def write_keys(ctx):
+    path = os.path.join(ctx.tmp, "sla-keys.txt")
+    with open(path, "w") as f:
+        f.write(KEY_FILE_TEXT)
+    return path
+
+
+async def stream_ttft(port, key, body):
+    """Streams a completion; returns (status, seconds to the first content chunk, events)."""
+    t0 = time.time()
+    first = [None]
+
+    def on_event(payload):
+        if first[0] is None and payload != "[DONE]":
+            j = json.loads(payload)
+            if j["choices"] and j["choices"][0].get("text"):
+                first[0] = time.time() - t0
+        return False
+
+    status, events, _ = await sse_request(port, "/v1/completions", body, key, on_event=on_event)
+    return status, first[0], events
+
+
+def flood_then_realtime(ctx, sched):
+    """Starts a server with `sched`, floods it with batch requests, then sends realtime ones
+    one after another; returns (realtime TTFTs, flood statuses, server metrics)."""
+    n_flood = env_int("METRO_E2E_FLOOD", 24)
+    n_rt = env_int("METRO_E2E_REALTIME", 4)
+    keys = write_keys(ctx)
+    srv = start_server(ctx, keys, ["--sched", sched, "--admission", "off",
+                                   "--sla", f"realtime:ttft={REALTIME_TTFT} batch:ttft=600"])
+    try:
+        async def scenario():
+            flood = [asyncio.ensure_future(stream_ttft(srv.port, KEYS["flood"], {
+                "model": ctx.model_name, "prompt": f"Part {i}. " + FLOOD_PROMPT * 4, "max_tokens": 48,
+                "ignore_eos": True, "stream": True, "temperature": 0})) for i in range(n_flood)]
+            await asyncio.sleep(0.5)  # the flood is queued and running
+            rt = []
+            for i in range(n_rt):
+                # Class from the key's default (class=realtime), no header or body field.
+                st, ttft, events = await stream_ttft(srv.port, KEYS["rt"], {
+                    "model": ctx.model_name, "prompt": f"Say hello {i}.", "max_tokens": 4, "ignore_eos": True,
+                    "stream": True, "temperature": 0})
+                assert st == 200 and events[-1] == "[DONE]", (st, events[-2:])
+                rt.append(ttft)
+                await asyncio.sleep(0.2)
+            done = await asyncio.gather(*flood)
+            return rt, [d[0] for d in done]
+
+        rt, flood_status = asyncio.run(scenario())
+        return rt, flood_status, metrics(srv.port)
+    finally:
+        srv.kill()
+
+
+def t_sla_realtime_survives_a_batch_flood(ctx):
+    rt_sla, flood_sla, m = flood_then_realtime(ctx, "sla")
+    assert all(s == 200 for s in flood_sla), flood_sla
+    assert m['metro_class_finished_total{class="realtime"}'] == len(rt_sla), m
+    assert m['metro_class_finished_total{class="batch"}'] == len(flood_sla), m
+    worst = max(rt_sla)
+    assert worst <= REALTIME_TTFT, f"realtime TTFTs {rt_sla} under a batch flood, objective {REALTIME_TTFT} s"
+    # The same load under FCFS: the realtime requests wait behind the flood. This is what
+    # makes the check above mean something: the flood is big enough to break the objective.
+    rt_fcfs, _, _ = flood_then_realtime(ctx, "fcfs")
+    ctx.note(f"batch flood: realtime TTFT worst {worst:.2f} s with --sched sla, "
+             f"{max(rt_fcfs):.2f} s with --sched fcfs (objective {REALTIME_TTFT} s)")
+    assert max(rt_fcfs) > worst, (rt_fcfs, rt_sla)
+
+
+def t_sla_admission_refuses_early_with_retry_after(ctx):
+    keys = write_keys(ctx)
+    # A tight batch objective: a flood of long prompts cannot all start within it.
+    srv = start_server(ctx, keys, ["--sched", "sla", "--admission", "on", "--sla", "batch:ttft=2"])
+    try:
+        n = env_int("METRO_E2E_FLOOD", 24) * 2
+
+        async def flood():
+            return await asyncio.gather(*(sse_request(srv.port, "/v1/completions", {
+                "model": ctx.model_name, "prompt": f"Part {i}. " + FLOOD_PROMPT * 2, "max_tokens": 8,
+                "ignore_eos": True, "stream": True}, KEYS["flood"]) for i in range(n)))
+
+        t0 = time.time()
+        results = asyncio.run(flood())
+        statuses = [r[0] for r in results]
+        assert set(statuses) <= {200, 503}, statuses
+        refused = statuses.count(503)
+        assert refused > 0 and statuses.count(200) > 0, statuses
+        # A refusal is an OpenAI-style error with a Retry-After, and it came at once.
+        st, h, body = request(srv.port, "POST", "/v1/completions", {
+            "model": ctx.model_name, "prompt": FLOOD_PROMPT * 2, "max_tokens": 8},
+            {"Authorization": f"Bearer {KEYS['flood']}"})
+        m = metrics(srv.port)
+        rejected = m.get('metro_class_rejections_total{class="batch",reason="predicted_ttft_over_slo"}', 0)
+        assert rejected >= refused, (rejected, refused)
+        ctx.note(f"admission: {refused} of {n} batch requests refused at once (503 predicted_ttft_over_slo), "
+                 f"{n - refused} served, in {time.time() - t0:.1f} s")
+        if st == 503:
+            check_error(st, body, 503, "predicted_ttft_over_slo")
+            assert int(h["retry-after"]) >= 1, h
+    finally:
+        srv.kill()
+
+
+def t_sla_quotas_deadlines_and_classes(ctx):
+    keys = write_keys(ctx)
+    srv = start_server(ctx, keys, ["--sched", "sla"])
+    try:
+        port = srv.port
+
+        def post(key, body, headers=None):
+            h = {"Authorization": f"Bearer {key}"}
+            h.update(headers or {})
+            return request(port, "POST", "/v1/completions", dict({"model": ctx.model_name}, **body), h)
+
+        # Tokens per minute: 60 tokens a minute, bucket of 60. The first request costs
+        # prompt + max_tokens (about 45), so the second cannot be covered and gets 429.
+        st, _, body = post(KEYS["tpm"], {"prompt": "Hello there", "max_tokens": 40})
+        assert st == 200, body[:300]
+        st, h, body = post(KEYS["tpm"], {"prompt": "Hello there", "max_tokens": 40})
+        check_error(st, body, 429, "tenant_tokens_per_minute")
+        assert 1 <= int(h["retry-after"]) <= 60, h
+
+        # Concurrency 1: a second request while one is streaming gets 429.
+        async def two():
+            first = asyncio.ensure_future(sse_request(port, "/v1/completions", {
+                "model": ctx.model_name, "prompt": "Tell me a long story.", "max_tokens": 64, "ignore_eos": True,
+                "stream": True}, KEYS["conc"]))
+            await asyncio.sleep(0.3)
+            second = await asyncio.to_thread(post, KEYS["conc"], {"prompt": "Hi", "max_tokens": 2})
+            return await first, second
+
+        (st1, events, _), (st2, h2, body2) = asyncio.run(two())
+        assert st1 == 200 and events[-1] == "[DONE]", st1
+        check_error(st2, body2, 429, "tenant_concurrency")
+        assert int(h2["retry-after"]) >= 1
+        st, _, body = post(KEYS["conc"], {"prompt": "Hi", "max_tokens": 2})
+        assert st == 200, body[:300]  # the slot was given back
+
+        # Deadlines: one nobody can meet is refused at once; a malformed one is a 400.
+        st, _, body = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Deadline-Ms": "0.001"})
+        check_error(st, body, 503, "deadline_unreachable")
+        st, _, body = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2, "metro_deadline_ms": 60000})
+        assert st == 200, body[:300]
+        st, _, body = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Deadline-Ms": "soon"})
+        check_error(st, body, 400)
+
+        # The key's default class, overridden by the header.
+        before = metrics(port)
+        st, _, _ = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Class": "standard"})
+        assert st == 200
+        after = metrics(port)
+        key = 'metro_class_finished_total{class="standard"}'
+        assert after[key] == before.get(key, 0) + 1, (before.get(key), after[key])
+        m = metrics(port)
+        assert m['metro_class_rejections_total{class="standard",reason="tenant_tokens_per_minute"}'] == 1, m
+        assert m['metro_class_rejections_total{class="standard",reason="tenant_concurrency"}'] == 1, m
+        assert m['metro_class_rejections_total{class="batch",reason="deadline_unreachable"}'] == 1, m
+    finally:
+        srv.kill()
+
+
+TESTS = [t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
+         t_sla_realtime_survives_a_batch_flood]
