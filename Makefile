@@ -27,7 +27,7 @@ serve: build model
 	$(BUILD)/bin/metro serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
 run: build model
-	$(BUILD)/bin/metro inspect $(MODEL)
+	$(BUILD)/bin/metro run -m $(MODEL) --chat -p "$(PROMPT)"
 
 test: build model
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -46,8 +46,9 @@ fuzz: deps model
 	@scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 bench: build model
-	$(BUILD)/bin/metro inspect $(MODEL)
-	@if [ -x $(BUILD)/bin/metro_kernel_bench ]; then $(BUILD)/bin/metro_kernel_bench; fi
+	$(BUILD)/bin/metro bench -m $(MODEL) -p 512 -n 128 -r 3
+	$(BUILD)/bin/metro bench -m $(MODEL) --batch 1,4,16,32 -p 128 -n 128 -r 1
+	@if [ -x $(BUILD)/bin/metro_kernel_bench ]; then $(BUILD)/bin/metro_kernel_bench --benchmark_min_time=0.2; fi
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -635,8 +635,12 @@ void Engine::Impl::maybe_complete(ActiveRequest& r) {
   }
   {
     const auto ks = kv->stats();
+    const auto counts = sched->counts();
     std::lock_guard<std::mutex> lock(stats_mu);
     if (!r.aborting) stats.requests_finished += 1;
+    stats.waiting = counts.waiting;
+    stats.running = counts.running;
+    stats.preemptions = counts.preemptions;
     stats.kv_blocks_used = ks.blocks_used;
     stats.kv_blocks_cached = ks.blocks_cached;
   }

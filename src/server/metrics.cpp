@@ -153,6 +153,22 @@ void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s)
             [](const C& c) { return static_cast<double>(c.running); });
   per_class("metro_class_preemptions_total", "counter", "Preemptions, by SLA class.",
             [](const C& c) { return static_cast<double>(c.preemptions); });
+  // The output-length predictor's accuracy over its recent window (sched::PredictionAccuracy),
+  // per class and, without a class label, over all classes.
+  auto predictor = [&](const char* name, const char* help, auto value) {
+    write_metric_header(out, name, "gauge", help);
+    for (size_t c = 0; c < s.classes.size(); ++c) write_sample(out, name, label(c), value(s.classes[c].predictor));
+    write_sample(out, name, "", value(s.predictor));
+  };
+  using P = sched::PredictionAccuracy::Snapshot;
+  predictor("metro_predictor_samples", "Finished requests in the output-length predictor's accuracy window.",
+            [](const P& p) { return static_cast<double>(p.n); });
+  predictor("metro_predictor_rank_correlation", "Spearman rank correlation of predicted vs actual output length.",
+            [](const P& p) { return p.spearman; });
+  predictor("metro_predictor_within_100_tokens", "Fraction of predictions within 100 tokens of the actual length.",
+            [](const P& p) { return p.within_100; });
+  predictor("metro_predictor_mean_abs_error_tokens", "Mean absolute error of predicted output length, in tokens.",
+            [](const P& p) { return p.mean_abs_error; });
   write_metric_header(out, "metro_class_rejections_total", "counter", "Requests refused, by SLA class and reason.");
   for (size_t c = 0; c < s.classes.size(); ++c) {
     for (const auto& [reason, n] : s.classes[c].rejections) {

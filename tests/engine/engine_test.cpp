@@ -114,7 +114,9 @@ TEST(Engine, PrefixCacheHitsAndSameOutput) {
 
 TEST(Engine, PreemptionUnderATightBudgetKeepsOutputs) {
   REQUIRE_MODEL();
-  const int n = sanitized() ? 6 : 20, gen = sanitized() ? 6 : 24;
+  // Every sequence grows to ~3 blocks of 16 while the budget holds 9: even the smaller
+  // sanitizer-sized run must preempt.
+  const int n = sanitized() ? 8 : 20, gen = 24;
   auto ps = prompts(n);
   EngineConfig roomy;
   roomy.max_seqs = 32;

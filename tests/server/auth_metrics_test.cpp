@@ -147,6 +147,10 @@ TEST(MetricsTest, ExpositionIsValidPrometheusText) {
   sm.observe_first_token(sched::SlaClass::kRealtime, 0.2);
   sm.observe_finished(sched::SlaClass::kRealtime, 0.2, 0.05, 1.0);
   sm.observe_rejection(sched::SlaClass::kBatch, "queue_full");
+  // Predicted 10, 50, 300 vs actual 20, 40, 100: ranks agree, two of three within 100 tokens.
+  sm.observe_prediction(sched::SlaClass::kStandard, 10, 20);
+  sm.observe_prediction(sched::SlaClass::kStandard, 50, 40);
+  sm.observe_prediction(sched::SlaClass::kStandard, 300, 100);
   const sched::SchedMetricsSnapshot per_class = sm.snapshot();
   const std::string text = m.render(&st, true, 1600, &per_class);
   auto s = parse_exposition(text);
@@ -175,6 +179,11 @@ TEST(MetricsTest, ExpositionIsValidPrometheusText) {
   EXPECT_EQ(s["metro_class_e2e_seconds_count{class=\"realtime\"}"], 1);
   EXPECT_EQ(s["metro_class_e2e_seconds_bucket{class=\"realtime\",le=\"+Inf\"}"], 1);
   EXPECT_EQ(s["metro_class_rejections_total{class=\"batch\",reason=\"queue_full\"}"], 1);
+  EXPECT_EQ(s["metro_predictor_samples{class=\"standard\"}"], 3);
+  EXPECT_EQ(s["metro_predictor_samples"], 3);
+  EXPECT_DOUBLE_EQ(s["metro_predictor_rank_correlation{class=\"standard\"}"], 1.0);
+  EXPECT_NEAR(s["metro_predictor_within_100_tokens"], 2.0 / 3.0, 1e-4);
+  EXPECT_NEAR(s["metro_predictor_mean_abs_error_tokens"], (10.0 + 10.0 + 200.0) / 3.0, 1e-3);
   // Every TYPE line is followed by samples of that family.
   EXPECT_NE(text.find("# TYPE metro_time_per_output_token_seconds histogram\n"), std::string::npos);
 

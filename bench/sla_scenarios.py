@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""The four SLA scheduling benchmarks of docs/benchmarks.md, each `--sched sla` vs `--sched fcfs`,
+against a real `metro serve` with the default model, driven by `metro bench-serve`.
+
+    python3 bench/sla_scenarios.py [--metro build/bin/metro] [--model M] [--threads 2]
+                                   [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
+
+1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
+   total output throughput.
+2. Mixed (lognormal) lengths, one class, at 90% load: mean TTFT.
+3. The same at capacity and at 2x: goodput (requests meeting their class SLO per second).
+4. Two tenants, one sending 10x the other's rate, both past their share: the quiet tenant's
+   share of generated tokens while both are backlogged.
+
+"Capacity" is measured first in each scenario: requests/s the server completes with the
+scenario's mix when offered everything at once (FCFS, admission off). Every figure printed is
+a measurement of this run; JSON of every bench-serve run goes to --out.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "
+         "government company number group problem fact river mountain station engine signal").split()
+KEYS = "sk-bench-quiet-000000 quiet\nsk-bench-loud-0000000 loud\nsk-bench-any-00000000 anyone\n"
+
+
+def words(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+class Server:
+    def __init__(self, args, sched, admission, extra=()):
+        self.port = 18000 + random.randint(0, 999)
+        self.cmd = [args.metro, "serve", "-m", args.model, "--port", str(self.port), "-t", str(args.threads),
+                    "--sched", sched, "--admission", admission, "--api-key-file", args.keys,
+                    "--max-seqs", "64"] + list(extra)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.3)
+        raise RuntimeError("metro serve did not become ready")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def bench(args, url, name, extra, key="sk-bench-any-00000000", background=False):
+    out = os.path.join(args.out, name + ".json")
+    cmd = [args.metro, "bench-serve", "--url", url, "--api-key", key, "--quiet", "--json", out,
+           "--timeout", "900"] + extra
+    if background:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT), out
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def capacity(args, mix_args, n):
+    """Requests/s completed with everything offered at once (FCFS, no admission)."""
+    srv = Server(args, "fcfs", "off")
+    try:
+        r = bench(args, srv.url, f"capacity-{abs(hash(tuple(mix_args))) % 10000}",
+                  mix_args + ["--rate", "inf", "--max-concurrency", "32", "--num-requests", str(n)])
+    finally:
+        srv.stop()
+    run = r["runs"][0]
+    return run["overall"]["ok"] / run["duration_s"]
+
+
+def write_mix(path, rng, n, realtime_frac):
+    with open(path, "w") as f:
+        for _ in range(n):
+            if rng.random() < realtime_frac:
+                rec = {"prompt": words(rng, 48), "max_tokens": 16, "class": "realtime"}
+            else:
+                rec = {"prompt": words(rng, 384), "max_tokens": 128, "class": "batch"}
+            f.write(json.dumps(rec) + "\n")
+
+
+SLO = "realtime:ttft=0.5,tpot=0.1;standard:ttft=2,tpot=0.2;batch:ttft=30,tpot=1;default:ttft=2,tpot=0.2"
+
+
+def scenario1(args):
+    rng = random.Random(1)
+    n = int(120 * args.scale)
+    mix = os.path.join(args.out, "mix1.jsonl")
+    write_mix(mix, rng, n, 0.2)
+    cap = capacity(args, ["--dataset", mix], n)
+    rate = 1.5 * cap
+    rows = {}
+    for sched in ("sla", "fcfs"):
+        srv = Server(args, sched, "auto")
+        try:
+            r = bench(args, srv.url, f"s1-{sched}", ["--dataset", mix, "--rate", f"{rate:.3f}", "--seed", "1",
+                                                     "--num-requests", str(n), "--slo", SLO])
+        finally:
+            srv.stop()
+        run = r["runs"][0]
+        rt = run["classes"].get("realtime", {})
+        rows[sched] = {
+            "realtime_ttft_p99": (rt.get("ttft_s") or {}).get("p99"),
+            "realtime_ok": rt.get("ok"),
+            "batch_ok": run["classes"].get("batch", {}).get("ok"),
+            "refused": run["overall"]["failed"],
+            "out_tps": run["overall"]["throughput"]["output_tokens_per_s"],
+            "duration_s": run["duration_s"],
+        }
+    print(f"\n## 1. 20% realtime (48 words -> 16 tokens) + 80% batch (384 words -> 128 tokens) at 1.5x capacity")
+    print(f"capacity {cap:.2f} req/s (all at once, FCFS); offered {rate:.2f} req/s, {n} requests")
+    print("| sched | realtime TTFT p99 s | realtime ok | batch ok | refused | output tok/s |")
+    print("|---|---|---|---|---|---|")
+    for s, v in rows.items():
+        print(f"| {s} | {v['realtime_ttft_p99']:.3f} | {v['realtime_ok']} | {v['batch_ok']} | {v['refused']} | "
+              f"{v['out_tps']:.1f} |")
+    a, b = rows["sla"], rows["fcfs"]
+    print(f"realtime p99 TTFT fcfs/sla = {b['realtime_ttft_p99'] / a['realtime_ttft_p99']:.1f}x; "
+          f"throughput sla/fcfs = {a['out_tps'] / b['out_tps']:.3f}")
+
+
+MIXED = ["--dataset", "synthetic", "--input-len", "lognormal:128,1.0,1024", "--output-len",
+         "lognormal:48,0.8,256", "--seed", "2"]
+
+
+def scenario2(args):
+    n = int(100 * args.scale)
+    cap = capacity(args, MIXED, n)
+    rate = 0.9 * cap
+    rows = {}
+    for sched in ("sla", "fcfs"):
+        srv = Server(args, sched, "off")
+        try:
+            r = bench(args, srv.url, f"s2-{sched}", MIXED + ["--rate", f"{rate:.3f}", "--num-requests", str(n)])
+        finally:
+            srv.stop()
+        run = r["runs"][0]
+        rows[sched] = run["overall"]
+    print(f"\n## 2. Mixed lengths (lognormal in median 128, out median 48), one class, at 90% load")
+    print(f"capacity {cap:.2f} req/s; offered {rate:.2f} req/s, {n} requests")
+    print("| sched | TTFT mean s | TTFT p50 s | TTFT p99 s | E2E mean s | output tok/s |")
+    print("|---|---|---|---|---|---|")
+    for s, g in rows.items():
+        print(f"| {s} | {g['ttft_s']['mean']:.3f} | {g['ttft_s']['p50']:.3f} | {g['ttft_s']['p99']:.3f} | "
+              f"{g['e2e_s']['mean']:.2f} | {g['throughput']['output_tokens_per_s']:.1f} |")
+    print(f"mean TTFT fcfs/sla = {rows['fcfs']['ttft_s']['mean'] / rows['sla']['ttft_s']['mean']:.2f}x")
+
+
+def scenario3(args):
+    n = int(100 * args.scale)
+    cap = capacity(args, MIXED, n)
+    rows = []
+    for sched, adm in (("sla", "auto"), ("fcfs", "off")):
+        for load in (1.0, 2.0):
+            srv = Server(args, sched, adm)
+            try:
+                r = bench(args, srv.url, f"s3-{sched}-{load}", MIXED + [
+                    "--rate", f"{load * cap:.3f}", "--num-requests", str(int(n * load)), "--slo", SLO])
+            finally:
+                srv.stop()
+            g = r["runs"][0]["overall"]
+            rows.append((sched, load, g))
+    print(f"\n## 3. Goodput at capacity and at 2x (mixed lengths; SLO TTFT 2 s, TPOT 0.2 s)")
+    print(f"capacity {cap:.2f} req/s")
+    print("| sched | load | offered req | ok | refused | good req/s | goodput fraction | TTFT p99 s |")
+    print("|---|---|---|---|---|---|---|---|")
+    good = {}
+    for sched, load, g in rows:
+        gp = g["goodput"]
+        good[(sched, load)] = gp["requests_per_s"]
+        print(f"| {sched} | {load:.0f}x | {g['requests']} | {g['ok']} | {g['failed']} | {gp['requests_per_s']:.3f} | "
+              f"{gp['fraction']:.2f} | {(g['ttft_s'] or {}).get('p99') or float('nan'):.2f} |")
+    for sched in ("sla", "fcfs"):
+        print(f"{sched}: goodput at 2x / at 1x = {good[(sched, 2.0)] / max(1e-9, good[(sched, 1.0)]):.2f}")
+
+
+def scenario4(args):
+    common = ["--dataset", "synthetic", "--input-len", "128", "--output-len", "64", "--seed", "4"]
+    n_quiet = int(30 * args.scale)
+    cap = capacity(args, common, int(60 * args.scale))
+    print(f"\n## 4. Two tenants, the loud one at 10x the quiet one's rate, both above their share")
+    print(f"capacity {cap:.2f} req/s; quiet offers {0.75 * cap:.2f} req/s, loud {7.5 * cap:.2f} req/s")
+    print("| sched | quiet tokens | loud tokens | quiet share while both backlogged |")
+    print("|---|---|---|---|")
+    for sched in ("sla", "fcfs"):
+        srv = Server(args, sched, "off")
+        try:
+            pq, out_q = bench(args, srv.url, f"s4-{sched}-quiet", common + [
+                "--rate", f"{0.75 * cap:.3f}", "--num-requests", str(n_quiet)], key="sk-bench-quiet-000000",
+                background=True)
+            pl, out_l = bench(args, srv.url, f"s4-{sched}-loud", common + [
+                "--rate", f"{7.5 * cap:.3f}", "--num-requests", str(10 * n_quiet)], key="sk-bench-loud-0000000",
+                background=True)
+            pq.wait()
+            pl.wait()
+        finally:
+            srv.stop()
+        q = load(out_q)["runs"][0]["requests"]
+        lo = load(out_l)["runs"][0]["requests"]
+        # Both backlogged: from the start until the quiet tenant's last request was sent
+        # (after that only the loud one has work). Tokens are counted at completion.
+        t_end = max(r["sent_s"] for r in q if r["sent_s"] is not None)
+        tq = sum(r["completion_tokens"] or 0 for r in q if r["done_s"] is not None and r["done_s"] <= t_end)
+        tl = sum(r["completion_tokens"] or 0 for r in lo if r["done_s"] is not None and r["done_s"] <= t_end)
+        print(f"| {sched} | {tq} | {tl} | {tq / max(1, tq + tl):.1%} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--metro", default=os.path.join(ROOT, "build/bin/metro"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--scenarios", default="1,2,3,4")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies request counts")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    args.out = args.out or tempfile.mkdtemp(prefix="metro-sla-")
+    os.makedirs(args.out, exist_ok=True)
+    args.keys = os.path.join(args.out, "keys.txt")
+    with open(args.keys, "w") as f:
+        f.write(KEYS)
+    print(f"metro sla scenarios: {args.metro} on {os.path.basename(args.model)}, {args.threads} threads; "
+          f"JSON in {args.out}")
+    fns = {"1": scenario1, "2": scenario2, "3": scenario3, "4": scenario4}
+    for s in args.scenarios.split(","):
+        t0 = time.time()
+        fns[s](args)
+        print(f"(scenario {s}: {time.time() - t0:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
