@@ -19,7 +19,11 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-inline uint16_t to_f16(float f) { return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+// Through the vector form: clang's _cvtss_sh macro uses a C99 compound literal, which
+// -Wpedantic -Werror refuses in C++.
+inline uint16_t to_f16(float f) {
+  return static_cast<uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT), 0));
+}
 
 // 8 binary16 values (16 bytes, any alignment) as floats.
 inline __m256 load_f16x8(const void* p) { return _mm256_cvtph_ps(load128(p)); }
