@@ -15,6 +15,7 @@ void quantize_row_q8_k(const float* x, void* dst, int64_t k, const ActSide& side
 // matmul_float_avx2.cpp: F32 / F16 / BF16 weights times F32 acts (row-major).
 void tile_f32(const MatmulTile& t);
 void tile_f16(const MatmulTile& t);
+void tile_x8_f16(const MatmulTile& t);
 void tile_bf16(const MatmulTile& t);
 
 // matmul_k_avx2.cpp: K-quants times Q8_K (row-major).

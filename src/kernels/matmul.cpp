@@ -47,6 +47,7 @@ std::string_view kernel_isa() { return active_kernels().isa; }
 std::string Weight::describe() const {
   std::string s(dtype_name(type));
   s += layout == kLayoutX8 ? " x8 interleaved" : " row-major";
+  if (row_major != nullptr) s += " (row-major for prefill)";
   return s;
 }
 
@@ -59,9 +60,10 @@ Weight make_weight_with(const KernelTable& kt, DType type, const void* data, int
   w.n_cols = n_cols;
   w.data = static_cast<const uint8_t*>(data);
   w.row_stride = row_bytes(type, n_cols);
-  if (allow_repack && has_x8_layout(type) && kt.tile_x8[static_cast<int>(type)] != nullptr) {
+  if (allow_repack && can_repack_x8(type, n_cols) && kt.tile_x8[static_cast<int>(type)] != nullptr) {
     w.owned = std::make_shared<AlignedBuffer<uint8_t>>(x8_bytes(type, n_rows, n_cols));
     repack_x8(type, w.data, w.row_stride, n_rows, n_cols, w.owned->data());
+    if (type == DType::kF16) w.row_major = w.data;
     w.data = w.owned->data();
     w.layout = kLayoutX8;
   }
@@ -135,6 +137,16 @@ void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x,
   METRO_CHECK(x.k == w.n_cols && x.type == traits(w.type).dot_partner);
   METRO_CHECK_MSG((x.type != DType::kQ8_0 && x.type != DType::kQ8_1) || x.block_d != nullptr,
                   "matmul: acts must come from quantize_acts");
+  if (w.row_major != nullptr && x.m > kGemvMaxActs) {
+    Weight rm;
+    rm.type = w.type;
+    rm.n_rows = w.n_rows;
+    rm.n_cols = w.n_cols;
+    rm.data = w.row_major;
+    rm.row_stride = w.row_stride;
+    matmul_with(kt, rm, x, y, y_stride, ith, nth);
+    return;
+  }
   const TileFn fn = w.layout == kLayoutX8 ? kt.tile_x8[static_cast<int>(w.type)]
                                           : kt.tile_row_major[static_cast<int>(w.type)];
   METRO_CHECK_MSG(fn != nullptr, "matmul: no kernel for this weight type and layout");

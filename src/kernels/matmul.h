@@ -27,6 +27,10 @@ struct Weight {
   size_t row_stride = 0;  // bytes per row in the original layout
   int layout = 0;         // 0: GGUF row-major; other values are private to the kernels
   std::shared_ptr<AlignedBuffer<uint8_t>> owned;  // storage of a repacked copy
+  // The GGUF row-major bytes, kept beside a repacked copy when the kernels use both: F16's
+  // x8 layout serves GEMV (a few act rows, bandwidth-bound), the row-major bytes serve GEMM
+  // (many act rows, FMA-bound). Both give the same bits. Null otherwise.
+  const uint8_t* row_major = nullptr;
 
   // A short description for `metro inspect` ("Q4_1 row-major", "Q4_1 x8 interleaved").
   std::string describe() const;

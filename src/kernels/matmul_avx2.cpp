@@ -320,6 +320,7 @@ KernelTable make_table() {
   t.tile_row_major[idx(DType::kQ8_0)] = tile_row_major<Q8_0Fmt>;
   t.tile_row_major[idx(DType::kF32)] = tile_f32;
   t.tile_row_major[idx(DType::kF16)] = tile_f16;
+  t.tile_x8[idx(DType::kF16)] = tile_x8_f16;
   t.tile_row_major[idx(DType::kBF16)] = tile_bf16;
   t.tile_row_major[idx(DType::kQ4_K)] = tile_q4_k;
   t.tile_row_major[idx(DType::kQ5_K)] = tile_q5_k;

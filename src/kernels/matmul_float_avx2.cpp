@@ -115,6 +115,46 @@ void tile_float(const MatmulTile& t) {
 
 void tile_f32(const MatmulTile& t) { tile_float<F32Conv>(t); }
 void tile_f16(const MatmulTile& t) { tile_float<F16Conv>(t); }
+
+// F16 in the x8 layout (repack.h): group g holds column c of its 8 rows at g + 16 c.
+// Bit-identical to tile_f16 on the same weights: lane l of a row's accumulator there sums the
+// columns c = l mod 8 in order; here acc[l] holds that sum for all 8 rows at once (one FMA per
+// column with the same operands), and hsum_ps's tree is replayed across the accumulators.
+void tile_x8_f16(const MatmulTile& t) {
+  const int64_t k = t.k;
+  const int64_t groups = (t.n_rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* w = t.w + static_cast<size_t>(g) * t.w_stride;
+    const int rows = static_cast<int>(std::min<int64_t>(8, t.n_rows - g * 8));
+    // One act row at a time (8 accumulators leave no registers for more); the group's
+    // 16 x k bytes stay in L1 for the next act. matmul() sends many act rows to the
+    // row-major copy instead (Weight::row_major).
+    for (int64_t i = 0; i < t.n_acts; ++i) {
+      const float* x = reinterpret_cast<const float*>(t.a + static_cast<size_t>(i) * t.a_stride);
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      for (int64_t c = 0; c < k; c += 8) {
+        const uint8_t* wc = w + static_cast<size_t>(c) * 16;
+        for (int l = 0; l < 8; ++l) {
+          acc[l] = _mm256_fmadd_ps(load_f16x8(wc + 16 * l), _mm256_broadcast_ss(x + c + l), acc[l]);
+        }
+      }
+      const __m256 a0 = _mm256_add_ps(acc[0], acc[4]), a1 = _mm256_add_ps(acc[1], acc[5]);
+      const __m256 a2 = _mm256_add_ps(acc[2], acc[6]), a3 = _mm256_add_ps(acc[3], acc[7]);
+      // + 0.0f: tile_f16 adds its (empty) k % 8 tail the same way.
+      const __m256 sum =
+          _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)), _mm256_setzero_ps());
+      float* y = t.y + static_cast<size_t>(i) * t.y_stride + static_cast<size_t>(g) * 8;
+      if (rows == 8) {
+        _mm256_storeu_ps(y, sum);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, sum);
+        std::memcpy(y, tmp, sizeof(float) * static_cast<size_t>(rows));
+      }
+    }
+  }
+}
 void tile_bf16(const MatmulTile& t) { tile_float<BF16Conv>(t); }
 
 }  // namespace metro::kernels::avx2

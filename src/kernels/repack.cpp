@@ -107,7 +107,11 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
 
 bool has_x8_layout(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0;
+         t == DType::kQ8_0 || t == DType::kF16;
+}
+
+bool can_repack_x8(DType t, int64_t n_cols) {
+  return has_x8_layout(t) && n_cols % (t == DType::kF16 ? 8 : kQK) == 0;
 }
 
 size_t x8_group_stride(DType t, int64_t n_cols) { return kX8Rows * row_bytes(t, n_cols); }
@@ -119,7 +123,22 @@ size_t x8_bytes(DType t, int64_t n_rows, int64_t n_cols) {
 
 void repack_x8(DType t, const uint8_t* src, size_t src_stride, int64_t n_rows, int64_t n_cols,
                uint8_t* dst) {
-  METRO_CHECK(has_x8_layout(t) && n_cols % kQK == 0);
+  METRO_CHECK(can_repack_x8(t, n_cols));
+  if (t == DType::kF16) {
+    // Element c of the group's 8 rows side by side: 16 bytes per column, one stream.
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kX8Rows) {
+      uint16_t* group = reinterpret_cast<uint16_t*>(dst + static_cast<size_t>(r0 / kX8Rows) * x8_group_stride(t, n_cols));
+      for (int r = 0; r < kX8Rows; ++r) {
+        const uint8_t* row = r0 + r < n_rows ? src + static_cast<size_t>(r0 + r) * src_stride : nullptr;
+        for (int64_t c = 0; c < n_cols; ++c) {
+          uint16_t h = 0;
+          if (row) std::memcpy(&h, row + 2 * c, 2);
+          group[c * kX8Rows + r] = h;
+        }
+      }
+    }
+    return;
+  }
   const int64_t nb = n_cols / kQK;
   const size_t group_block = static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
   for (int64_t r0 = 0; r0 < n_rows; r0 += kX8Rows) {
@@ -132,6 +151,9 @@ void repack_x8(DType t, const uint8_t* src, size_t src_stride, int64_t n_rows, i
 
 void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
   switch (t) {
+    case DType::kF16:  // a block is one element: the 8 rows' elements are already in order
+      std::memcpy(blocks, group_block, 2 * kX8Rows);
+      return;
     case DType::kQ4_0: {
       const auto g = load_block<BlockQ4_0x8>(group_block, 0);
       for (int r = 0; r < 8; ++r) {

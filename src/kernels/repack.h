@@ -1,5 +1,9 @@
 // The x8-interleaved weight layout (internal to kernels/).
 //
+// F16: column c of 8 rows is 8 halves side by side (16 bytes), columns in order, so a GEMV
+// streams one contiguous run per group instead of 8 short rows (rows of 576 halves are too
+// short for the hardware prefetcher to follow 8 of them at once).
+//
 // Rows are taken 8 at a time; block b of the 8 rows becomes one group block holding the 8
 // scales side by side and the quants interleaved 4 bytes per row, so that one 32-byte
 // load gives bytes 4t..4t+3 of every row: each 32-bit SIMD lane then belongs to one
@@ -53,6 +57,8 @@ static_assert(sizeof(BlockQ8_0x8) == 8 * 34);
 inline constexpr int kX8Rows = 8;
 
 bool has_x8_layout(DType t);
+// Whether a matrix of this width can be repacked (whole blocks; F16: columns in 8s).
+bool can_repack_x8(DType t, int64_t n_cols);
 // Bytes between consecutive 8-row groups, and of the whole repacked matrix.
 size_t x8_group_stride(DType t, int64_t n_cols);
 size_t x8_bytes(DType t, int64_t n_rows, int64_t n_cols);
