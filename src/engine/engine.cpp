@@ -458,7 +458,11 @@ void Engine::Impl::fork_children(ActiveRequest& r, std::span<const float> logits
   r.children_pending = false;
   Choice& parent = *r.choices[0];
   for (size_t k = 1; k < r.choices.size(); ++k) {
+    // An earlier child's first token can abort the request (its client stopped reading):
+    // the parent's blocks are gone then, and a fork now would leak the copy's blocks.
+    if (r.aborting) break;
     Choice& child = *r.choices[k];
+    if (child.finished) continue;
     auto copy = kv->fork(parent.seq.id, child.seq.id, parent.seq.n_computed);
     child.in_scheduler = true;
     if (!copy) {  // no block for the partial copy: compute the prompt like a new request
