@@ -8,7 +8,8 @@
 # 512-token prompts sharing 448 tokens (4 system prompts x 8 users). llama-server gets 16
 # slots (-np 16) and a 16 x 1024-token context so that it, too, decodes all 16 streams at once
 # (its default of 4 slots leaves 12 waiting); both use 2 threads. Prints one summary line per
-# run; the JSON of each run goes to OUT_DIR.
+# run; the JSON of each run goes to OUT_DIR. METRO_ARGS adds flags to metro serve (e.g.
+# "--admission off" to queue everything as llama-server does); SERVERS="metro" runs one side.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${1:?usage: $0 LLAMA_CPP_BIN_DIR [OUT_DIR]}"
@@ -31,7 +32,7 @@ wait_ready() {
 
 start_server() {  # $1: metro | llama
   if [ "$1" = metro ]; then
-    "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" >"$OUT/server-$1.log" 2>&1 &
+    "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" ${METRO_ARGS:-} >"$OUT/server-$1.log" 2>&1 &
   else
     "$PEER/llama-server" -m "$MODEL" --port "$PORT" -t "$THREADS" -np 16 -c 16384 >"$OUT/server-$1.log" 2>&1 &
   fi
@@ -63,7 +64,7 @@ S2=(--dataset shared-prefix --num-requests 32 --max-concurrency 16 --input-len 5
     --num-prefixes 4 --output-len 64 --seed 1)
 
 for round in $(seq "$ROUNDS"); do
-  for server in metro llama; do
+  for server in ${SERVERS:-metro llama}; do
     for s in 1 2; do
       start_server "$server"
       if [ "$s" = 1 ]; then args=("${S1[@]}"); else args=("${S2[@]}"); fi

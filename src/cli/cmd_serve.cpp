@@ -89,7 +89,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--kv-type", kv_type, "KV cache type: f16 or q8_0")->capture_default_str();
   app.add_flag("--no-prefix-cache", no_prefix_cache, "do not share KV blocks between equal prompt prefixes");
   std::string sla_spec, admission_mode = "auto";
-  double ttft_margin = 1.0;
+  double ttft_margin = 3.0;
   app.add_option("--sched", ec.sched, "scheduling policy: sla or fcfs")->capture_default_str();
   app.add_option("--sla", sla_spec, "per-class objectives (see docs/scheduling.md)");
   app.add_option("--admission", admission_mode,

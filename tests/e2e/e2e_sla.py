@@ -125,7 +125,8 @@ def t_sla_admission_refuses_early_with_retry_after(ctx):
     assert m, probe.output()[-500:]
     rate = float(m.group(1))
     objective = max(0.05, 4 * prompt_tokens / rate)
-    srv = start_server(ctx, keys, ["--sched", "sla", "--admission", "on", "--sla", f"batch:ttft={objective:.3f}"])
+    srv = start_server(ctx, keys, ["--sched", "sla", "--admission", "on", "--ttft-margin", "1",
+                                   "--sla", f"batch:ttft={objective:.3f}"])
     try:
         n = env_int("METRO_E2E_FLOOD", 24) * 2
 
