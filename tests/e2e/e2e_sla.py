@@ -171,18 +171,24 @@ def t_sla_quotas_deadlines_and_classes(ctx):
 
         # Tokens per minute: 60 tokens a minute, bucket of 60. The first request costs
         # prompt + max_tokens (about 45), so the second cannot be covered and gets 429.
-        st, _, body = post(KEYS["tpm"], {"prompt": "Hello there", "max_tokens": 40})
+        st, _, body = post(KEYS["tpm"], {"prompt": "Hello there", "max_tokens": 40, "ignore_eos": True})
         assert st == 200, body[:300]
-        st, h, body = post(KEYS["tpm"], {"prompt": "Hello there", "max_tokens": 40})
+        st, h, body = post(KEYS["tpm"], {"prompt": "Hello there", "max_tokens": 40, "ignore_eos": True})
         check_error(st, body, 429, "tenant_tokens_per_minute")
         assert 1 <= int(h["retry-after"]) <= 60, h
 
         # Concurrency 1: a second request while one is streaming gets 429.
         async def two():
+            streaming = asyncio.Event()
+
+            def on_event(_payload):
+                streaming.set()
+                return False
+
             first = asyncio.ensure_future(sse_request(port, "/v1/completions", {
-                "model": ctx.model_name, "prompt": "Tell me a long story.", "max_tokens": 64, "ignore_eos": True,
-                "stream": True}, KEYS["conc"]))
-            await asyncio.sleep(0.3)
+                "model": ctx.model_name, "prompt": "Tell me a long story.", "max_tokens": 256, "ignore_eos": True,
+                "stream": True}, KEYS["conc"], on_event=on_event))
+            await asyncio.wait_for(streaming.wait(), 120)  # the first one is in flight
             second = await asyncio.to_thread(post, KEYS["conc"], {"prompt": "Hi", "max_tokens": 2})
             return await first, second
 
