@@ -303,7 +303,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
         const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
         vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
       }
-      const float mx = avx2::hmax(vmx);
+      const float mx = avx2::hmax_ps(vmx);
       vmx = _mm256_set1_ps(mx);
       __m256 sum = _mm256_setzero_ps();
       for (int j = 0; j < n; j += 8) {
@@ -313,7 +313,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
         sum = _mm256_add_ps(sum, e);
       }
       alpha[r] = std::exp(m[r] - mx);  // 0 on the first chunk (m = -inf)
-      l[r] = l[r] * alpha[r] + avx2::hsum(sum);
+      l[r] = l[r] * alpha[r] + avx2::hsum_ps(sum);
       m[r] = mx;
     }
 

@@ -40,7 +40,7 @@ float dot(const float* a, const float* b, int64_t n) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
   }
   if (i < n) acc1 = _mm256_fmadd_ps(load_tail(a + i, n - i), load_tail(b + i, n - i), acc1);
-  return hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  return hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
 }
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps) {
@@ -115,7 +115,7 @@ void softmax(float* x, int64_t n) {
     mx = _mm256_max_ps(mx, _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(x + i, m),
                                             _mm256_castsi256_ps(m)));
   }
-  const __m256 vmax = _mm256_set1_ps(hmax(mx));
+  const __m256 vmax = _mm256_set1_ps(hmax_ps(mx));
   __m256 sum = _mm256_setzero_ps();
   for (i = 0; i + 8 <= n; i += 8) {
     const __m256 e = exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
@@ -129,7 +129,7 @@ void softmax(float* x, int64_t n) {
     _mm256_maskstore_ps(x + i, m, e);
     sum = _mm256_add_ps(sum, e);
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / hsum(sum));
+  const __m256 inv = _mm256_set1_ps(1.0f / hsum_ps(sum));
   for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
   if (i < n) store_tail(x + i, n - i, _mm256_mul_ps(load_tail(x + i, n - i), inv));
 }

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/simd_avx2.h"
+
 namespace metro::kernels::avx2 {
 
 // e^x on 8 lanes. x = n ln2 + r with n = round(x / ln2) and |r| <= ln2/2 (Cody-Waite split
@@ -40,20 +42,7 @@ inline __m256 exp(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-// Sum of the 8 lanes, in one fixed order (lanes i and i+4, then pairs, then the last two).
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hmax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+// Horizontal sums and maxima: hsum_ps / hmax_ps (simd_avx2.h), one fixed order each.
 
 // Lane mask with the first `count` lanes set (0 <= count <= 8), for maskload/maskstore.
 inline __m256i first_lanes(int64_t count) {
