@@ -128,6 +128,7 @@ struct Engine::Impl {
   void reap();
   std::vector<uint64_t> completed_ids;
   void publish_stats(double step_ms, int batch_tokens, int batch_seqs);
+  void refresh_gauges_locked();
   void observe_cost(double step_s, int prefill_tokens, int decode_seqs);
 };
 
@@ -638,15 +639,9 @@ void Engine::Impl::maybe_complete(ActiveRequest& r) {
     metrics.observe_finished(r.req.sla_class, ttft, tpot, e2e);
   }
   {
-    const auto ks = kv->stats();
-    const auto counts = sched->counts();
     std::lock_guard<std::mutex> lock(stats_mu);
     if (!r.aborting) stats.requests_finished += 1;
-    stats.waiting = counts.waiting;
-    stats.running = counts.running;
-    stats.preemptions = counts.preemptions;
-    stats.kv_blocks_used = ks.blocks_used;
-    stats.kv_blocks_cached = ks.blocks_cached;
+    refresh_gauges_locked();
   }
   Event e;
   e.kind = Event::Kind::kDone;
@@ -701,10 +696,10 @@ void Engine::Impl::observe_cost(double step_s, int prefill_tokens, int decode_se
   if (cost.per_prefill_token_s > 0.0) sla->set_step_cost(cost);
 }
 
-void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seqs) {
+// Queue and KV gauges from the scheduler and the KV manager (engine thread; stats_mu held).
+void Engine::Impl::refresh_gauges_locked() {
   const auto counts = sched->counts();
   const auto ks = kv->stats();
-  std::lock_guard<std::mutex> lock(stats_mu);
   stats.waiting = counts.waiting;
   stats.running = counts.running;
   stats.preemptions = counts.preemptions;
@@ -712,6 +707,11 @@ void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seq
   stats.kv_blocks_cached = ks.blocks_cached;
   stats.prefix_queries = ks.prefix_queries;
   stats.prefix_hits = ks.prefix_hits;
+}
+
+void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seqs) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  refresh_gauges_locked();
   stats.steps += 1;
   stats.step_seconds_total += step_ms * 1e-3;
   stats.last_step_ms = step_ms;
