@@ -2,15 +2,22 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
+
+extern char** environ;
 
 namespace metro::testing {
 
@@ -47,31 +54,54 @@ void TempFile::write(const std::string& text) const {
   write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
+// posix_spawn, not fork: the test process has threads (a fake server, an engine), and a
+// forked child that allocates before exec can inherit a lock another thread held at the
+// fork and wait on it forever (seen once under ASan in CI: a 900 s ctest timeout).
+// A child that runs past the watchdog is killed, so a hang fails with its output instead.
 CommandResult run_metro(const std::vector<std::string>& args) {
+  constexpr int kWatchdogMs = 600 * 1000;
   int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe");
-  std::string bin = std::string(METRO_BIN_DIR) + "/metro";
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    std::vector<char*> argv;
-    argv.push_back(bin.data());
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe");
   }
+  std::string bin = std::string(METRO_BIN_DIR) + "/metro";
+  std::vector<char*> argv;
+  argv.push_back(bin.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);  // dup2 clears FD_CLOEXEC
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   close(out_pipe[1]);
   close(err_pipe[1]);
   CommandResult r;
+  if (rc != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    r.err = "posix_spawn " + bin + " failed: " + std::to_string(rc);
+    return r;
+  }
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWatchdogMs);
+  bool killed = false;
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0 && !killed) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      r.err += "\n[run_metro: killed after " + std::to_string(kWatchdogMs / 1000) + " s]\n";
+    }
+    const int ready = poll(fds, 2, killed ? 1000 : static_cast<int>(std::min<long long>(left, 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
     for (int k = 0; k < 2; ++k) {
       if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = read(fds[k].fd, buf, sizeof(buf));
@@ -83,6 +113,9 @@ CommandResult run_metro(const std::vector<std::string>& args) {
         (k == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
       }
     }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
   }
   int status = 0;
   waitpid(pid, &status, 0);
