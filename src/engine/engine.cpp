@@ -693,7 +693,12 @@ void Engine::Impl::observe_cost(double step_s, int prefill_tokens, int decode_se
   cost.fixed_s = std::max(0.0, a[0][3] / a[0][0]);
   cost.per_prefill_token_s = std::max(0.0, a[1][3] / a[1][1]);
   cost.per_decode_seq_s = std::max(0.0, a[2][3] / a[2][2]);
-  if (cost.per_prefill_token_s > 0.0) sla->set_step_cost(cost);
+  if (cost.per_prefill_token_s <= 0.0) return;
+  sla->set_step_cost(cost);
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.cost_fixed_s = cost.fixed_s;
+  stats.cost_per_prefill_token_s = cost.per_prefill_token_s;
+  stats.cost_per_decode_seq_s = cost.per_decode_seq_s;
 }
 
 // Queue and KV gauges from the scheduler and the KV manager (engine thread; stats_mu held).
@@ -717,6 +722,7 @@ void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seq
   stats.last_step_ms = step_ms;
   stats.last_batch_tokens = batch_tokens;
   stats.last_batch_seqs = batch_seqs;
+  stats.step_budget_tokens = sla != nullptr ? sla->last_step_budget() : self->cfg_.max_batch_tokens;
   observe(stats.step_ms_buckets, EngineStats::step_ms_bounds(), step_ms);
   observe(stats.batch_tokens_buckets, EngineStats::batch_tokens_bounds(), batch_tokens);
 }

@@ -88,6 +88,12 @@ struct EngineStats {
   double last_step_ms = 0.0;
   int last_batch_tokens = 0;
   int last_batch_seqs = 0;
+  // The SLA policy's step budget (tokens) of the last step, and the step cost model it is
+  // cut with (seconds; all zero until the engine has fitted one, or under FCFS).
+  int step_budget_tokens = 0;
+  double cost_fixed_s = 0.0;
+  double cost_per_prefill_token_s = 0.0;
+  double cost_per_decode_seq_s = 0.0;
   // Step duration and batch size distributions since start: Prometheus-style cumulative
   // buckets (le bounds in engine.cpp).
   std::vector<uint64_t> step_ms_buckets;

@@ -306,6 +306,33 @@ TEST(SlaScheduler, StepBudgetFollowsTheTightestObjective) {
   EXPECT_EQ(h.s->last_step_budget(), 29);
 }
 
+// The budget is time: a decode and a prompt token cost what the engine measured, not both
+// the dearer of the two (which planned 85 ms steps against a 160 ms objective).
+TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
+  SlaSchedulerConfig cfg = small_cfg(512, 64);
+  cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
+  Harness h(4096, 16, cfg);
+  std::vector<SeqState*> decoding;
+  for (int i = 0; i < 10; ++i) decoding.push_back(h.add(SlaClass::kStandard, 8, 100));
+  h.step();  // ten 8-token prompts, each samples its first token
+  for (SeqState* q : decoding) ASSERT_EQ(q->n_generated(), 1);
+  SeqState* prompt = h.add(SlaClass::kStandard, 400, 10);
+  StepPlan plan = h.step();
+  // Standard decoding: 0.8 x TPOT 0.2 s = 160 ms; minus 4 ms fixed, 10 x 3 ms of decodes
+  // leaves 126 ms: 126 prompt tokens at 1 ms.
+  int decodes = 0, prompt_tokens = 0;
+  for (const auto& ss : plan.seqs) {
+    if (ss.seq == prompt) prompt_tokens = ss.n_tokens;
+    else decodes += ss.n_tokens;
+  }
+  EXPECT_EQ(decodes, 10);
+  EXPECT_EQ(prompt_tokens, 126);
+  EXPECT_EQ(h.s->last_step_budget(), 156);  // prompt tokens one step could take alone
+  const double step_s = cfg.cost.step_s(prompt_tokens, decodes);
+  EXPECT_LE(step_s, 0.8 * cfg.sla.of(SlaClass::kStandard).tpot_s + 1e-9);
+  EXPECT_GE(step_s, 0.8 * cfg.sla.of(SlaClass::kStandard).tpot_s - 0.001) << "the objective's time is used";
+}
+
 TEST(SlaScheduler, TinyKvFloodAlwaysFinishes) {
   // 8 blocks of 4 tokens (32 slots); floods of requests that each fit alone, of every class
   // and two tenants, arriving while others run. Nothing may deadlock, livelock or leak.
