@@ -199,6 +199,7 @@ int cmd_serve(int argc, char** argv) {
     tr.tenant = ar.tenant;
     tr.sla_class = ar.sla_class;
     tr.prompt_tokens = ar.prompt_tokens;
+    tr.cached_prompt_tokens = ar.cached_prompt_tokens;
     tr.max_new_tokens = static_cast<int64_t>(ar.max_tokens) * ar.n_choices;
     tr.deadline_ns = ar.deadline_ns;
     return tr;

@@ -85,6 +85,7 @@ struct Engine::Impl {
   std::unique_ptr<kv::KvCacheManager> kv;
   std::unique_ptr<sched::Scheduler> sched;
   sched::SlaScheduler* sla = nullptr;  // sched, when it is the SLA policy
+  std::shared_ptr<const kv::PrefixHint> prefix_hint;  // kv's, readable from any thread
   sched::SchedMetrics metrics;
   explicit Impl(const sched::SlaConfig& sla) : metrics(sla) {}
   // Online least-squares fit of step time = a + b * prefill tokens + c * decode sequences,
@@ -180,6 +181,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->arena = std::make_unique<kv::KvArena>(hp, impl->layout, static_cast<int32_t>(n_blocks));
   impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
+  impl->prefix_hint = impl->kv->prefix_hint();
   sched::SlaSchedulerConfig sc;
   sc.base.max_batch_tokens = cfg.max_batch_tokens;
   sc.base.max_seqs = cfg.max_seqs;
@@ -222,6 +224,10 @@ int64_t Engine::kv_capacity_tokens() const {
   return static_cast<int64_t>(impl_->arena->n_blocks()) * cfg_.kv_block;
 }
 size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
+int Engine::cached_prefix_tokens(std::span<const int32_t> prompt) const {
+  const auto& hint = impl_->prefix_hint;
+  return hint ? hint->cached_tokens(prompt) : 0;
+}
 size_t Engine::workspace_bytes() const { return impl_->ws.bytes(); }
 const char* Engine::scheduler_name() const { return impl_->sched->name(); }
 const sched::SchedMetrics& Engine::sched_metrics() const { return impl_->metrics; }

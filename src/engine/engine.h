@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +128,9 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   int n_ctx() const { return n_ctx_; }
   int64_t kv_capacity_tokens() const;
+  // Leading prompt tokens the prefix cache holds now (whole blocks; 0 with it off). Any
+  // thread; an estimate, since blocks may be evicted before the request runs.
+  int cached_prefix_tokens(std::span<const int32_t> prompt) const;
   size_t kv_bytes() const;
   size_t workspace_bytes() const;
   const char* scheduler_name() const;

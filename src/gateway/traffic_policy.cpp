@@ -43,7 +43,7 @@ Decision TrafficPolicy::admit(const TrafficRequest& r, int64_t now_ns) {
   if (!cfg_.admission) return q;
   AdmissionRequest ar;
   ar.sla_class = r.sla_class;
-  ar.prompt_tokens = r.prompt_tokens;
+  ar.prompt_tokens = uncached(r);
   ar.deadline_ns = r.deadline_ns;
   Decision a = admission_.admit(ar, now_ns);
   if (!a.admit) {
@@ -54,7 +54,7 @@ Decision TrafficPolicy::admit(const TrafficRequest& r, int64_t now_ns) {
 }
 
 void TrafficPolicy::first_token(const TrafficRequest& r) {
-  if (cfg_.admission) admission_.release(r.sla_class, r.prompt_tokens);
+  if (cfg_.admission) admission_.release(r.sla_class, uncached(r));
 }
 
 void TrafficPolicy::done(const TrafficRequest& r, int64_t used_tokens, double duration_s, int64_t now_ns) {

@@ -10,6 +10,7 @@
 //
 // Thread-safe: the server calls it from its worker and I/O threads, the engine from its own.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -38,6 +39,9 @@ struct TrafficRequest {
   std::string tenant;
   sched::SlaClass sla_class = sched::SlaClass::kStandard;
   int prompt_tokens = 0;      // over every prompt of the request
+  // Of which the prefix cache holds (an estimate at arrival). Admission counts only the rest
+  // as work to queue; quotas charge the whole prompt.
+  int cached_prompt_tokens = 0;
   int64_t max_new_tokens = 0; // over every choice (max_tokens x choices)
   int64_t deadline_ns = 0;    // 0: none
 };
@@ -64,6 +68,10 @@ class TrafficPolicy {
 
  private:
   static int64_t charge(const TrafficRequest& r) { return r.prompt_tokens + r.max_new_tokens; }
+  // Prompt tokens the engine will compute: at least one (the last token always is).
+  static int uncached(const TrafficRequest& r) {
+    return std::max(std::min(r.prompt_tokens, 1), r.prompt_tokens - std::max(0, r.cached_prompt_tokens));
+  }
   void count_refusal(sched::SlaClass c, const std::string& reason);
 
   TrafficPolicyConfig cfg_;

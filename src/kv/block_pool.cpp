@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "kv/prefix_hint.h"
 
 namespace metro::kv {
 
@@ -48,7 +49,10 @@ void KvBlockPool::drop_hash(BlockId b) {
   const size_t i = static_cast<size_t>(b);
   if (!has_hash_[i]) return;
   auto it = by_hash_.find(hash_[i]);
-  if (it != by_hash_.end() && it->second == b) by_hash_.erase(it);
+  if (it != by_hash_.end() && it->second == b) {
+    by_hash_.erase(it);
+    if (hint_ != nullptr) hint_->drop(hash_[i]);
+  }
   has_hash_[i] = 0;
 }
 
@@ -111,6 +115,7 @@ void KvBlockPool::set_hash(BlockId b, uint64_t hash, uint64_t parent_hash,
   parent_hash_[i] = parent_hash;
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<long>(i * static_cast<size_t>(block_size_)));
   by_hash_.emplace(hash, b);
+  if (hint_ != nullptr) hint_->add(hash);
 }
 
 }  // namespace metro::kv

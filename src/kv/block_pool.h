@@ -17,6 +17,8 @@
 
 namespace metro::kv {
 
+class PrefixHint;
+
 using BlockId = int32_t;
 inline constexpr BlockId kNoBlock = -1;
 
@@ -45,6 +47,8 @@ class KvBlockPool {
   // Registers a full block under `hash` (no-op if the block or hash is already registered).
   void set_hash(BlockId b, uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens);
   bool is_cached(BlockId b) const { return has_hash_[static_cast<size_t>(b)]; }
+  // Mirrors every registered and dropped hash into `hint` (null: none). Not owned.
+  void set_hint(PrefixHint* hint) { hint_ = hint; }
 
  private:
   void push_free_tail(BlockId b);
@@ -63,6 +67,7 @@ class KvBlockPool {
   std::vector<uint64_t> hash_, parent_hash_;
   std::vector<int32_t> tokens_;  // [n_blocks][block_size]
   std::unordered_map<uint64_t, BlockId> by_hash_;
+  PrefixHint* hint_ = nullptr;
 };
 
 }  // namespace metro::kv

@@ -6,9 +6,15 @@
 namespace metro::kv {
 
 KvCacheManager::KvCacheManager(const KvCacheConfig& cfg)
-    : cfg_(cfg), pool_(cfg.n_blocks, cfg.block_size) {}
+    : cfg_(cfg), pool_(cfg.n_blocks, cfg.block_size) {
+  if (cfg_.prefix_cache) {
+    hint_ = std::make_shared<PrefixHint>(cfg_.model_variant, cfg_.block_size);
+    pool_.set_hint(hint_.get());
+  }
+}
 
-uint64_t KvCacheManager::root_hash() const { return mix64(cfg_.model_variant ^ 0x6b7663616368ull); }
+uint64_t KvCacheManager::root_hash_of(uint64_t variant) { return mix64(variant ^ 0x6b7663616368ull); }
+uint64_t KvCacheManager::root_hash() const { return root_hash_of(cfg_.model_variant); }
 
 uint64_t KvCacheManager::chain_hash(uint64_t variant, uint64_t parent,
                                     std::span<const int32_t> tokens) {

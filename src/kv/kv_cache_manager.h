@@ -11,12 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/prefix_hint.h"
 
 namespace metro::kv {
 
@@ -77,9 +79,13 @@ class KvCacheManager {
   // Blocks needed to hold n more tokens for seq (0 if they fit).
   int32_t blocks_needed(SeqId seq, int n_new) const;
   KvCacheStats stats() const;
+  // A thread-safe mirror of the cached block hashes (null with the prefix cache off), for
+  // estimates made off the engine thread.
+  std::shared_ptr<const PrefixHint> prefix_hint() const { return hint_; }
 
   // The key of a full block: (model variant, parent block's key, the block's tokens).
   static uint64_t chain_hash(uint64_t variant, uint64_t parent, std::span<const int32_t> tokens);
+  static uint64_t root_hash_of(uint64_t variant);  // the parent hash of a prompt's first block
 
  private:
   struct SeqBlocks {
@@ -93,6 +99,7 @@ class KvCacheManager {
 
   KvCacheConfig cfg_;
   KvBlockPool pool_;
+  std::shared_ptr<PrefixHint> hint_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;
   uint64_t queries_ = 0, hits_ = 0;
 };

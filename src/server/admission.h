@@ -17,6 +17,7 @@ struct AdmissionRequest {
   sched::SlaClass sla_class = sched::SlaClass::kStandard;  // X-Metro-Class or metro_class
   std::string tenant;                                      // from the API key's tenant name; "" without keys
   int prompt_tokens = 0;                                   // over every prompt of the request
+  int cached_prompt_tokens = 0;                            // of which the prefix cache holds now (estimate)
   int max_tokens = 0;                                      // per choice
   int n_choices = 1;                                       // prompts x n
   int64_t deadline_ns = 0;                                 // first token due by then (now_ns clock); 0: none

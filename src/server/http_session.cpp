@@ -256,6 +256,12 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
       ar.endpoint = endpoint_path(endpoint);
       ar.tenant = call.tenant;
       ar.prompt_tokens = result->prompt_tokens;
+      for (const engine::Request& r : result->requests) {
+        // Embeddings compute every position (no prefix cache); generation reuses blocks.
+        if (r.kind == engine::RequestKind::kGenerate) {
+          ar.cached_prompt_tokens += model->engine->cached_prefix_tokens(r.prompt);
+        }
+      }
       ar.start_ns = now_ns();
       if (!result->requests.empty()) {
         ar.sla_class = result->requests.front().sla_class;

@@ -105,8 +105,13 @@ TEST(Engine, PrefixCacheHitsAndSameOutput) {
   auto eng = make_engine({});
   Generation ga = collect(*eng->submit(greedy_request(a, 8)));
   EXPECT_EQ(ga.usage.cached_prompt_tokens, 0);
+  // The estimate other threads get (admission control) matches what the request then finds.
+  const int estimate = eng->cached_prefix_tokens(b);
+  EXPECT_GE(estimate, 192);
+  EXPECT_EQ(eng_off->cached_prefix_tokens(b), 0);
   Generation gb = collect(*eng->submit(greedy_request(b, 8)));
   EXPECT_GE(gb.usage.cached_prompt_tokens, 192);
+  EXPECT_EQ(gb.usage.cached_prompt_tokens, estimate);
   EXPECT_EQ(gb.usage.prompt_tokens, static_cast<int>(b.size()));
   EXPECT_EQ(gb.tokens, b_nocache.tokens);
   EXPECT_GT(eng->stats().prefix_hits, 0u);

@@ -67,6 +67,31 @@ TEST(TrafficPolicy, AdmissionRefusalRefundsTheQuotaCharge) {
   EXPECT_EQ(third.reason, kReasonTenantConcurrency);
 }
 
+TEST(TrafficPolicy, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
+  TrafficPolicyConfig cfg = base_cfg();
+  cfg.tenant_quotas = {{"t", TenantQuota{.tokens_per_minute = 600, .burst_tokens = 1000, .max_concurrent = 0}}};
+  TrafficPolicy p(cfg);
+  // Realtime objective 0.5 s at 1000 tok/s: 900 prompt tokens to compute miss it...
+  TrafficRequest r = req("t", SlaClass::kRealtime, 900, 10);
+  EXPECT_FALSE(p.admit(r, 0).admit);
+  // ... 50 of them (the rest in the prefix cache) do not.
+  r.cached_prompt_tokens = 850;
+  ASSERT_TRUE(p.admit(r, 0).admit);
+  EXPECT_EQ(p.queue_state().prompt_tokens[0], 50);
+  // The quota charged the whole prompt: 910 of 1000, so the same request again is over it.
+  Decision again = p.admit(r, 0);
+  EXPECT_FALSE(again.admit);
+  EXPECT_EQ(again.reason, kReasonTenantRate);
+  p.first_token(r);
+  EXPECT_EQ(p.queue_state().prompt_tokens[0], 0);
+  EXPECT_EQ(p.queue_state().requests[0], 0);
+  // A prompt held whole by the cache still computes its last token.
+  TrafficRequest all = req("other", SlaClass::kStandard, 64, 1);
+  all.cached_prompt_tokens = 64;
+  ASSERT_TRUE(p.admit(all, 0).admit);
+  EXPECT_EQ(p.queue_state().prompt_tokens[1], 1);
+}
+
 TEST(TrafficPolicy, StepReportsMoveThePrediction) {
   TrafficPolicy p(base_cfg());
   const double before = p.queue_state().prefill_tokens_per_s;

@@ -110,6 +110,29 @@ TEST(KvCacheManager, FreedPrefixStaysCachedUntilMemoryIsNeeded) {
   EXPECT_EQ(m.computed_blocks(4, a), 0);
 }
 
+TEST(KvCacheManager, PrefixHintFollowsCommitsAndEvictions) {
+  KvCacheManager m({.n_blocks = 8, .block_size = 4, .model_variant = 7});
+  auto hint = m.prefix_hint();
+  ASSERT_NE(hint, nullptr);
+  auto a = seq_tokens(17);
+  EXPECT_EQ(hint->cached_tokens(a), 0);
+  m.computed_blocks(1, a);
+  ASSERT_TRUE(m.allocate(1, 17));
+  m.commit(1, a, 10);  // two full blocks computed so far
+  EXPECT_EQ(hint->cached_tokens(a), 8);
+  m.commit(1, a, 17);
+  EXPECT_EQ(hint->cached_tokens(a), 16);
+  EXPECT_EQ(hint->cached_tokens(std::span<const int32_t>(a).first(16)), 12) << "the last token is computed";
+  auto b = a;
+  b[5] = 9999;  // differs in the second block: only the first is shared
+  EXPECT_EQ(hint->cached_tokens(b), 4);
+  m.free(1);
+  EXPECT_EQ(hint->cached_tokens(a), 16) << "freed blocks stay cached";
+  ASSERT_TRUE(m.allocate(3, 32));  // evicts them
+  EXPECT_EQ(hint->cached_tokens(a), 0);
+  EXPECT_EQ(hint->size(), 0u);
+}
+
 TEST(KvCacheManager, ModelVariantSaltsHashes) {
   const std::vector<int32_t> t = {1, 2, 3, 4};
   EXPECT_NE(KvCacheManager::chain_hash(1, 0, t), KvCacheManager::chain_hash(2, 0, t));
@@ -124,6 +147,7 @@ TEST(KvCacheManager, DisabledPrefixCacheNeverHits) {
   ASSERT_TRUE(m.allocate(1, 12));
   m.commit(1, a, 12);
   EXPECT_EQ(m.computed_blocks(2, a), 0);
+  EXPECT_EQ(m.prefix_hint(), nullptr);
 }
 
 TEST(KvCacheManager, ForkSharesFullBlocksAndCopiesThePartialOne) {
@@ -163,7 +187,9 @@ TEST(KvCacheManager, RandomChurnLeavesNothingInUse) {
     std::vector<int32_t> toks(shared.begin(), shared.begin() + static_cast<long>(rng() % 64));
     for (int i = 0; i < static_cast<int>(rng() % 80); ++i) toks.push_back(static_cast<int32_t>(rng() % 50));
     if (toks.empty()) toks.push_back(1);
+    const int hinted = m.prefix_hint()->cached_tokens(toks);
     const int cached = m.computed_blocks(id, toks);
+    ASSERT_EQ(hinted, cached) << "the hint mirrors the cache exactly on one thread";
     auto ok = m.allocate(id, static_cast<int>(toks.size()) - cached);
     if (!ok) {
       m.free(id);
@@ -175,6 +201,7 @@ TEST(KvCacheManager, RandomChurnLeavesNothingInUse) {
   for (SeqId id : live) m.free(id);
   EXPECT_EQ(m.stats().blocks_used, 0);
   EXPECT_EQ(m.n_free_blocks(), 64);
+  EXPECT_EQ(m.prefix_hint()->size(), static_cast<size_t>(m.stats().blocks_cached));
 }
 
 }  // namespace
