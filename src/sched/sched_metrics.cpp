@@ -84,9 +84,10 @@ void SchedMetrics::observe_rejection(SlaClass c, std::string_view reason) {
   ++it->second;
 }
 
-void SchedMetrics::observe_preemption(SlaClass c) {
+void SchedMetrics::observe_preemption(SlaClass c, bool fair_share) {
   std::lock_guard lock(mu_);
   ++of(c).preemptions;
+  if (fair_share) ++of(c).fair_share_preemptions;
 }
 
 void SchedMetrics::observe_prediction(SlaClass c, double predicted_tokens, double actual_tokens) {
@@ -113,6 +114,7 @@ SchedMetricsSnapshot SchedMetrics::snapshot() const {
     s.running = p.running;
     s.rejections.insert(p.rejections.begin(), p.rejections.end());
     s.preemptions = p.preemptions;
+    s.fair_share_preemptions = p.fair_share_preemptions;
     s.predictor = p.accuracy.snapshot();
   }
   out.predictor = accuracy_all_.snapshot();

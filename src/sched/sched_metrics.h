@@ -50,6 +50,7 @@ struct ClassMetricsSnapshot {
   int64_t waiting = 0, running = 0;                   // the last set_queue_depth()
   std::map<std::string, uint64_t> rejections;         // by reason code
   uint64_t preemptions = 0;
+  uint64_t fair_share_preemptions = 0;  // of which to give a tenant its share of seats
   PredictionAccuracy::Snapshot predictor;
 };
 
@@ -69,7 +70,8 @@ class SchedMetrics {
   void observe_finished(SlaClass c, double ttft_s, double tpot_s, double e2e_s);
   void set_queue_depth(SlaClass c, int64_t waiting, int64_t running);
   void observe_rejection(SlaClass c, std::string_view reason);
-  void observe_preemption(SlaClass c);
+  // fair_share: to give a seat to a tenant below its share (else: for KV space).
+  void observe_preemption(SlaClass c, bool fair_share = false);
   // A prediction made at admission and the length the request really produced.
   void observe_prediction(SlaClass c, double predicted_tokens, double actual_tokens);
 
@@ -83,6 +85,7 @@ class SchedMetrics {
     int64_t waiting = 0, running = 0;
     std::map<std::string, uint64_t, std::less<>> rejections;
     uint64_t preemptions = 0;
+    uint64_t fair_share_preemptions = 0;
     PredictionAccuracy accuracy;
     PerClass(int window);
   };

@@ -243,6 +243,61 @@ class SlaSchedulerImpl final : public SlaScheduler {
     return target;
   }
 
+  // Fair share of seats. VTC orders waiting prompts, but a prompt needs a seat, and a tenant
+  // that flooded an idle server holds every seat for as long as its requests run: a quiet
+  // tenant arriving then waits for the flood's requests to finish one by one (measured:
+  // 26% of tokens in the first 10 s instead of half). When a class's seats are all taken,
+  // a tenant with a waiting prompt and fewer than seats / active tenants of them takes one
+  // from the tenant holding the most (above that share, served no less): its most
+  // recent admission is preempted, and its blocks stay in the prefix cache, so coming back
+  // costs little. One seat per waiting tenant per step; a tenant at or below its share is
+  // never a victim, so two tenants cannot take turns.
+  void rebalance_seats(StepPlan* plan) {
+    for (int c = 0; c < kNumSlaClasses; ++c) {
+      const SlaClass cls = static_cast<SlaClass>(c);
+      auto& seats = tenant_seats_[static_cast<size_t>(c)];
+      seats.clear();
+      fair_seats_[static_cast<size_t>(c)] = 0;
+      const int n_tenants = vtc_.n_active_tenants(cls);
+      if (n_tenants < 2) continue;
+      int taken = 0;
+      for (const Entry* r : running_) {
+        if (r->seq->sla_class <= cls) ++taken;
+        if (r->seq->sla_class == cls) ++seats[r->seq->tenant].running;
+      }
+      if (taken < seats_) continue;
+      for (const auto& [seq, e] : entries_) {
+        if (seq->sla_class == cls && !e.running && e.key.tier != 0) seats[seq->tenant].waiting = true;
+      }
+      const int fair = std::max(1, seats_ / n_tenants);
+      for (auto& [tenant, ts] : seats) {
+        if (!ts.waiting || ts.running >= fair) continue;
+        // Contested: until the next step, tenants at their share admit nothing new (a
+        // freed seat must not go back to the flood's next prompt).
+        fair_seats_[static_cast<size_t>(c)] = fair;
+        const double mine = vtc_.counter(cls, std::string(tenant));
+        // The tenant holding the most seats above the share, and its latest admission.
+        std::string_view over;
+        int most = fair;
+        for (const auto& [t, o] : seats) {
+          if (o.running > most && vtc_.counter(cls, std::string(t)) >= mine) {
+            most = o.running;
+            over = t;
+          }
+        }
+        if (over.empty()) continue;
+        Entry* victim = nullptr;
+        for (Entry* r : running_) {
+          if (r->seq->sla_class != cls || r->seq->tenant != over || r->key.tier == 0) continue;
+          if (victim == nullptr || r->seq->admit_order > victim->seq->admit_order) victim = r;
+        }
+        if (victim == nullptr) continue;
+        preempt(victim, plan, /*fair_share=*/true);
+        --seats[over].running;
+      }
+    }
+  }
+
   // Whether `e` may take v's blocks. Memory preemption throws work away, so it follows an
   // order that does not move while sequences wait (aging moves keys; ping-pong between two
   // sequences whose keys cross would livelock): for running sequences (native class,
@@ -271,7 +326,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
     return best;
   }
 
-  void preempt(Entry* v, StepPlan* plan) {
+  void preempt(Entry* v, StepPlan* plan, bool fair_share = false) {
     SeqState* s = v->seq;
     kv_.free(s->id);
     s->n_computed = 0;
@@ -282,7 +337,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
     v->preempted_now = true;
     std::erase(running_, v);
     plan->preempted.push_back(s);
-    if (cfg_.metrics != nullptr) cfg_.metrics->observe_preemption(s->sla_class);
+    if (cfg_.metrics != nullptr) cfg_.metrics->observe_preemption(s->sla_class, fair_share);
   }
 
   // Whether preempting every sequence e may preempt could free `blocks` (an upper bound:
@@ -342,6 +397,14 @@ class SlaSchedulerImpl final : public SlaScheduler {
   const SeqState* lane_ = nullptr;  // the starvation lane's holder
   std::vector<Entry*> order_;
   std::array<std::unordered_map<std::string_view, Entry*>, kNumSlaClasses> tenant_front_;
+  struct TenantSeats {
+    int running = 0;
+    bool waiting = false;  // has a prompt waiting to be admitted
+  };
+  // Per class, this step: running sequences and waiting prompts per tenant, and the seat
+  // share while seats are contested (0: they are not).
+  std::array<std::unordered_map<std::string_view, TenantSeats>, kNumSlaClasses> tenant_seats_;
+  std::array<int, kNumSlaClasses> fair_seats_{};
   std::array<int64_t, kNumSlaClasses> last_seen_ns_{};
   // Last step that prefilled a prompt of the class outside the lane.
   std::array<int64_t, kNumSlaClasses> last_class_prefill_ns_{};
@@ -437,6 +500,7 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   seats_ = std::min(max_running_, std::max(1, static_cast<int>(std::min<double>(decode_room, budget_total))));
   const int lane_cap = std::max(1, static_cast<int>(cfg_.starving_prefill_share *
                                                     std::min<double>(budget_total, time_total / per_prefill)));
+  rebalance_seats(&plan);
   int budget = budget_total;
   int logits = 0;
   bool hold_admissions = false;
@@ -467,7 +531,10 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
       if (!decode) n = std::min(n, static_cast<int>(std::floor(time_left / per_prefill)));
     }
     const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
-    if (!was_running && hold_admissions) {
+    const size_t cls_i = static_cast<size_t>(s->sla_class);
+    const bool at_share = !was_running && fair_seats_[cls_i] > 0 &&
+                          tenant_seats_[cls_i][s->tenant].running >= fair_seats_[cls_i];
+    if (!was_running && (hold_admissions || at_share)) {
       kv_.free(s->id);
       s->n_computed = 0;
       continue;
@@ -494,6 +561,7 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
       s->admit_order = ++admit_counter_;
       if (s->first_scheduled_ns == 0) s->first_scheduled_ns = now_ns;
       running_.push_back(e);
+      if (fair_seats_[cls_i] > 0) ++tenant_seats_[cls_i][s->tenant].running;
     }
     e->planned = true;
     e->ready_since_ns = now_ns;

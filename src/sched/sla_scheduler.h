@@ -28,6 +28,10 @@
 // max_running_seqs and at decode_share of the step budget) and only when KV for its whole
 // prompt is free, leaving kv_watermark of the blocks for running decodes and realtime.
 //
+// Seats are shared between tenants too: while a class's seats are all taken, a tenant with
+// a waiting prompt and fewer than seats / active tenants of them takes one from the tenant
+// holding the most above that share (its latest admission is preempted).
+//
 // When blocks run out, the sequence being planned preempts (frees, to be recomputed) a
 // running one, the lowest priority first, in a stable order so two sequences can never
 // take turns forever: a running sequence may take the blocks of any running sequence of a

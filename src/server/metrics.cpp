@@ -153,6 +153,9 @@ void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s)
             [](const C& c) { return static_cast<double>(c.running); });
   per_class("metro_class_preemptions_total", "counter", "Preemptions, by SLA class.",
             [](const C& c) { return static_cast<double>(c.preemptions); });
+  per_class("metro_class_fair_share_preemptions_total", "counter",
+            "Preemptions that gave a tenant below its share of seats one of another tenant's, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.fair_share_preemptions); });
   // The output-length predictor's accuracy over its recent window (sched::PredictionAccuracy),
   // per class and, without a class label, over all classes.
   auto predictor = [&](const char* name, const char* help, auto value) {
@@ -230,7 +233,7 @@ std::string ServerMetrics::render(const engine::EngineStats* st, bool model_load
           static_cast<double>(st->prompt_tokens));
   counter("metro_generation_tokens_total", "Tokens generated.", static_cast<double>(st->generated_tokens));
   counter("metro_engine_steps_total", "Engine steps run.", static_cast<double>(st->steps));
-  counter("metro_preemptions_total", "Sequences preempted for KV space.", static_cast<double>(st->preemptions));
+  counter("metro_preemptions_total", "Sequences preempted (for KV space, or a tenant's fair share of seats).", static_cast<double>(st->preemptions));
   counter("metro_requests_finished_total", "Engine requests that finished.",
           static_cast<double>(st->requests_finished));
   counter("metro_requests_aborted_total", "Engine requests aborted.", static_cast<double>(st->requests_aborted));

@@ -306,6 +306,54 @@ TEST(SlaScheduler, StepBudgetFollowsTheTightestObjective) {
   EXPECT_EQ(h.s->last_step_budget(), 29);
 }
 
+// A flood that took every seat of an idle server gives a quiet tenant its share of seats
+// as soon as it asks, not when the flood's requests finish; never more, and never back and
+// forth.
+TEST(SlaScheduler, QuietTenantTakesItsShareOfSeatsFromAFlood) {
+  SlaSchedulerConfig cfg = small_cfg(64, 16);
+  cfg.max_running_seqs = 4;
+  SchedMetrics metrics(cfg.sla);
+  cfg.metrics = &metrics;
+  Harness h(1024, 16, cfg);
+  std::vector<SeqState*> loud;
+  for (int i = 0; i < 6; ++i) loud.push_back(h.add(SlaClass::kStandard, 8, 200, "loud"));
+  for (int i = 0; i < 3; ++i) h.step();
+  int loud_running = 0;
+  for (SeqState* q : loud) loud_running += q->status == SeqStatus::kRunning ? 1 : 0;
+  ASSERT_EQ(loud_running, 4) << "the flood holds every seat";
+  SeqState* q1 = h.add(SlaClass::kStandard, 8, 200, "quiet");
+  StepPlan p = h.step();
+  EXPECT_TRUE(Harness::has(p, q1)) << "served in the step it arrived";
+  ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_EQ(p.preempted[0]->tenant, "loud");
+  // The victim was the flood's latest admission (least work thrown away).
+  uint64_t latest = 0;
+  for (SeqState* q : loud) {
+    if (q != p.preempted[0] && q->status == SeqStatus::kRunning) latest = std::max(latest, q->admit_order);
+  }
+  EXPECT_GT(p.preempted[0]->admit_order, latest);
+  // Share = 4 seats / 2 tenants: a second quiet request gets a seat, a third waits.
+  SeqState* q2 = h.add(SlaClass::kStandard, 8, 200, "quiet");
+  SeqState* q3 = h.add(SlaClass::kStandard, 8, 200, "quiet");
+  for (int i = 0; i < 40; ++i) h.step();
+  EXPECT_EQ(q2->status, SeqStatus::kRunning);
+  EXPECT_EQ(q3->status, SeqStatus::kWaiting);
+  EXPECT_EQ(metrics.snapshot().classes[1].fair_share_preemptions, 2u) << "no seat changed hands again";
+}
+
+TEST(SlaScheduler, OneTenantIsNeverPreemptedForFairShare) {
+  SlaSchedulerConfig cfg = small_cfg(64, 16);
+  cfg.max_running_seqs = 2;
+  SchedMetrics metrics(cfg.sla);
+  cfg.metrics = &metrics;
+  Harness h(1024, 16, cfg);
+  for (int i = 0; i < 5; ++i) h.add(SlaClass::kStandard, 8, 20, "only");
+  for (int i = 0; i < 200 && !h.all_finished(); ++i) h.step();
+  EXPECT_TRUE(h.all_finished());
+  EXPECT_EQ(metrics.snapshot().classes[1].fair_share_preemptions, 0u);
+  EXPECT_EQ(metrics.snapshot().classes[1].preemptions, 0u);
+}
+
 // The budget is time: a decode and a prompt token cost what the engine measured, not both
 // the dearer of the two (which planned 85 ms steps against a 160 ms objective).
 TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
