@@ -184,7 +184,8 @@ int cmd_serve(int argc, char** argv) {
   tp.admission = admission_mode == "on" || (admission_mode == "auto" && ec.sched == "sla");
   tp.admission_cfg.sla = ec.sla;
   tp.admission_cfg.ttft_margin = ttft_margin;
-  tp.admission_cfg.class_priority = tp.admission_cfg.shortest_first = ec.sched == "sla";
+  tp.admission_cfg.class_priority = tp.admission_cfg.shortest_first = tp.admission_cfg.tenant_fair_share =
+      ec.sched == "sla";
   for (const auto& [tenant, ts] : sc.api_keys.tenants()) {
     gateway::TenantQuota q;
     q.tokens_per_minute = ts.tokens_per_minute;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "gateway/decision.h"
 #include "sched/sched_metrics.h"
@@ -51,6 +52,12 @@ struct AdmissionConfig {
   // the queued prompts no longer than the request's are ahead of it. (Remaining-output
   // predictions also enter that order; prompt length is what the gateway knows.)
   bool shortest_first = true;
+  // True for the SLA scheduler's fair share between tenants (VTC): of its own class, another
+  // tenant's queued prompts are ahead of a request only up to as much as its own tenant has
+  // ahead of it plus itself (the scheduler interleaves tenants), so a flood does not make
+  // admission refuse a quiet tenant. The class's queue bounds likewise: while a class is full,
+  // a tenant holding less than its share of them (bound / tenants queued) is still admitted.
+  bool tenant_fair_share = true;
   double initial_prefill_tokens_per_s = 400.0;  // until the engine has measured it
   double initial_step_s = 0.0;
   double ewma_alpha = 0.2;                      // weight of a new measurement
@@ -64,6 +71,7 @@ struct AdmissionRequest {
   sched::SlaClass sla_class = sched::SlaClass::kStandard;
   int prompt_tokens = 0;
   int64_t deadline_ns = 0;  // 0: none; else the same clock as now_ns
+  std::string tenant;       // "" is a tenant like any other (a server without keys has one)
 };
 
 struct QueueState {
@@ -93,7 +101,7 @@ class AdmissionController {
   // Decides; an admitted request counts as queued until release().
   Decision admit(const AdmissionRequest& r, int64_t now_ns);
   // The request left the queue (first token, finished, aborted or refused downstream).
-  void release(sched::SlaClass c, int prompt_tokens);
+  void release(sched::SlaClass c, int prompt_tokens, const std::string& tenant = {});
 
   // Every step's measurements (EWMA; the prefill rate moves only in steps with prompt
   // tokens; a class's drain rate moves to what it got in steps where it was backlogged, and
@@ -103,13 +111,23 @@ class AdmissionController {
   // the prefill rate and every class's drain rate become `prefill_tokens_per_s`.
   void calibrate(double prefill_tokens_per_s, double step_s);
 
-  // Predicted TTFT of a request of class c with this prompt, given the queue now.
-  double predicted_ttft_s(sched::SlaClass c, int prompt_tokens) const;
+  // Predicted TTFT of a request of class c (and tenant) with this prompt, given the queue now.
+  double predicted_ttft_s(sched::SlaClass c, int prompt_tokens, const std::string& tenant = {}) const;
   QueueState state() const;
 
  private:
-  double predicted_ttft_locked(sched::SlaClass c, int prompt_tokens) const;
-  int64_t tokens_ahead_locked(sched::SlaClass c, int prompt_tokens) const;
+  struct TenantQueue {
+    int requests = 0;
+    int64_t prompt_tokens = 0;
+    std::map<int, int> prompts;  // queued prompt lengths -> count
+  };
+  double predicted_ttft_locked(sched::SlaClass c, int prompt_tokens, const std::string& tenant) const;
+  int64_t tokens_ahead_locked(sched::SlaClass c, int prompt_tokens, const std::string& tenant) const;
+  // Queued prompt tokens no longer than `prompt_tokens` (all of them without shortest-first).
+  int64_t shorter_or_equal(const std::map<int, int>& prompts, int64_t all, int prompt_tokens) const;
+  // Whether the tenant holds less than its share of a full class's bound.
+  bool below_share_locked(sched::SlaClass c, const std::string& tenant, double used, double bound,
+                          bool by_tokens) const;
   int requests_ahead_locked(sched::SlaClass c) const;
   Decision refuse(sched::SlaClass c, const char* reason, double retry_s);
 
@@ -118,6 +136,8 @@ class AdmissionController {
   QueueState q_;
   // Queued prompt lengths per class (at most the class's request bound of them).
   std::array<std::map<int, int>, sched::kNumSlaClasses> prompts_;
+  // The same per tenant (entries leave when a tenant has nothing queued).
+  std::array<std::map<std::string, TenantQueue, std::less<>>, sched::kNumSlaClasses> tenants_;
 };
 
 }  // namespace metro::gateway

@@ -45,6 +45,7 @@ Decision TrafficPolicy::admit(const TrafficRequest& r, int64_t now_ns) {
   ar.sla_class = r.sla_class;
   ar.prompt_tokens = uncached(r);
   ar.deadline_ns = r.deadline_ns;
+  ar.tenant = r.tenant;
   Decision a = admission_.admit(ar, now_ns);
   if (!a.admit) {
     quota_.release(r.tenant, charge(r), 0, -1.0, now_ns);  // nothing ran: refund it all
@@ -54,7 +55,7 @@ Decision TrafficPolicy::admit(const TrafficRequest& r, int64_t now_ns) {
 }
 
 void TrafficPolicy::first_token(const TrafficRequest& r) {
-  if (cfg_.admission) admission_.release(r.sla_class, uncached(r));
+  if (cfg_.admission) admission_.release(r.sla_class, uncached(r), r.tenant);
 }
 
 void TrafficPolicy::done(const TrafficRequest& r, int64_t used_tokens, double duration_s, int64_t now_ns) {

@@ -135,6 +135,47 @@ TEST(Admission, ShortestFirstCountsOnlyShorterPromptsOfTheClass) {
   EXPECT_NEAR(b.predicted_ttft_s(SlaClass::kStandard, 200), 1.75, 1e-9);
 }
 
+AdmissionRequest of(const std::string& tenant, int prompt, SlaClass c = SlaClass::kStandard) {
+  AdmissionRequest r;
+  r.sla_class = c;
+  r.prompt_tokens = prompt;
+  r.tenant = tenant;
+  return r;
+}
+
+// A flood from one tenant fills its class's queue and makes its own requests late; a quiet
+// tenant of the same class is judged by what fair share puts ahead of it, not the flood.
+TEST(Admission, AFloodingTenantDoesNotGetAQuietOneRefused) {
+  AdmissionConfig cfg = base_cfg();  // 1000 tok/s, 50 ms step
+  cfg.sla.of(SlaClass::kStandard).ttft_s = 10.0;
+  cfg.limits[1] = {.max_requests = 10, .max_prompt_tokens = 100000};
+  AdmissionController a(cfg);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(a.admit(of("loud", 300), 0).admit);
+  // 3000 tokens queued: a loud request would wait ~3.3 s; the class is full.
+  Decision loud = a.admit(of("loud", 300), 0);
+  EXPECT_FALSE(loud.admit);
+  EXPECT_EQ(loud.reason, kReasonQueueFull);
+  // The quiet tenant holds none of the 10 seats (its share: 5): admitted past the bound,
+  // its wait predicted as its own 300 + at most 300 of the flood's, interleaved.
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "quiet"), 0.6 + 0.05, 1e-9);
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "loud"), 3.3 + 0.05, 1e-9);
+  EXPECT_TRUE(a.admit(of("quiet", 300), 0).admit);
+  EXPECT_EQ(a.state().requests[1], 11);
+  // Its share of the bound (10 / 2 tenants = 5) still binds: not a second flood.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(a.admit(of("quiet", 10), 0).admit) << i;
+  EXPECT_EQ(a.admit(of("quiet", 10), 0).reason, kReasonQueueFull);
+  // Without fair share (FCFS, or the option off) the class queue is one queue.
+  cfg.tenant_fair_share = false;
+  AdmissionController fifo(cfg);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(fifo.admit(of("loud", 300), 0).admit);
+  EXPECT_EQ(fifo.admit(of("quiet", 300), 0).reason, kReasonQueueFull);
+  EXPECT_NEAR(fifo.predicted_ttft_s(SlaClass::kStandard, 300, "quiet"), 3.3 + 0.05, 1e-9);
+  // Releases are per tenant: the quiet tenant's 300 leaves; its four 10-token prompts stay
+  // ahead of a loud request (3000 of its own + 40 + 300).
+  a.release(SlaClass::kStandard, 300, "quiet");
+  EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "loud"), 3.34 + 0.05, 1e-9);
+}
+
 TEST(Admission, DeadlinesAndRejectionMetrics) {
   sched::SlaConfig sla;
   sched::SchedMetrics metrics(sla);
