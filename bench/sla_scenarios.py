@@ -222,8 +222,8 @@ def scenario4(args):
     cap = capacity(args, common, int(60 * args.scale))
     print(f"\n## 4. Two tenants, the loud one at 10x the quiet one's rate, both above their share")
     print(f"capacity {cap:.2f} req/s; quiet offers {0.75 * cap:.2f} req/s, loud {7.5 * cap:.2f} req/s")
-    print("| sched | quiet tokens | loud tokens | quiet share while both backlogged |")
-    print("|---|---|---|---|")
+    print("| sched | quiet tokens | loud tokens | quiet share while both backlogged | quiet TTFT mean / max s |")
+    print("|---|---|---|---|---|")
     for sched in ("sla", "fcfs"):
         srv = Server(args, sched, "off")
         try:
@@ -244,7 +244,9 @@ def scenario4(args):
         # token and its end (bench-serve keeps no per-token times in its JSON).
         t_end = max(r["sent_s"] for r in q if r["sent_s"] is not None)
         tq, tl = tokens_in(q, t_end), tokens_in(lo, t_end)
-        print(f"| {sched} | {tq:.0f} | {tl:.0f} | {tq / max(1.0, tq + tl):.1%} |")
+        qt = [r["ttft_s"] for r in q if r["ttft_s"] is not None]
+        qt_s = f"{sum(qt) / len(qt):.2f} / {max(qt):.2f}" if qt else "-"
+        print(f"| {sched} | {tq:.0f} | {tl:.0f} | {tq / max(1.0, tq + tl):.1%} | {qt_s} |")
 
 
 def main():
