@@ -92,6 +92,25 @@ TEST(TrafficPolicy, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
   EXPECT_EQ(p.queue_state().prompt_tokens[1], 1);
 }
 
+TEST(TrafficPolicy, AdmissionIsFairBetweenTenantsOfAClass) {
+  TrafficPolicyConfig cfg = base_cfg();
+  cfg.admission_cfg.limits[1] = {.max_requests = 4, .max_prompt_tokens = 1 << 20};
+  cfg.admission_cfg.sla.of(SlaClass::kStandard).ttft_s = 100.0;
+  TrafficPolicy p(cfg);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.admit(req("loud", SlaClass::kStandard, 100, 10), 0).admit);
+  EXPECT_EQ(p.admit(req("loud", SlaClass::kStandard, 100, 10), 0).reason, kReasonQueueFull);
+  const TrafficRequest quiet = req("quiet", SlaClass::kStandard, 100, 10);
+  EXPECT_TRUE(p.admit(quiet, 0).admit) << "below its share of the full class";
+  p.first_token(quiet);  // releases the quiet tenant's entry, not one of the flood's
+  EXPECT_EQ(p.queue_state().requests[1], 4);
+  EXPECT_EQ(p.admit(req("loud", SlaClass::kStandard, 100, 10), 0).reason, kReasonQueueFull);
+  // FCFS (no tenant fair share): one queue for everybody.
+  cfg.admission_cfg.tenant_fair_share = false;
+  TrafficPolicy fifo(cfg);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(fifo.admit(req("loud", SlaClass::kStandard, 100, 10), 0).admit);
+  EXPECT_EQ(fifo.admit(quiet, 0).reason, kReasonQueueFull);
+}
+
 TEST(TrafficPolicy, StepReportsMoveThePrediction) {
   TrafficPolicy p(base_cfg());
   const double before = p.queue_state().prefill_tokens_per_s;
