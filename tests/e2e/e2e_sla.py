@@ -112,18 +112,23 @@ def t_sla_realtime_survives_a_batch_flood(ctx):
     assert max(rt_fcfs) > worst, (rt_fcfs, rt_sla)
 
 
-def t_sla_admission_refuses_early_with_retry_after(ctx):
-    keys = write_keys(ctx)
-    # The batch objective is set to the time about four of the flood's prompts take on this
-    # build (ASan is several times slower), from the rate the server measures at startup.
-    prompt_tokens = len(ctx.token_ids("Part 0. " + FLOOD_PROMPT * 2, special=True))
+def measured_prefill_rate(ctx, keys):
+    """Prompt tokens per second a server of this build measures at startup (its calibration)."""
     probe = start_server(ctx, keys, ["--sched", "sla"])
     deadline = time.time() + 10
     while not (m := re.search(r"measured prefill (\d+) tokens/s", probe.output())) and time.time() < deadline:
         time.sleep(0.05)
     probe.kill()
     assert m, probe.output()[-500:]
-    rate = float(m.group(1))
+    return float(m.group(1))
+
+
+def t_sla_admission_refuses_early_with_retry_after(ctx):
+    keys = write_keys(ctx)
+    # The batch objective is set to the time about four of the flood's prompts take on this
+    # build (ASan is several times slower), from the rate the server measures at startup.
+    prompt_tokens = len(ctx.token_ids("Part 0. " + FLOOD_PROMPT * 2, special=True))
+    rate = measured_prefill_rate(ctx, keys)
     objective = max(0.05, 4 * prompt_tokens / rate)
     srv = start_server(ctx, keys, ["--sched", "sla", "--admission", "on", "--ttft-margin", "1",
                                    "--sla", f"batch:ttft={objective:.3f}"])
@@ -164,13 +169,7 @@ def t_sla_admission_counts_prefix_cache_hits(ctx):
     keys = write_keys(ctx)
     prefix = "Context document. " + FLOOD_PROMPT * 5
     prefix_tokens = len(ctx.token_ids(prefix, special=True))
-    probe = start_server(ctx, keys, ["--sched", "sla"])
-    deadline = time.time() + 10
-    while not (m := re.search(r"measured prefill (\d+) tokens/s", probe.output())) and time.time() < deadline:
-        time.sleep(0.05)
-    probe.kill()
-    assert m, probe.output()[-500:]
-    rate = float(m.group(1))
+    rate = measured_prefill_rate(ctx, keys)
     # A third of the time the whole prompt takes: out of reach cold (even if this server
     # measures itself up to 2.8x faster than the probe did), easy with the prefix cached.
     objective = 0.35 * prefix_tokens / rate
