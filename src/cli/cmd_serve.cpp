@@ -100,6 +100,17 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--ttft-margin", ttft_margin, "refuse when predicted TTFT > margin x the class objective")
       ->check(CLI::Range(0.1, 100.0))
       ->capture_default_str();
+  std::string tpot_slack = "off";
+  app.add_option("--tpot-slack", tpot_slack,
+                 "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  std::string tpot_cap = "all";
+  app.add_option("--tpot-cap", tpot_cap,
+                 "with --sched sla: a class's TPOT objective caps the step length when prompts of any class "
+                 "are planned (all) or only prompts of lower classes (lower)")
+      ->check(CLI::IsMember({"all", "lower"}))
+      ->capture_default_str();
   app.add_option("--max-batch-tokens", ec.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -173,6 +184,8 @@ int cmd_serve(int argc, char** argv) {
   }
   ec.n_threads = threads;
   ec.prefix_cache = !no_prefix_cache;
+  ec.tpot_slack = tpot_slack == "on";
+  ec.tpot_cap_own_class = tpot_cap == "all";
   ec.max_n = sc.limits.max_n;
   if (!api_key_file.empty()) {
     auto keys = server::ApiKeys::load(api_key_file);

@@ -187,6 +187,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   sc.base.max_seqs = cfg.max_seqs;
   sc.base.max_logits = cfg.max_seqs;
   sc.sla = cfg.sla;
+  sc.tpot_slack = cfg.tpot_slack;
+  sc.tpot_cap_own_class = cfg.tpot_cap_own_class;
   sc.metrics = &impl->metrics;
   METRO_ASSIGN_OR_RETURN(impl->sched, sched::make_scheduler(cfg.sched, sc, *impl->kv));
   impl->sla = dynamic_cast<sched::SlaScheduler*>(impl->sched.get());

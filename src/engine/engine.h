@@ -49,6 +49,8 @@ struct EngineConfig {
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context
   std::string sched = "sla";       // scheduling policy: sla | fcfs (--sched)
   sched::SlaConfig sla;            // per-class objectives (--sla)
+  bool tpot_slack = false;         // decodes ahead of their TPOT pace yield to prompts (--tpot-slack)
+  bool tpot_cap_own_class = true;  // a class's TPOT caps steps with its own prompts too (--tpot-cap all)
   size_t stream_capacity = 1024;   // events buffered per request before it is aborted
   int max_n = 16;                  // bound on Request::n
   uint64_t model_variant = 0;      // salts prefix-cache hashes

@@ -49,8 +49,13 @@ struct Entry {
   double pred_remaining = 0.0;    // cached LengthPredictor answer for pred_generated
   int pred_generated = -1;
   uint64_t pred_version = 0;
+  // When the first token reached the client (the schedule() after the step that sampled it;
+  // -1: not yet): the request's TPOT counts from here, see step_target_s.
+  int64_t first_token_ns = -1;
+  bool stamp_first_token = false;
   // Per step.
   Key key;
+  bool defer = false;  // a decode ahead of its pace: after this step's prompts
   bool planned = false;
   bool preempted_now = false;
   bool tenant_front = false;  // the tenant's oldest starving prompt in its class
@@ -212,7 +217,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
     // that aging reorders classes but not the shortest-first order inside one.
     k.rank = decode ? std::min(class_rank, static_cast<int>(s.sla_class) - promotion(e, now_ns)) : class_rank;
     k.cls = static_cast<int>(s.sla_class);
-    k.phase = decode ? 0 : 1;
+    k.phase = decode ? (e.defer ? 2 : 0) : 1;
     k.share = decode ? 0.0 : vtc_.counter(s.sla_class, s.tenant);
     if (e.tenant_front) {
       // Starved inside its class (shorter work kept arriving): the oldest such request of
@@ -228,8 +233,10 @@ class SlaSchedulerImpl final : public SlaScheduler {
   }
 
   // Seconds the next step may take: the tightest objective of the classes present, or
-  // +infinity (no cost model, or no objective binds).
-  double step_target_s(int64_t now_ns, const std::array<bool, kNumSlaClasses>& has_decodes) const {
+  // +infinity (no cost model, or no objective binds). `decode_allow` holds per class the
+  // least time any of its running decodes allows (see decode_allowance_s).
+  double step_target_s(int64_t now_ns, const std::array<double, kNumSlaClasses>& decode_allow,
+                       int lowest_prompt_class) const {
     double target = std::numeric_limits<double>::infinity();
     if (!cfg_.cost.known()) return target;
     for (int c = 0; c < kNumSlaClasses; ++c) {
@@ -238,9 +245,26 @@ class SlaSchedulerImpl final : public SlaScheduler {
       const bool present = seen != std::numeric_limits<int64_t>::min() &&
                            static_cast<double>(now_ns - seen) / kNsPerS <= cfg_.class_memory_s;
       if (present) target = std::min(target, cc.ttft_s * cfg_.step_per_ttft);
-      if (has_decodes[static_cast<size_t>(c)]) target = std::min(target, cc.tpot_s * cfg_.step_per_tpot);
+      if (cfg_.tpot_cap_own_class || lowest_prompt_class > c) {
+        target = std::min(target, decode_allow[static_cast<size_t>(c)]);
+      }
     }
     return target;
+  }
+
+  // How long the next step may take for decode e to keep its TPOT objective (a mean over the
+  // request: (last token - first token) / (tokens - 1)). On pace that is step_per_tpot x TPOT;
+  // a request ahead of its pace (it decoded through short steps) may spend what it banked,
+  // so a step can carry more prompt while decodes have slack. Never less than the pace: a
+  // request behind it does not take the step budget down to nothing.
+  double decode_allowance_s(const Entry& e, int64_t now_ns) const {
+    const double pace = cfg_.sla.of(e.seq->sla_class).tpot_s * cfg_.step_per_tpot;
+    if (!cfg_.tpot_slack || e.first_token_ns < 0) return pace;
+    // After this step the request has n_generated() + 1 tokens: its TPOT holds if the step
+    // ends by first token + pace x n_generated().
+    const double until =
+        static_cast<double>(e.first_token_ns - now_ns) / kNsPerS + pace * std::max(1, e.seq->n_generated());
+    return std::max(pace, until);
   }
 
   // Fair share of seats. VTC orders waiting prompts, but a prompt needs a seat, and a tenant
@@ -418,7 +442,9 @@ class SlaSchedulerImpl final : public SlaScheduler {
 
 StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   StepPlan plan;
-  std::array<bool, kNumSlaClasses> has_decodes{};
+  std::array<double, kNumSlaClasses> decode_allow;
+  decode_allow.fill(std::numeric_limits<double>::infinity());
+  int lowest_prompt_class = -1;  // the lowest class with prompt work (-1: none)
   // The lane stays with its holder until its prompt is done: handing it to an older
   // request that starts starving meanwhile would throw the holder's progress away.
   Entry* lane = nullptr;
@@ -438,15 +464,26 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   for (auto& m : tenant_front) m.clear();
   for (auto& [seq, e] : entries_) {
     if (e.ready_since_ns < 0) e.ready_since_ns = now_ns;
+    if (e.stamp_first_token) {
+      e.first_token_ns = now_ns;
+      e.stamp_first_token = false;
+    }
     e.planned = false;
+    e.defer = false;
     e.preempted_now = false;
     e.tenant_front = false;
     const size_t cls = static_cast<size_t>(seq->sla_class);
     last_seen_ns_[cls] = now_ns;
     if (!is_decode(e)) promoted[cls] = std::max(promoted[cls], promotion(e, now_ns));
     if (is_decode(e)) {
-      has_decodes[cls] = true;
+      // A decode two paces ahead can sit out one step and still keep its pace in the next:
+      // it yields to prompts (ordered after them), and the step ends early enough for it.
+      const double allow = decode_allowance_s(e, now_ns);
+      const double pace = cfg_.sla.of(seq->sla_class).tpot_s * cfg_.step_per_tpot;
+      e.defer = cfg_.tpot_slack && cfg_.cost.known() && allow >= 2.0 * pace;
+      decode_allow[cls] = std::min(decode_allow[cls], e.defer ? allow - pace : allow);
     } else {
+      lowest_prompt_class = std::max(lowest_prompt_class, static_cast<int>(cls));
       if (wait_s(e, now_ns) >= cfg_.sla.of(seq->sla_class).starve_s) e.starving_prefill = true;
       // The lane is for requests that higher classes starve: a higher class has work and
       // this class's prompts have not been served for its whole starve time. A class that is
@@ -482,7 +519,7 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   // Counting every token at the dearer of the two halved prefill throughput at 90% load
   // (measured: 50-token steps of 85 ms against a 160 ms objective).
   const int budget_total = cfg_.base.max_batch_tokens;
-  const double target_s = step_target_s(now_ns, has_decodes);
+  const double target_s = step_target_s(now_ns, decode_allow, lowest_prompt_class);
   const bool timed = std::isfinite(target_s);
   const double per_prefill = std::max(cfg_.cost.per_prefill_token_s, 1e-9);
   const double per_decode = cfg_.cost.per_decode_seq_s;
@@ -595,7 +632,10 @@ void SlaSchedulerImpl::update(const StepPlan& plan) {
     const int new_prompt = std::max(0, prompt_done - e.n_charged_prompt);
     e.n_charged_prompt = std::max(e.n_charged_prompt, prompt_done);
     vtc_.charge(s->sla_class, s->tenant, new_prompt, sampled ? 1 : 0);
-    if (sampled) e.starving_prefill = false;
+    if (sampled) {
+      e.starving_prefill = false;
+      if (e.first_token_ns < 0) e.stamp_first_token = true;
+    }
   }
 }
 

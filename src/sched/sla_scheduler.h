@@ -12,7 +12,9 @@
 //           objective it waited, never above its class's prompts
 //   class   the native class (an aged class yields ties to a native one)
 //   phase   decodes of running sequences before prefill chunks (pausing a decode for a
-//           prompt of its own class would hold its KV idle and break its TPOT)
+//           prompt of its own class would hold its KV idle and break its TPOT), except a
+//           decode two TPOT paces ahead of its objective, which goes after them (with
+//           tpot_slack and a step cost model)
 //   level   skip-join MLFQ level: work done so far (prompt tokens x prefill_token_cost +
 //           generated tokens) against the class quantum, doubling per level; long prompts
 //           join lower, long generations drop
@@ -47,9 +49,13 @@
 // in_class_starve_factor x starve) to the front of that tenant's requests.
 //
 // With a step cost model, the token budget is also cut so one step fits the tightest
-// objective of the classes present: step_per_tpot x TPOT of classes with running decodes,
+// objective of the classes present: step_per_tpot x TPOT of classes with running decodes
+// (with tpot_cap_own_class off, only while a lower class has prompt work),
 // step_per_ttft x TTFT of classes with work or a recent arrival (a realtime request should
-// not arrive behind a 600 ms step).
+// not arrive behind a 600 ms step). With tpot_slack (TPOT is a mean over the request), a
+// decode that ran ahead of that pace (short steps while nothing waited) allows a longer
+// step, and one two paces ahead sits the step out if prompts fill it; the step then ends
+// early enough that the decode is back on pace in the next one.
 #pragma once
 
 #include <memory>
@@ -103,6 +109,17 @@ struct SlaSchedulerConfig {
   // ... and this fraction of the TPOT of a class that is decoding: the rest is margin for
   // the cost model's error (attention grows with context) and for steps a decode sits out.
   double step_per_tpot = 0.8;
+  // Decodes ahead of that pace (TPOT is a mean over the request) lend their slack to the
+  // step: it may run longer while every decode stays on pace (see decode_allowance_s). Off
+  // by default: the simulator gains a few percent, the server measured no gain (docs/
+  // scheduling.md, "Step cap and TPOT slack").
+  bool tpot_slack = false;
+  // Whether a class's TPOT objective caps the step also when only prompts of its own class
+  // (or higher) wait (the default; `metro serve --tpot-cap all`). Off (`--tpot-cap lower`),
+  // it protects a class from lower classes' prompts only: inside a class, steps take
+  // max_batch_tokens as under FCFS, for a lower mean TTFT and a TPOT the class's own
+  // prompts may break (measured in docs/scheduling.md, "Step cap and TPOT slack").
+  bool tpot_cap_own_class = true;
   double class_memory_s = 60.0;     // a class counts as present this long after it had work
   int min_step_tokens = 16;         // the SLO-driven budget never goes below this
   // A step that prefills a realtime prompt carries no work of lower classes: each of their

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
 #include "base/hash.h"
@@ -359,6 +360,7 @@ TEST(SlaScheduler, OneTenantIsNeverPreemptedForFairShare) {
 TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
   SlaSchedulerConfig cfg = small_cfg(512, 64);
   cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
+  cfg.tpot_cap_own_class = true;  // the prompt is of the decodes' class
   Harness h(4096, 16, cfg);
   std::vector<SeqState*> decoding;
   for (int i = 0; i < 10; ++i) decoding.push_back(h.add(SlaClass::kStandard, 8, 100));
@@ -379,6 +381,93 @@ TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
   const double step_s = cfg.cost.step_s(prompt_tokens, decodes);
   EXPECT_LE(step_s, 0.8 * cfg.sla.of(SlaClass::kStandard).tpot_s + 1e-9);
   EXPECT_GE(step_s, 0.8 * cfg.sla.of(SlaClass::kStandard).tpot_s - 0.001) << "the objective's time is used";
+}
+
+// Decodes that ran ahead of their TPOT pace (short steps while nothing else waited) yield
+// the next step to a prompt, and the step may use the time they banked; no decode's TPOT so
+// far (a mean over its tokens) goes past the pace.
+double first_step_prompt_tokens(bool tpot_slack) {
+  SlaSchedulerConfig cfg = small_cfg(2048, 64);
+  cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
+  cfg.tpot_slack = tpot_slack;
+  cfg.tpot_cap_own_class = true;
+  Harness h(4096, 16, cfg);
+  const double pace = 0.8 * cfg.sla.of(SlaClass::kStandard).tpot_s;
+  std::vector<SeqState*> decoding;
+  for (int i = 0; i < 10; ++i) decoding.push_back(h.add(SlaClass::kStandard, 8, 100));
+  // Advance the clock by what each step costs; remember when each decoder's tokens came.
+  std::map<const SeqState*, std::vector<double>> token_times;
+  auto timed_step = [&] {
+    const double start = static_cast<double>(h.now_ns) / 1e9;
+    std::vector<int> before;
+    for (const SeqState* q : decoding) before.push_back(q->n_generated());
+    StepPlan plan = h.step();
+    int prompt_tokens = 0, decodes = 0;
+    for (const auto& ss : plan.seqs) (ss.n_tokens == 1 && ss.seq->n_prompt < ss.seq->n_computed ? decodes : prompt_tokens) += ss.n_tokens;
+    const double end = start + cfg.cost.step_s(prompt_tokens, decodes);
+    h.now_ns = static_cast<int64_t>(end * 1e9);
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      if (decoding[i]->n_generated() > before[i]) token_times[decoding[i]].push_back(end);
+    }
+    return plan;
+  };
+  timed_step();  // ten 8-token prompts sample their first tokens
+  for (int i = 0; i < 6; ++i) timed_step();  // decode-only steps of 34 ms: ahead of a 160 ms pace
+  SeqState* prompt = h.add(SlaClass::kStandard, 1000, 4);
+  StepPlan plan = timed_step();
+  int prompt_tokens = 0;
+  for (const auto& ss : plan.seqs) prompt_tokens += ss.seq == prompt ? ss.n_tokens : 0;
+  for (int guard = 0; guard < 200 && prompt->n_generated() < 1; ++guard) timed_step();
+  EXPECT_GE(prompt->n_generated(), 1);
+  for (int i = 0; i < 20; ++i) timed_step();
+  for (const auto& [q, times] : token_times) {
+    for (size_t k = 1; k < times.size(); ++k) {
+      EXPECT_LE((times[k] - times[0]) / static_cast<double>(k), pace + 1e-9) << "token " << k;
+    }
+  }
+  return prompt_tokens;
+}
+
+TEST(SlaScheduler, DecodesAheadOfTheirPaceLendTheStepToAPrompt) {
+  const double with_slack = first_step_prompt_tokens(true);
+  const double without = first_step_prompt_tokens(false);
+  // On pace: 160 ms - 4 ms fixed - 10 x 3 ms of decodes = 126 prompt tokens.
+  EXPECT_EQ(without, 126);
+  // Six 34-ms steps banked ~0.75 s per decoder; the step is capped at a quarter of the TTFT
+  // objective (0.5 s) and leaves every decoder a pace for the step after it.
+  EXPECT_GT(with_slack, 300);
+}
+
+// --tpot-cap lower (the default): a class's decodes cap the step only while a lower class
+// has prompts; their own class's prompts take the whole token budget, as under FCFS.
+TEST(SlaScheduler, TpotCapsTheStepAgainstLowerClassesOnly) {
+  for (const bool own : {false, true}) {
+    SlaSchedulerConfig cfg = small_cfg(512, 64);
+    cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
+    cfg.tpot_cap_own_class = own;
+    cfg.realtime_prefill_exclusive = false;
+    Harness h(4096, 16, cfg);
+    for (int i = 0; i < 10; ++i) h.add(SlaClass::kStandard, 8, 100);
+    h.step();
+    SeqState* same = h.add(SlaClass::kStandard, 1000, 10);
+    StepPlan plan = h.step();
+    int tokens = 0;
+    for (const auto& ss : plan.seqs) tokens += ss.seq == same ? ss.n_tokens : 0;
+    // Capped: 160 ms - 4 ms - 10 x 3 ms = 126 prompt tokens. Uncapped, a quarter of the
+    // class's TTFT objective still bounds the step: 500 ms - 4 ms - 30 ms = 466.
+    if (own) {
+      EXPECT_EQ(tokens, 126);
+    } else {
+      EXPECT_NEAR(tokens, 466, 1);
+    }
+    // A batch prompt below them: their TPOT caps the step in both modes.
+    SeqState* lower = h.add(SlaClass::kBatch, 1000, 10);
+    plan = h.step();
+    int lower_tokens = 0, other = 0;
+    for (const auto& ss : plan.seqs) (ss.seq == lower ? lower_tokens : other) += ss.n_tokens;
+    EXPECT_LE(cfg.cost.step_s(lower_tokens + other - 10, 10), 0.8 * cfg.sla.of(SlaClass::kStandard).tpot_s + 1e-9)
+        << "own-class cap " << own;
+  }
 }
 
 TEST(SlaScheduler, TinyKvFloodAlwaysFinishes) {
