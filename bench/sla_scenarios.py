@@ -7,7 +7,7 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
 
 1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
    total output throughput.
-2. Mixed (lognormal) lengths, one class, at 90% load: mean TTFT.
+2. Mixed (lognormal) lengths, one class, at 90% load: mean TTFT (sla also with --tpot-cap lower).
 3. The same at capacity and at 2x: goodput (requests meeting their class SLO per second).
 4. Two tenants, one sending 10x the other's rate, both past their share: the quiet tenant's
    share of generated tokens while both are backlogged.
@@ -156,22 +156,27 @@ def scenario2(args):
     cap = capacity(args, MIXED, n)
     rate = 0.9 * cap
     rows = {}
-    for sched in ("sla", "fcfs"):
-        srv = Server(args, sched, "off")
+    # sla: the default (--tpot-cap all); sla-lower: steps capped by TPOT against lower
+    # classes only, so one class gets FCFS-sized steps (docs/scheduling.md, "Step cap").
+    for name, sched, extra in (("sla", "sla", ()), ("sla-lower", "sla", ("--tpot-cap", "lower")),
+                               ("fcfs", "fcfs", ())):
+        srv = Server(args, sched, "off", extra)
         try:
-            r = bench(args, srv.url, f"s2-{sched}", MIXED + ["--rate", f"{rate:.3f}", "--num-requests", str(n)])
+            r = bench(args, srv.url, f"s2-{name}", MIXED + ["--rate", f"{rate:.3f}", "--num-requests", str(n)])
         finally:
             srv.stop()
         run = r["runs"][0]
-        rows[sched] = run["overall"]
+        rows[name] = run["overall"]
     print(f"\n## 2. Mixed lengths (lognormal in median 128, out median 48), one class, at 90% load")
     print(f"capacity {cap:.2f} req/s; offered {rate:.2f} req/s, {n} requests")
-    print("| sched | TTFT mean s | TTFT p50 s | TTFT p99 s | E2E mean s | output tok/s |")
-    print("|---|---|---|---|---|---|")
+    print("| sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s | output tok/s |")
+    print("|---|---|---|---|---|---|---|---|")
     for s, g in rows.items():
         print(f"| {s} | {g['ttft_s']['mean']:.3f} | {g['ttft_s']['p50']:.3f} | {g['ttft_s']['p99']:.3f} | "
+              f"{g['tpot_s']['mean']:.3f} | {g['tpot_s']['p99']:.3f} | "
               f"{g['e2e_s']['mean']:.2f} | {g['throughput']['output_tokens_per_s']:.1f} |")
-    print(f"mean TTFT fcfs/sla = {rows['fcfs']['ttft_s']['mean'] / rows['sla']['ttft_s']['mean']:.2f}x")
+    for s in ("sla", "sla-lower"):
+        print(f"mean TTFT fcfs/{s} = {rows['fcfs']['ttft_s']['mean'] / rows[s]['ttft_s']['mean']:.2f}x")
 
 
 def scenario3(args):
