@@ -257,8 +257,10 @@ class SlaSchedulerImpl final : public SlaScheduler {
   // a request ahead of its pace (it decoded through short steps) may spend what it banked,
   // so a step can carry more prompt while decodes have slack. Never less than the pace: a
   // request behind it does not take the step budget down to nothing.
+  double pace_s(SlaClass c) const { return cfg_.sla.of(c).tpot_s * cfg_.step_per_tpot; }
+
   double decode_allowance_s(const Entry& e, int64_t now_ns) const {
-    const double pace = cfg_.sla.of(e.seq->sla_class).tpot_s * cfg_.step_per_tpot;
+    const double pace = pace_s(e.seq->sla_class);
     if (!cfg_.tpot_slack || e.first_token_ns < 0) return pace;
     // After this step the request has n_generated() + 1 tokens: its TPOT holds if the step
     // ends by first token + pace x n_generated().
@@ -479,8 +481,8 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
       // A decode two paces ahead can sit out one step and still keep its pace in the next:
       // it yields to prompts (ordered after them), and the step ends early enough for it.
       const double allow = decode_allowance_s(e, now_ns);
-      const double pace = cfg_.sla.of(seq->sla_class).tpot_s * cfg_.step_per_tpot;
-      e.defer = cfg_.tpot_slack && cfg_.cost.known() && allow >= 2.0 * pace;
+      const double pace = pace_s(seq->sla_class);
+      e.defer = cfg_.cost.known() && allow >= 2.0 * pace;  // never without tpot_slack: allow == pace
       decode_allow[cls] = std::min(decode_allow[cls], e.defer ? allow - pace : allow);
     } else {
       lowest_prompt_class = std::max(lowest_prompt_class, static_cast<int>(cls));

@@ -386,7 +386,7 @@ TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
 // Decodes that ran ahead of their TPOT pace (short steps while nothing else waited) yield
 // the next step to a prompt, and the step may use the time they banked; no decode's TPOT so
 // far (a mean over its tokens) goes past the pace.
-double first_step_prompt_tokens(bool tpot_slack) {
+int first_step_prompt_tokens(bool tpot_slack) {
   SlaSchedulerConfig cfg = small_cfg(2048, 64);
   cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
   cfg.tpot_slack = tpot_slack;
@@ -403,7 +403,10 @@ double first_step_prompt_tokens(bool tpot_slack) {
     for (const SeqState* q : decoding) before.push_back(q->n_generated());
     StepPlan plan = h.step();
     int prompt_tokens = 0, decodes = 0;
-    for (const auto& ss : plan.seqs) (ss.n_tokens == 1 && ss.seq->n_prompt < ss.seq->n_computed ? decodes : prompt_tokens) += ss.n_tokens;
+    for (const auto& ss : plan.seqs) {
+      const bool decode = ss.n_tokens == 1 && ss.seq->n_prompt < ss.seq->n_computed;
+      (decode ? decodes : prompt_tokens) += ss.n_tokens;
+    }
     const double end = start + cfg.cost.step_s(prompt_tokens, decodes);
     h.now_ns = static_cast<int64_t>(end * 1e9);
     for (size_t i = 0; i < decoding.size(); ++i) {
@@ -429,8 +432,8 @@ double first_step_prompt_tokens(bool tpot_slack) {
 }
 
 TEST(SlaScheduler, DecodesAheadOfTheirPaceLendTheStepToAPrompt) {
-  const double with_slack = first_step_prompt_tokens(true);
-  const double without = first_step_prompt_tokens(false);
+  const int with_slack = first_step_prompt_tokens(true);
+  const int without = first_step_prompt_tokens(false);
   // On pace: 160 ms - 4 ms fixed - 10 x 3 ms of decodes = 126 prompt tokens.
   EXPECT_EQ(without, 126);
   // Six 34-ms steps banked ~0.75 s per decoder; the step is capped at a quarter of the TTFT
@@ -438,8 +441,9 @@ TEST(SlaScheduler, DecodesAheadOfTheirPaceLendTheStepToAPrompt) {
   EXPECT_GT(with_slack, 300);
 }
 
-// --tpot-cap lower (the default): a class's decodes cap the step only while a lower class
-// has prompts; their own class's prompts take the whole token budget, as under FCFS.
+// --tpot-cap lower: a class's decodes cap the step only while a lower class has prompts;
+// their own class's prompts get a step as long as the TTFT bound allows. --tpot-cap all
+// (the default) caps it against both.
 TEST(SlaScheduler, TpotCapsTheStepAgainstLowerClassesOnly) {
   for (const bool own : {false, true}) {
     SlaSchedulerConfig cfg = small_cfg(512, 64);
