@@ -1,5 +1,6 @@
 #include "bench/length_dist.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -46,7 +47,7 @@ LengthDist lognormal(double median, double sigma, int64_t max) {
 
 Expected<LengthDist> LengthDist::parse(std::string_view spec, LengthSide side) {
   const std::string_view usage =
-      "; use N, fixed:N, uniform:MIN-MAX, lognormal or lognormal:MEDIAN,SIGMA[,MAX]";
+      "; use N, fixed:N, uniform:MIN-MAX, loguniform:MIN-MAX, lognormal or lognormal:MEDIAN,SIGMA[,MAX]";
   if (spec.empty()) return invalid_argument("empty length" + std::string(usage));
   auto colon = spec.find(':');
   std::string_view kind = spec.substr(0, colon);
@@ -63,16 +64,16 @@ Expected<LengthDist> LengthDist::parse(std::string_view spec, LengthSide side) {
     d.fixed = n;
     return d;
   }
-  if (kind == "uniform") {
+  if (kind == "uniform" || kind == "loguniform") {
     auto dash = args.find('-');
     if (dash == std::string_view::npos) {
-      return invalid_argument("length '" + std::string(spec) + "': uniform needs MIN-MAX");
+      return invalid_argument("length '" + std::string(spec) + "': " + std::string(kind) + " needs MIN-MAX");
     }
     METRO_ASSIGN_OR_RETURN(int64_t lo, parse_count(args.substr(0, dash), spec));
     METRO_ASSIGN_OR_RETURN(int64_t hi, parse_count(args.substr(dash + 1), spec));
     if (lo > hi) return invalid_argument("length '" + std::string(spec) + "': MIN is above MAX");
     LengthDist d;
-    d.kind = Kind::kUniform;
+    d.kind = kind == "uniform" ? Kind::kUniform : Kind::kLogUniform;
     d.lo = lo;
     d.hi = hi;
     return d;
@@ -113,6 +114,13 @@ int64_t LengthDist::sample(Rng& rng) const {
       return fixed;
     case Kind::kUniform:
       return lo + static_cast<int64_t>(rng.below(static_cast<uint64_t>(hi - lo + 1)));
+    case Kind::kLogUniform: {
+      // floor(exp(U[ln lo, ln(hi + 1)))): every integer in [lo, hi] with probability
+      // proportional to ln((v + 1) / v), so each doubling of length is as likely as the next.
+      const double l0 = std::log(static_cast<double>(lo)), l1 = std::log(static_cast<double>(hi) + 1.0);
+      const auto v = static_cast<int64_t>(std::exp(l0 + rng.uniform01() * (l1 - l0)));
+      return std::clamp(v, lo, hi);
+    }
     case Kind::kLognormal: {
       double v = std::round(median * std::exp(sigma * rng.normal()));
       if (!(v >= 1.0)) return 1;
@@ -128,6 +136,11 @@ double LengthDist::mean() const {
       return static_cast<double>(fixed);
     case Kind::kUniform:
       return 0.5 * static_cast<double>(lo + hi);
+    case Kind::kLogUniform: {
+      // E[floor(X)] for X log-uniform on [lo, hi + 1): the continuous mean less ~1/2.
+      const double a = static_cast<double>(lo), b = static_cast<double>(hi) + 1.0;
+      return (b - a) / std::log(b / a) - 0.5;
+    }
     case Kind::kLognormal:
       return median * std::exp(0.5 * sigma * sigma);
   }
@@ -142,6 +155,10 @@ std::string LengthDist::to_string() const {
       break;
     case Kind::kUniform:
       std::snprintf(buf, sizeof(buf), "uniform:%lld-%lld", static_cast<long long>(lo),
+                    static_cast<long long>(hi));
+      break;
+    case Kind::kLogUniform:
+      std::snprintf(buf, sizeof(buf), "loguniform:%lld-%lld", static_cast<long long>(lo),
                     static_cast<long long>(hi));
       break;
     case Kind::kLognormal:

@@ -3,6 +3,8 @@
 //   128                    fixed: every request the same
 //   fixed:128              the same, spelled out
 //   uniform:64-256         uniform integers in [64, 256]
+//   loguniform:16-2048     floor(exp(U[ln 16, ln 2049))): as many requests of 16-32 tokens
+//                          as of 1024-2048 (the simulator's "mixed lengths", tests/sched/sim)
 //   lognormal              the chat-trace preset of the side it is used for (see below)
 //   lognormal:MEDIAN,SIGMA[,MAX]
 //                          exp(N(ln MEDIAN, SIGMA^2)) rounded, clamped to [1, MAX];
@@ -27,16 +29,16 @@ namespace metro::bench {
 enum class LengthSide { kInput, kOutput };  // which preset a bare `lognormal` means
 
 struct LengthDist {
-  enum class Kind { kFixed, kUniform, kLognormal };
+  enum class Kind { kFixed, kUniform, kLogUniform, kLognormal };
   Kind kind = Kind::kFixed;
   int64_t fixed = 128;
-  int64_t lo = 0, hi = 0;  // uniform, inclusive
+  int64_t lo = 0, hi = 0;  // uniform and loguniform, inclusive
   double median = 0.0, sigma = 0.0;
   int64_t max = 0;         // lognormal clamp
 
   static Expected<LengthDist> parse(std::string_view spec, LengthSide side);
   int64_t sample(Rng& rng) const;
-  double mean() const;  // of the clamped, rounded distribution for fixed/uniform; unclamped for lognormal
+  double mean() const;  // exact for fixed/uniform, within ~0.1 for loguniform; unclamped for lognormal
   std::string to_string() const;
 };
 

@@ -107,7 +107,8 @@ int cmd_bench_serve(int argc, char** argv) {
   app.add_option("--burstiness", burstiness, "gamma shape of arrival gaps: 1 Poisson, <1 bursty");
   app.add_option("--max-concurrency", max_concurrency, "most requests in flight (0: no cap)");
   app.add_option("--input-len", input_len_text,
-                 "prompt length in tokens: N, uniform:MIN-MAX, lognormal[:MEDIAN,SIGMA[,MAX]] "
+                 "prompt length in tokens: N, uniform:MIN-MAX, loguniform:MIN-MAX, "
+                 "lognormal[:MEDIAN,SIGMA[,MAX]] "
                  "(default 128; shared-prefix 512)");
   app.add_option("--output-len", output_len_text, "max_tokens per request, same forms (default 64)");
   app.add_option("--num-prefixes", num_prefixes, "shared-prefix: distinct system prompts (K)");

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -31,6 +32,11 @@ TEST(BenchLengthDist, ParsesEveryForm) {
   EXPECT_EQ(u.kind, LengthDist::Kind::kUniform);
   EXPECT_EQ(u.lo, 10);
   EXPECT_EQ(u.hi, 20);
+  LengthDist lu = len("loguniform:16-2048");
+  EXPECT_EQ(lu.kind, LengthDist::Kind::kLogUniform);
+  EXPECT_EQ(lu.lo, 16);
+  EXPECT_EQ(lu.hi, 2048);
+  EXPECT_EQ(lu.to_string(), "loguniform:16-2048");
   LengthDist l = len("lognormal:100,0.5,300");
   EXPECT_EQ(l.kind, LengthDist::Kind::kLognormal);
   EXPECT_DOUBLE_EQ(l.median, 100);
@@ -40,7 +46,8 @@ TEST(BenchLengthDist, ParsesEveryForm) {
   EXPECT_NEAR(preset_in.mean(), 164.9, 0.1);   // ShareGPT's 161 prompt tokens, roughly
   EXPECT_NEAR(preset_out.mean(), 338.0, 0.1);  // and its 338 output tokens
   EXPECT_EQ(preset_in.max, static_cast<int64_t>(std::ceil(100 * std::exp(3.0))));
-  for (const char* bad : {"", "0", "-5", "abc", "fixed:", "uniform:5", "uniform:9-3",
+  for (const char* bad : {"", "0", "-5", "abc", "fixed:", "uniform:5", "uniform:9-3", "loguniform:5",
+                          "loguniform:0-9", "loguniform:9-3",
                           "lognormal:100", "lognormal:100,0", "lognormal:100,1,2,3", "gauss:1,2",
                           "12x", "2000000"}) {
     EXPECT_FALSE(LengthDist::parse(bad, LengthSide::kInput).ok()) << bad;
@@ -61,6 +68,22 @@ TEST(BenchLengthDist, SamplesMatchTheirDistribution) {
   }
   EXPECT_EQ(seen.size(), 11u);
   EXPECT_NEAR(sum / 20000, 15.0, 0.1);  // sd 3.16 / sqrt(20000) = 0.022
+
+  // Log-uniform: every doubling as likely as the next, the mean as mean() says.
+  LengthDist lu = len("loguniform:16-2047");
+  const int n = 70000;
+  std::array<int, 7> per_octave{};  // [16, 32), [32, 64), ... [1024, 2048)
+  double lsum = 0;
+  for (int i = 0; i < n; ++i) {
+    int64_t x = lu.sample(rng);
+    ASSERT_GE(x, 16);
+    ASSERT_LE(x, 2047);
+    lsum += static_cast<double>(x);
+    ++per_octave[static_cast<size_t>(std::floor(std::log2(static_cast<double>(x)))) - 4];
+  }
+  for (int c : per_octave) EXPECT_NEAR(c, n / 7, 400) << "octaves should be equally likely";  // sd ~93
+  EXPECT_NEAR(lsum / n, lu.mean(), 0.01 * lu.mean());  // mean 421, sd ~500: se 1.9
+  EXPECT_EQ(len("loguniform:5-5").sample(rng), 5);
 
   // Lognormal: the median of samples is MEDIAN, everything is clamped to [1, MAX].
   LengthDist l = len("lognormal:100,1,1000");
