@@ -4,10 +4,13 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
 
     python3 bench/sla_scenarios.py [--metro build/bin/metro] [--model M] [--threads 2]
                                    [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
+                                   [--mix2 lognormal,loguniform] [--seed2 2]
 
 1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
    total output throughput.
-2. Mixed (lognormal) lengths, one class, at 90% load: mean TTFT (sla also with --tpot-cap lower).
+2. Mixed lengths, one class, at 90% load: mean TTFT (sla also with --tpot-cap lower), on two
+   mixes (--mix2): chat-like lognormal lengths, and the simulator's log-uniform ones (prompts
+   16-2048, outputs 8-512: as many 16-31 token prompts as 1024-2047 token ones).
 3. The same at capacity and at 2x: goodput (requests meeting their class SLO per second).
 4. Two tenants, one sending 10x the other's rate, both past their share: the quiet tenant's
    share of generated tokens while both are backlogged.
@@ -149,11 +152,26 @@ def scenario1(args):
 
 MIXED = ["--dataset", "synthetic", "--input-len", "lognormal:128,1.0,1024", "--output-len",
          "lognormal:48,0.8,256", "--seed", "2"]
+# Scenario 2's mixes: (title, bench-serve arguments without the seed).
+MIXES2 = {
+    "lognormal": ("lognormal lengths (in median 128, sigma 1; out median 48, sigma 0.8)",
+                  ["--dataset", "synthetic", "--input-len", "lognormal:128,1.0,1024", "--output-len",
+                   "lognormal:48,0.8,256"]),
+    "loguniform": ("log-uniform lengths (in 16-2048, out 8-512; the simulator's mix)",
+                   ["--dataset", "synthetic", "--input-len", "loguniform:16-2048", "--output-len",
+                    "loguniform:8-512"]),
+}
 
 
 def scenario2(args):
+    for mix in args.mix2.split(","):
+        scenario2_mix(args, *MIXES2[mix], mix_name=mix)
+
+
+def scenario2_mix(args, title, mix_args, mix_name):
+    mixed = mix_args + ["--seed", str(args.seed2)]
     n = int(100 * args.scale)
-    cap = capacity(args, MIXED, n)
+    cap = capacity(args, mixed, n)
     rate = 0.9 * cap
     rows = {}
     # sla: the default (--tpot-cap all); sla-lower: steps capped by TPOT against lower
@@ -162,19 +180,22 @@ def scenario2(args):
                                ("fcfs", "fcfs", ())):
         srv = Server(args, sched, "off", extra)
         try:
-            r = bench(args, srv.url, f"s2-{name}", MIXED + ["--rate", f"{rate:.3f}", "--num-requests", str(n)])
+            r = bench(args, srv.url, f"s2-{mix_name}-{name}",
+                      mixed + ["--rate", f"{rate:.3f}", "--num-requests", str(n), "--slo", SLO])
         finally:
             srv.stop()
         run = r["runs"][0]
         rows[name] = run["overall"]
-    print(f"\n## 2. Mixed lengths (lognormal in median 128, out median 48), one class, at 90% load")
-    print(f"capacity {cap:.2f} req/s; offered {rate:.2f} req/s, {n} requests")
-    print("| sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s | output tok/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"\n## 2. Mixed lengths, {title}, one class, at 90% load")
+    print(f"capacity {cap:.2f} req/s; offered {rate:.2f} req/s, {n} requests, seed {args.seed2}")
+    print("| sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s | output tok/s "
+          "| SLO met (TTFT <= 2 s and TPOT <= 0.2 s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for s, g in rows.items():
         print(f"| {s} | {g['ttft_s']['mean']:.3f} | {g['ttft_s']['p50']:.3f} | {g['ttft_s']['p99']:.3f} | "
               f"{g['tpot_s']['mean']:.3f} | {g['tpot_s']['p99']:.3f} | "
-              f"{g['e2e_s']['mean']:.2f} | {g['throughput']['output_tokens_per_s']:.1f} |")
+              f"{g['e2e_s']['mean']:.2f} | {g['throughput']['output_tokens_per_s']:.1f} | "
+              f"{g['goodput']['fraction']:.0%} |")
     for s in ("sla", "sla-lower"):
         print(f"mean TTFT fcfs/{s} = {rows['fcfs']['ttft_s']['mean'] / rows[s]['ttft_s']['mean']:.2f}x")
 
@@ -262,6 +283,8 @@ def main():
     ap.add_argument("--scenarios", default="1,2,3,4")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies request counts")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--mix2", default="lognormal,loguniform", help="scenario 2's mixes: lognormal, loguniform")
+    ap.add_argument("--seed2", type=int, default=2, help="scenario 2's bench-serve seed")
     args = ap.parse_args()
     args.out = args.out or tempfile.mkdtemp(prefix="metro-sla-")
     os.makedirs(args.out, exist_ok=True)
