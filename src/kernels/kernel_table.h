@@ -10,6 +10,7 @@
 // depend on the thread count, on how rows are grouped, or on m.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -74,7 +75,7 @@ const KernelTable& active_kernels();
 struct Weight;
 struct QuantizedActs;
 void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x, float* y,
-                 size_t y_stride, int ith, int nth);
+                 size_t y_stride, int ith, int nth, std::atomic<int64_t>* next = nullptr);
 QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const float* x,
                                  int64_t m, int64_t k, size_t x_stride, uint8_t* out, int ith,
                                  int nth);

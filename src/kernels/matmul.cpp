@@ -133,7 +133,7 @@ QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_
 }
 
 void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x, float* y,
-                 size_t y_stride, int ith, int nth) {
+                 size_t y_stride, int ith, int nth, std::atomic<int64_t>* next) {
   METRO_CHECK(x.k == w.n_cols && x.type == traits(w.type).dot_partner);
   METRO_CHECK_MSG((x.type != DType::kQ8_0 && x.type != DType::kQ8_1) || x.block_d != nullptr,
                   "matmul: acts must come from quantize_acts");
@@ -144,7 +144,7 @@ void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x,
     rm.n_cols = w.n_cols;
     rm.data = w.row_major;
     rm.row_stride = w.row_stride;
-    matmul_with(kt, rm, x, y, y_stride, ith, nth);
+    matmul_with(kt, rm, x, y, y_stride, ith, nth, next);
     return;
   }
   const TileFn fn = w.layout == kLayoutX8 ? kt.tile_x8[static_cast<int>(w.type)]
@@ -157,35 +157,49 @@ void matmul_with(const KernelTable& kt, const Weight& w, const QuantizedActs& x,
   const size_t group_stride = w.layout == kLayoutX8 ? x8_group_stride(w.type, w.n_cols)
                                                     : kX8Rows * w.row_stride;
   const int64_t nb = x.k / partner_block(w.type);
-  // Units are (act chunk, 8-row group) pairs, chunk-major; each thread takes an equal run.
-  // Every output element is computed the same way in any tile, so the split never
-  // changes results.
+  // Units are (act chunk, 8-row group) pairs, chunk-major; each thread takes an equal run,
+  // or with `next` claims runs of `grain` units until none are left. Every output element
+  // is computed the same way in any tile, so the split never changes results.
   const int64_t total = groups * n_chunks;
-  const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
-  for (int64_t u = u0; u < u1;) {
-    const int64_t c = u / groups, g0 = u % groups;
-    const int64_t g1 = std::min(groups, g0 + (u1 - u));
-    MatmulTile t;
-    t.w = w.data + static_cast<size_t>(g0) * group_stride;
-    t.w_stride = w.layout == kLayoutX8 ? group_stride : w.row_stride;
-    t.n_rows = std::min(w.n_rows, g1 * kX8Rows) - g0 * kX8Rows;
-    const int64_t i0 = c * chunk;
-    t.a = x.data + static_cast<size_t>(i0) * x.row_stride;
-    t.a_stride = x.row_stride;
-    t.a_d = x.block_d ? x.block_d + i0 * nb : nullptr;
-    t.a_s = x.block_s ? x.block_s + i0 * nb : nullptr;
-    t.a_sums = x.block_sums ? x.block_sums + i0 * nb : nullptr;
-    t.n_acts = std::min(x.m, i0 + chunk) - i0;
-    t.k = x.k;
-    t.y = y + static_cast<size_t>(i0) * y_stride + static_cast<size_t>(g0 * kX8Rows);
-    t.y_stride = y_stride;
-    fn(t);
-    u += g1 - g0;
+  auto run_units = [&](int64_t u, const int64_t u1) {
+    while (u < u1) {
+      const int64_t c = u / groups, g0 = u % groups;
+      const int64_t g1 = std::min(groups, g0 + (u1 - u));
+      MatmulTile t;
+      t.w = w.data + static_cast<size_t>(g0) * group_stride;
+      t.w_stride = w.layout == kLayoutX8 ? group_stride : w.row_stride;
+      t.n_rows = std::min(w.n_rows, g1 * kX8Rows) - g0 * kX8Rows;
+      const int64_t i0 = c * chunk;
+      t.a = x.data + static_cast<size_t>(i0) * x.row_stride;
+      t.a_stride = x.row_stride;
+      t.a_d = x.block_d ? x.block_d + i0 * nb : nullptr;
+      t.a_s = x.block_s ? x.block_s + i0 * nb : nullptr;
+      t.a_sums = x.block_sums ? x.block_sums + i0 * nb : nullptr;
+      t.n_acts = std::min(x.m, i0 + chunk) - i0;
+      t.k = x.k;
+      t.y = y + static_cast<size_t>(i0) * y_stride + static_cast<size_t>(g0 * kX8Rows);
+      t.y_stride = y_stride;
+      fn(t);
+      u += g1 - g0;
+    }
+  };
+  if (next == nullptr || nth == 1) {
+    run_units(total * ith / nth, total * (ith + 1) / nth);
+    return;
+  }
+  // About eight claims per thread: few enough that the counter's cache line does not
+  // bounce, enough that a late thread's share shrinks to what it can do.
+  const int64_t grain = std::max<int64_t>(1, total / (8 * static_cast<int64_t>(nth)));
+  for (;;) {
+    const int64_t u = next->fetch_add(grain, std::memory_order_relaxed);
+    if (u >= total) return;
+    run_units(u, std::min(total, u + grain));
   }
 }
 
-void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth) {
-  matmul_with(active_kernels(), w, x, y, y_stride, ith, nth);
+void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth,
+            std::atomic<int64_t>* next) {
+  matmul_with(active_kernels(), w, x, y, y_stride, ith, nth, next);
 }
 
 void matmul_ref(const Weight& w, const float* x, int64_t m, size_t x_stride, float* y, size_t y_stride) {

@@ -6,6 +6,7 @@
 // allocates: scratch comes from the caller (the model's Workspace).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -69,7 +70,13 @@ QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_
 // y_stride in floats. x must have been quantized for w.type and x.k == w.n_cols.
 // Deterministic: each Y[i][j] is computed the same way whatever nth, m (a row of x gives
 // the same result in any batch) and layout (repacked or not) are.
-void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth);
+//
+// With `next` (one counter shared by the nth threads, zero before any of them enters), the
+// threads claim runs of the work as they go instead of taking fixed equal shares: a thread
+// whose core is busy with something else (an HTTP thread, another process) does less of
+// the product rather than holding the others at the next barrier. Results are identical.
+void matmul(const Weight& w, const QuantizedActs& x, float* y, size_t y_stride, int ith, int nth,
+            std::atomic<int64_t>* next = nullptr);
 
 // The same, computed by the scalar reference (dequantize + double accumulation). Slow.
 void matmul_ref(const Weight& w, const float* x, int64_t m, size_t x_stride, float* y,

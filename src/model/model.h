@@ -2,6 +2,7 @@
 // token batch over paged KV memory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -50,6 +51,10 @@ class Workspace {
   AlignedBuffer<float> hidden;  // [max_tokens][n_embd] final normed states, on request
   AlignedBuffer<float> rope_cs;  // [max_tokens][n_rot]: cos then sin of each token's angles
   AlignedBuffer<uint8_t> qa0, qa1;  // quantized activations
+  // One work counter per matmul of a step, in call order (kernels::matmul's `next`); zeroed
+  // before each step's pool run.
+  std::unique_ptr<std::atomic<int64_t>[]> matmul_next;
+  size_t n_matmul_next = 0;
   std::vector<const uint8_t*> k_pages, v_pages;  // one layer's page pointers of every run
   std::vector<kernels::AttentionSeq> attn_seqs;  // one per run
   struct Run {

@@ -12,11 +12,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "base/aligned.h"
 #include "base/fp16.h"
@@ -67,8 +70,9 @@ struct Result {
   }
 };
 
-// quantize_acts + matmul with nth threads' shares run one after the other.
-Result run(const KernelTable& kt, const Weight& w, const Problem& p, int nth) {
+// quantize_acts + matmul with nth threads' shares run one after the other; with `claim`,
+// through a shared work counter (the first caller claims everything).
+Result run(const KernelTable& kt, const Weight& w, const Problem& p, int nth, bool claim = false) {
   Result r;
   r.acts_bytes = quantized_acts_bytes(p.type, p.m, p.k);
   r.acts = std::make_shared<AlignedBuffer<uint8_t>>(r.acts_bytes);
@@ -78,7 +82,10 @@ Result run(const KernelTable& kt, const Weight& w, const Problem& p, int nth) {
   }
   const size_t y_stride = static_cast<size_t>(p.n + 3);  // not the row count: strides matter
   r.y.assign(static_cast<size_t>(p.m) * y_stride, -1.0f);
-  for (int ith = 0; ith < nth; ++ith) matmul_with(kt, w, r.qa, r.y.data(), y_stride, ith, nth);
+  std::atomic<int64_t> next{0};
+  for (int ith = 0; ith < nth; ++ith) {
+    matmul_with(kt, w, r.qa, r.y.data(), y_stride, ith, nth, claim ? &next : nullptr);
+  }
   return r;
 }
 
@@ -162,6 +169,7 @@ TEST_P(MatmulPerType, EveryTableAndShapeMatchesReferences) {
           const Result rn = run(*kt, w, p, nth);
           ASSERT_TRUE(same_bits(r1.y, rn.y)) << what << " nth=" << nth;
           ASSERT_TRUE(r1.same_acts(rn)) << what << " quantize_acts nth=" << nth;
+          ASSERT_TRUE(same_bits(r1.y, run(*kt, w, p, nth, true).y)) << what << " claimed, nth=" << nth;
         }
       }
     }
@@ -275,6 +283,31 @@ TEST(Matmul, RunsInsideThreadPool) {
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < p.n; ++j) {
       ASSERT_EQ(y[static_cast<size_t>(i * p.n + j)], r1.y[static_cast<size_t>(i * (p.n + 3) + j)]);
+    }
+  }
+}
+
+// Claimed work inside a real pool: however the threads interleave their claims (one of
+// them slowed down here), every element is computed once and the bits are the static
+// split's. m 40 is one chunk of acts (GEMV-style tiles), m 300 several (GEMM-style).
+TEST(Matmul, ClaimedWorkMatchesStaticSplitInsideThreadPool) {
+  ThreadPool pool(3);
+  for (int64_t m : {1, 40, 300}) {
+    const Problem p = make_problem(DType::kQ4_1, 1536, 576, m, 13);
+    const Weight w = make_weight(DType::kQ4_1, p.w.data(), p.n, p.k, true);
+    const Result r1 = run(active_kernels(), w, p, 1);
+    AlignedBuffer<uint8_t> acts(quantized_acts_bytes(p.type, p.m, p.k));
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<float> y(static_cast<size_t>(p.m * (p.n + 3)), -1.0f);
+      std::atomic<int64_t> next{0};
+      pool.run([&](int ith, int nth) {
+        const QuantizedActs qa =
+            quantize_acts(p.type, p.x.data(), p.m, p.k, static_cast<size_t>(p.k), acts.data(), ith, nth);
+        pool.barrier();
+        if (ith == rep % nth) std::this_thread::sleep_for(std::chrono::microseconds(50 * (rep % 4)));
+        matmul(w, qa, y.data(), static_cast<size_t>(p.n + 3), ith, nth, &next);
+      });
+      ASSERT_TRUE(same_bits(r1.y, y)) << "m=" << m << " rep " << rep;
     }
   }
 }
