@@ -85,7 +85,7 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   ws.logit_rows.reserve(L);
   // Per layer at most q, k, v, o, gate, up, down; then the head.
   ws.n_matmul_next = 7 * w_.layers.size() + 1;
-  ws.matmul_next = std::make_unique<std::atomic<int64_t>[]>(ws.n_matmul_next);
+  ws.matmul_next = std::make_unique<Workspace::MatmulCounter[]>(ws.n_matmul_next);
   ws.bytes_ = (ws.x.size() + ws.xb.size() + ws.tmp.size() + ws.q.size() + ws.att.size() +
                ws.k.size() + ws.v.size() + ws.gate.size() + ws.up.size() + ws.xl.size() +
                ws.logits.size() + ws.hidden.size() + ws.rope_cs.size()) * sizeof(float) + 2 * qa +
@@ -199,7 +199,7 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
     }
   }
   const std::span<const kernels::AttentionSeq> seqs(ws.attn_seqs.data(), n_runs);
-  for (size_t i = 0; i < ws.n_matmul_next; ++i) ws.matmul_next[i].store(0, std::memory_order_relaxed);
+  for (size_t i = 0; i < ws.n_matmul_next; ++i) ws.matmul_next[i].next.store(0, std::memory_order_relaxed);
 
   pool.run([&](int ith, int nth) {
     size_t n_matmuls = 0;  // every thread makes the same matmul calls in the same order
@@ -231,7 +231,7 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
           if (kernels::traits(o.w->type).dot_partner != partner) continue;
           METRO_CHECK(n_matmuls < ws.n_matmul_next);
           kernels::matmul(*o.w, qa, o.out, static_cast<size_t>(o.w->n_rows), ith, nth,
-                          &ws.matmul_next[n_matmuls++]);
+                          &ws.matmul_next[n_matmuls++].next);
         }
         done[n_done++] = partner;
       }

@@ -53,7 +53,10 @@ class Workspace {
   AlignedBuffer<uint8_t> qa0, qa1;  // quantized activations
   // One work counter per matmul of a step, in call order (kernels::matmul's `next`); zeroed
   // before each step's pool run.
-  std::unique_ptr<std::atomic<int64_t>[]> matmul_next;
+  struct alignas(64) MatmulCounter {  // a line each: q, k and v run back to back, unfenced
+    std::atomic<int64_t> next{0};
+  };
+  std::unique_ptr<MatmulCounter[]> matmul_next;
   size_t n_matmul_next = 0;
   std::vector<const uint8_t*> k_pages, v_pages;  // one layer's page pointers of every run
   std::vector<kernels::AttentionSeq> attn_seqs;  // one per run
