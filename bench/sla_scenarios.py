@@ -4,7 +4,8 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
 
     python3 bench/sla_scenarios.py [--metro build/bin/metro] [--model M] [--threads 2]
                                    [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
-                                   [--mix2 lognormal,loguniform] [--seed2 2]
+                                   [--mix2 lognormal,loguniform] [--seed2 2] [--rounds2 1]
+                                   [--rate2 R] [--slack2]
 
 1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
    total output throughput.
@@ -26,6 +27,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -170,33 +172,46 @@ def scenario2(args):
 def scenario2_mix(args, title, mix_args, mix_name):
     mixed = mix_args + ["--seed", str(args.seed2)]
     n = int(100 * args.scale)
-    cap = capacity(args, mixed, n)
-    rate = 0.9 * cap
-    rows = {}
+    if args.rate2 > 0:
+        cap, rate = None, args.rate2
+    else:
+        cap = capacity(args, mixed, n)
+        rate = 0.9 * cap
     # sla: the default (--tpot-cap all); sla-lower: steps capped by TPOT against lower
     # classes only, so one class gets FCFS-sized steps (docs/scheduling.md, "Step cap").
-    for name, sched, extra in (("sla", "sla", ()), ("sla-lower", "sla", ("--tpot-cap", "lower")),
-                               ("fcfs", "fcfs", ())):
-        srv = Server(args, sched, "off", extra)
-        try:
-            r = bench(args, srv.url, f"s2-{mix_name}-{name}",
-                      mixed + ["--rate", f"{rate:.3f}", "--num-requests", str(n), "--slo", SLO])
-        finally:
-            srv.stop()
-        run = r["runs"][0]
-        rows[name] = run["overall"]
+    variants = [("sla", "sla", ()), ("sla-lower", "sla", ("--tpot-cap", "lower"))]
+    if args.slack2:
+        variants.append(("sla-slack", "sla", ("--tpot-slack", "on")))
+    variants.append(("fcfs", "fcfs", ()))
+    # Near capacity one run says little (this host's speed drifts between minutes), so
+    # --rounds2 runs the policies in turn, round after round, and reports every round.
+    rows = []  # (round, name, overall)
+    for rd in range(args.rounds2):
+        for name, sched, extra in variants:
+            srv = Server(args, sched, "off", extra)
+            suffix = f"-{rd}" if args.rounds2 > 1 else ""
+            try:
+                r = bench(args, srv.url, f"s2-{mix_name}-{name}{suffix}",
+                          mixed + ["--rate", f"{rate:.3f}", "--num-requests", str(n), "--slo", SLO])
+            finally:
+                srv.stop()
+            rows.append((rd, name, r["runs"][0]["overall"]))
     print(f"\n## 2. Mixed lengths, {title}, one class, at 90% load")
-    print(f"capacity {cap:.2f} req/s; offered {rate:.2f} req/s, {n} requests, seed {args.seed2}")
-    print("| sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s | output tok/s "
-          "| SLO met (TTFT <= 2 s and TPOT <= 0.2 s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for s, g in rows.items():
-        print(f"| {s} | {g['ttft_s']['mean']:.3f} | {g['ttft_s']['p50']:.3f} | {g['ttft_s']['p99']:.3f} | "
+    cap_s = f"capacity {cap:.3f} req/s; " if cap is not None else "capacity not measured (--rate2); "
+    print(f"{cap_s}offered {rate:.3f} req/s, {n} requests, seed {args.seed2}, {args.rounds2} round(s)")
+    print("| round | sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s "
+          "| output tok/s | SLO met (TTFT <= 2 s and TPOT <= 0.2 s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for rd, s, g in rows:
+        print(f"| {rd} | {s} | {g['ttft_s']['mean']:.3f} | {g['ttft_s']['p50']:.3f} | {g['ttft_s']['p99']:.3f} | "
               f"{g['tpot_s']['mean']:.3f} | {g['tpot_s']['p99']:.3f} | "
               f"{g['e2e_s']['mean']:.2f} | {g['throughput']['output_tokens_per_s']:.1f} | "
               f"{g['goodput']['fraction']:.0%} |")
-    for s in ("sla", "sla-lower"):
-        print(f"mean TTFT fcfs/{s} = {rows['fcfs']['ttft_s']['mean'] / rows[s]['ttft_s']['mean']:.2f}x")
+    fcfs = {rd: g["ttft_s"]["mean"] for rd, s, g in rows if s == "fcfs"}
+    for name, _, _ in variants[:-1]:
+        ratios = [fcfs[rd] / g["ttft_s"]["mean"] for rd, s, g in rows if s == name]
+        print(f"mean TTFT fcfs/{name} per round: " + ", ".join(f"{x:.2f}x" for x in ratios) +
+              f" (median {statistics.median(ratios):.2f}x)")
 
 
 def scenario3(args):
@@ -284,6 +299,10 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--mix2", default="lognormal,loguniform", help="scenario 2's mixes: lognormal, loguniform")
     ap.add_argument("--seed2", type=int, default=2, help="scenario 2's bench-serve seed")
+    ap.add_argument("--rounds2", type=int, default=1, help="scenario 2: rounds of the policies in turn")
+    ap.add_argument("--rate2", type=float, default=0.0,
+                    help="scenario 2: offered req/s (default: 0.9 x the capacity measured first)")
+    ap.add_argument("--slack2", action="store_true", help="scenario 2: also run sla with --tpot-slack on")
     args = ap.parse_args()
     args.out = args.out or tempfile.mkdtemp(prefix="metro-sla-")
     os.makedirs(args.out, exist_ok=True)
