@@ -196,7 +196,8 @@ def scenario2_mix(args, title, mix_args, mix_name):
             finally:
                 srv.stop()
             rows.append((rd, name, r["runs"][0]["overall"]))
-    print(f"\n## 2. Mixed lengths, {title}, one class, at 90% load")
+    load = "at 90% load" if cap is not None else f"at {rate:.3f} req/s (--rate2)"
+    print(f"\n## 2. Mixed lengths, {title}, one class, {load}")
     cap_s = f"capacity {cap:.3f} req/s; " if cap is not None else "capacity not measured (--rate2); "
     print(f"{cap_s}offered {rate:.3f} req/s, {n} requests, seed {args.seed2}, {args.rounds2} round(s)")
     print("| round | sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s "
