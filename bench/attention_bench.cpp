@@ -199,6 +199,8 @@ BENCHMARK(BM_attention_decode)
 BENCHMARK(BM_kv_read_baseline)
     ->ArgNames({"ctx", "threads", "q8", "seqs"})
     ->ArgsProduct({{128, 512, 2048, 8192}, {1, 2}, {0}, {1}})
+    ->Args({512, 1, 0, 16})
+    ->Args({512, 2, 0, 16})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_attention_prefill)

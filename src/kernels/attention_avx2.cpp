@@ -340,8 +340,170 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   }
 }
 
+// A decode tile of F16 pages: every row is a head of one query, so all rows see the same
+// keys. K and V rows are converted in registers straight from the pages and each converted
+// vector feeds every row, instead of going through the stack buffers tile_impl shares
+// among up to 128 rows (with R <= 3 rows that round trip was most of the instructions).
+// Per row, the float operations and their order are tile_impl's: scores by the same FMA
+// chains and reduce4 tree (keys past the chunk's end score against a zero row, as
+// tile_impl's zero padding), the same softmax update, and acc * alpha + sum of p_j v_j
+// in key order. So a decode gives the same bits on either path.
+template <int R>
+void decode_tile_f16(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
+  const KvPageLayout& lay = p.layout;
+  const int hd = lay.head_dim;
+  const int group = p.n_head / lay.n_head_kv;
+  alignas(32) float q[R * kMaxHeadDim];
+  alignas(32) float acc[R * kMaxHeadDim];
+  alignas(32) float prob[R * kKeyChunk];
+  alignas(32) static const uint16_t kZeroRow[kMaxHeadDim] = {};
+  float m[R];
+  float l[R];
+  float alpha[R];
+
+  const __m256 vscale = _mm256_set1_ps(p.scale);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const int qi = t.row_begin / group;
+  for (int r = 0; r < R; ++r) {
+    const int row = t.row_begin + r;
+    const int h = t.kv_head * group + row % group;
+    const float* src = seq.q + static_cast<size_t>(qi) * seq.q_stride + static_cast<size_t>(h) * hd;
+    for (int d = 0; d < hd; d += 8) {
+      _mm256_store_ps(q + r * hd + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), vscale));
+      _mm256_store_ps(acc + r * hd + d, _mm256_setzero_ps());
+    }
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0.0f;
+  }
+  std::fill(prob, prob + R * kKeyChunk, 0.0f);  // lanes past a short chunk are read (masked)
+
+  const PagedRows keys(lay, seq.k_pages, t.kv_head);
+  const PagedRows values(lay, seq.v_pages, t.kv_head);
+  const size_t rb = keys.row_bytes();
+  const int64_t n_keys = seq.pos0 + qi + 1;
+  // Row pointers of this chunk (cur) and the next (ahead, prefetched one row per row used).
+  const uint8_t* k_cur[kKeyChunk + 3];
+  const uint8_t* v_cur[kKeyChunk];
+  const uint8_t* k_ahead[kKeyChunk];
+  const uint8_t* v_ahead[kKeyChunk];
+  auto pointers = [&](int64_t from, int n, const uint8_t** kp, const uint8_t** vp) {
+    keys.for_each_run(from, n, [&](int j0, const uint8_t* run, int count) {
+      for (int j = 0; j < count; ++j) kp[j0 + j] = run + static_cast<size_t>(j) * rb;
+    });
+    values.for_each_run(from, n, [&](int j0, const uint8_t* run, int count) {
+      for (int j = 0; j < count; ++j) vp[j0 + j] = run + static_cast<size_t>(j) * rb;
+    });
+  };
+  const int n0 = static_cast<int>(std::min<int64_t>(kKeyChunk, n_keys));
+  pointers(0, n0, k_cur, v_cur);
+  for (int j = 0; j < n0; ++j) {
+    prefetch_row(k_cur[j], rb);
+    prefetch_row(v_cur[j], rb);
+  }
+  const auto* zero = reinterpret_cast<const uint8_t*>(kZeroRow);
+  auto cvt = [](const uint8_t* row, int d) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * d)));
+  };
+  for (int64_t kb = 0; kb < n_keys; kb += kKeyChunk) {
+    const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, n_keys - kb));
+    const int n_ahead = static_cast<int>(std::clamp<int64_t>(n_keys - (kb + nk), 0, kKeyChunk));
+    if (n_ahead > 0) pointers(kb + nk, n_ahead, k_ahead, v_ahead);
+    for (int j = nk; j < ((nk + 3) & ~3); ++j) k_cur[j] = zero;
+
+    for (int j = 0; j < nk; j += 4) {
+      for (int a = j; a < std::min(j + 4, n_ahead); ++a) prefetch_row(k_ahead[a], rb);
+      __m256 s[R][4];
+      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < 4; ++c) s[r][c] = _mm256_setzero_ps();
+      }
+      for (int d = 0; d < hd; d += 8) {
+        const __m256 x0 = cvt(k_cur[j], d);
+        const __m256 x1 = cvt(k_cur[j + 1], d);
+        const __m256 x2 = cvt(k_cur[j + 2], d);
+        const __m256 x3 = cvt(k_cur[j + 3], d);
+        for (int r = 0; r < R; ++r) {
+          const __m256 qv = _mm256_load_ps(q + r * hd + d);
+          s[r][0] = _mm256_fmadd_ps(qv, x0, s[r][0]);
+          s[r][1] = _mm256_fmadd_ps(qv, x1, s[r][1]);
+          s[r][2] = _mm256_fmadd_ps(qv, x2, s[r][2]);
+          s[r][3] = _mm256_fmadd_ps(qv, x3, s[r][3]);
+        }
+      }
+      for (int r = 0; r < R; ++r) _mm_store_ps(prob + r * kKeyChunk + j, reduce4(s[r][0], s[r][1], s[r][2], s[r][3]));
+    }
+    for (int r = 0; r < R; ++r) {
+      float* sc = prob + r * kKeyChunk;
+      __m256 vmx = _mm256_set1_ps(m[r]);
+      for (int j = 0; j < nk; j += 8) {
+        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, nk - j)));
+        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(sc + j), mask));
+      }
+      const float mx = avx2::hmax_ps(vmx);
+      vmx = _mm256_set1_ps(mx);
+      __m256 sum = _mm256_setzero_ps();
+      for (int j = 0; j < nk; j += 8) {
+        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, nk - j)));
+        const __m256 e = _mm256_and_ps(avx2::exp(_mm256_sub_ps(_mm256_load_ps(sc + j), vmx)), mask);
+        _mm256_store_ps(sc + j, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      alpha[r] = std::exp(m[r] - mx);  // 0 on the first chunk (m = -inf)
+      l[r] = l[r] * alpha[r] + avx2::hsum_ps(sum);
+      m[r] = mx;
+    }
+
+    for (int a = 0; a < n_ahead; ++a) prefetch_row(v_ahead[a], rb);
+    for (int d = 0; d < hd; d += 16) {
+      const bool two = d + 16 <= hd;
+      __m256 c0[R], c1[R];
+      for (int r = 0; r < R; ++r) {
+        const __m256 va = _mm256_set1_ps(alpha[r]);
+        c0[r] = _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d), va);
+        c1[r] = two ? _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d + 8), va) : _mm256_setzero_ps();
+      }
+      for (int j = 0; j < nk; ++j) {
+        const __m256 x0 = cvt(v_cur[j], d);
+        const __m256 x1 = two ? cvt(v_cur[j], d + 8) : _mm256_setzero_ps();
+        for (int r = 0; r < R; ++r) {
+          const __m256 pj = _mm256_broadcast_ss(prob + r * kKeyChunk + j);
+          c0[r] = _mm256_fmadd_ps(pj, x0, c0[r]);
+          c1[r] = _mm256_fmadd_ps(pj, x1, c1[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(acc + r * hd + d, c0[r]);
+        if (two) _mm256_store_ps(acc + r * hd + d + 8, c1[r]);
+      }
+    }
+    if (n_ahead > 0) {
+      std::copy(k_ahead, k_ahead + n_ahead, k_cur);
+      std::copy(v_ahead, v_ahead + n_ahead, v_cur);
+    }
+  }
+
+  for (int r = 0; r < R; ++r) {
+    const int row = t.row_begin + r;
+    const int h = t.kv_head * group + row % group;
+    float* dst = seq.out + static_cast<size_t>(qi) * seq.out_stride + static_cast<size_t>(h) * hd;
+    const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
+    for (int d = 0; d < hd; d += 8) {
+      _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d), inv));
+    }
+  }
+}
+
 void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   if (p.layout.type == DType::kF16) {
+    const int group = p.n_head / p.layout.n_head_kv;
+    const int rows = t.row_end - t.row_begin;
+    if (t.row_begin / group == (t.row_end - 1) / group) {  // one query: a decode
+      switch (rows) {
+        case 1: return decode_tile_f16<1>(p, seq, t);
+        case 2: return decode_tile_f16<2>(p, seq, t);
+        case 3: return decode_tile_f16<3>(p, seq, t);
+        default: break;
+      }
+    }
     tile_impl<DType::kF16>(p, seq, t);
   } else {
     tile_impl<DType::kQ8_0>(p, seq, t);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -298,6 +299,46 @@ TEST(Attention, KeysAfterAQueryHaveNoEffect) {
       // ... and the last query does see its own key.
       EXPECT_NE(0, std::memcmp(before.data() + 6 * per_query, data[0].out.data() + 6 * per_query,
                                per_query * sizeof(float)));
+    }
+  }
+}
+
+// A decode (one query) may run a kernel of its own, but it must give the bits the same
+// query gets inside a multi-query step over the same pages: a prompt's last token, a
+// recomputation after preemption and a decode all compute that row.
+TEST(Attention, ADecodeGivesTheBitsOfTheSameQueryInALongerStep) {
+  const std::vector<Shape> shapes = {{9, 3, 64, 16, DType::kF16}, {8, 8, 128, 32, DType::kF16},
+                                     {4, 2, 64, 5, DType::kF16},  {32, 8, 128, 16, DType::kF16},
+                                     {9, 3, 64, 16, DType::kQ8_0}, {6, 1, 80, 16, DType::kF16}};
+  for (const detail::AttentionKernels* k : kernel_tables()) {
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(sh.type)) + " heads " +
+                   std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " hd " +
+                   std::to_string(sh.head_dim));
+      AttentionParams p;
+      p.layout = layout_of(sh);
+      p.n_head = sh.n_head;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+      std::vector<SeqData> data;
+      data.push_back(make_seq(sh, 40, 61, 11));  // keys 0..100: chunks of 32 and a short one
+      run_attention(*k, p, data, 1);
+      const size_t stride = static_cast<size_t>(sh.n_head) * sh.head_dim;
+      for (int i : {0, 2, 27, 39}) {
+        AttentionSeq one = data[0].view(sh.n_head, sh.head_dim);
+        std::vector<float> out(stride, -12345.0f);
+        one.n_q = 1;
+        one.pos0 = data[0].pos0 + i;
+        one.q = data[0].q.data() + static_cast<size_t>(i) * stride;
+        one.out = out.data();
+        for (int nth : {1, 2}) {
+          for (int ith = 0; ith < nth; ++ith) {
+            detail::attention_with(*k, p, std::span<const AttentionSeq>(&one, 1), ith, nth);
+          }
+          EXPECT_EQ(0, std::memcmp(out.data(), data[0].out.data() + static_cast<size_t>(i) * stride,
+                                   stride * sizeof(float)))
+              << "query " << i << ", " << nth << " thread(s)";
+        }
+      }
     }
   }
 }
