@@ -105,6 +105,9 @@ int cmd_serve(int argc, char** argv) {
                  "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  app.add_option("--step-trace", ec.step_trace,
+                 "write one line per engine step to this file: seconds, prompt tokens, decodes, prompt attention "
+                 "pairs, keys read by decodes (the step cost model's inputs; bench/step_cost_fit.py fits them)");
   std::string tpot_cap = "all";
   app.add_option("--tpot-cap", tpot_cap,
                  "with --sched sla: a class's TPOT objective caps the step length when prompts of any class "

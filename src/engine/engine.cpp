@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <deque>
 #include <random>
@@ -13,6 +14,7 @@
 #include "kv/kv_arena.h"
 #include "kv/kv_cache_manager.h"
 #include "sched/sla_scheduler.h"
+#include "sched/step_cost_fit.h"
 
 namespace metro::engine {
 
@@ -88,10 +90,11 @@ struct Engine::Impl {
   std::shared_ptr<const kv::PrefixHint> prefix_hint;  // kv's, readable from any thread
   sched::SchedMetrics metrics;
   explicit Impl(const sched::SlaConfig& sla) : metrics(sla) {}
-  // Online least-squares fit of step time = a + b * prefill tokens + c * decode sequences,
-  // with exponential forgetting; feeds the SLA policy's step budget.
-  double xtx[3][3] = {}, xty[3] = {};
-  uint64_t cost_steps = 0;
+  // Online fit of the step cost model (sched/step_cost_fit.h); feeds the SLA policy's
+  // step budget.
+  sched::StepCostFit cost_fit;
+  // --step-trace: one line per step (what the cost model is fitted from).
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_trace{nullptr, &std::fclose};
   std::unique_ptr<ThreadPool> pool;
   model::Workspace ws;
   SamplerScratch scratch;
@@ -130,7 +133,7 @@ struct Engine::Impl {
   std::vector<uint64_t> completed_ids;
   void publish_stats(double step_ms, int batch_tokens, int batch_seqs);
   void refresh_gauges_locked();
-  void observe_cost(double step_s, int prefill_tokens, int decode_seqs);
+  void observe_cost(const StepReport& rep);
 };
 
 Engine::Engine(std::shared_ptr<const model::Model> model, tokenizer::Tokenizer tokenizer,
@@ -182,6 +185,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
   impl->prefix_hint = impl->kv->prefix_hint();
+  if (!cfg.step_trace.empty()) {
+    impl->step_trace.reset(std::fopen(cfg.step_trace.c_str(), "w"));
+    if (!impl->step_trace) return invalid_argument("--step-trace: cannot write '" + cfg.step_trace + "'");
+    std::fputs("# step_s prefill_tokens decode_seqs prefill_pairs decode_keys\n", impl->step_trace.get());
+  }
   sched::SlaSchedulerConfig sc;
   sc.base.max_batch_tokens = cfg.max_batch_tokens;
   sc.base.max_seqs = cfg.max_seqs;
@@ -446,8 +454,10 @@ void Engine::Impl::step() {
     const int prompt_part = std::max(0, std::min(ss.seq->n_prompt, ss.seq->n_computed) - chunk_begin);
     if (ss.n_tokens == 1 && chunk_begin >= ss.seq->n_prompt) {
       ++rep.decode_seqs;
+      rep.decode_ctx += static_cast<double>(chunk_begin + 1);
     } else {
       rep.prefill_tokens += ss.n_tokens;
+      rep.prefill_pairs += sched::StepCostModel::pairs(ss.n_tokens, chunk_begin);
       rep.prefill_tokens_by_class[static_cast<size_t>(ss.seq->sla_class)] += prompt_part;
     }
   }
@@ -458,7 +468,7 @@ void Engine::Impl::step() {
     metrics.set_queue_depth(static_cast<sched::SlaClass>(k), counts.waiting_by_class[static_cast<size_t>(k)],
                             counts.running_by_class[static_cast<size_t>(k)]);
   }
-  observe_cost(rep.step_s, rep.prefill_tokens, rep.decode_seqs);
+  observe_cost(rep);
   if (self->cfg_.on_step) self->cfg_.on_step(rep);
   publish_stats(step_ms, plan.n_tokens, static_cast<int>(plan.seqs.size()));
 }
@@ -670,43 +680,23 @@ void Engine::Impl::reap() {
   completed_ids.clear();
 }
 
-void Engine::Impl::observe_cost(double step_s, int prefill_tokens, int decode_seqs) {
-  const double x[3] = {1.0, static_cast<double>(prefill_tokens), static_cast<double>(decode_seqs)};
-  constexpr double kForget = 0.995;  // about the last 200 steps
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) xtx[i][j] = kForget * xtx[i][j] + x[i] * x[j];
-    xty[i] = kForget * xty[i] + x[i] * step_s;
+void Engine::Impl::observe_cost(const StepReport& rep) {
+  if (step_trace) {
+    std::fprintf(step_trace.get(), "%.6f %d %d %.0f %.0f\n", rep.step_s, rep.prefill_tokens, rep.decode_seqs,
+                 rep.prefill_pairs, rep.decode_ctx);
+    if (cost_fit.steps() % 64 == 0) std::fflush(step_trace.get());
   }
-  if (!sla || ++cost_steps % 32 != 0) return;
-  // Solve the 3x3 normal equations (ridge-regularised so sparse data stays stable).
-  double a[3][4];
-  for (int i = 0; i < 3; ++i) {
-    for (int j = 0; j < 3; ++j) a[i][j] = xtx[i][j] + (i == j ? 1e-6 : 0.0);
-    a[i][3] = xty[i];
-  }
-  for (int col = 0; col < 3; ++col) {
-    int piv = col;
-    for (int r = col + 1; r < 3; ++r) {
-      if (std::fabs(a[r][col]) > std::fabs(a[piv][col])) piv = r;
-    }
-    if (std::fabs(a[piv][col]) < 1e-12) return;
-    for (int k = 0; k < 4; ++k) std::swap(a[col][k], a[piv][k]);
-    for (int r = 0; r < 3; ++r) {
-      if (r == col) continue;
-      const double f = a[r][col] / a[col][col];
-      for (int k = col; k < 4; ++k) a[r][k] -= f * a[col][k];
-    }
-  }
-  sched::StepCostModel cost;
-  cost.fixed_s = std::max(0.0, a[0][3] / a[0][0]);
-  cost.per_prefill_token_s = std::max(0.0, a[1][3] / a[1][1]);
-  cost.per_decode_seq_s = std::max(0.0, a[2][3] / a[2][2]);
-  if (cost.per_prefill_token_s <= 0.0) return;
-  sla->set_step_cost(cost);
+  cost_fit.observe(rep.step_s, rep.prefill_tokens, rep.decode_seqs, rep.prefill_pairs, rep.decode_ctx);
+  if (!sla || cost_fit.steps() % 32 != 0) return;
+  const std::optional<sched::StepCostModel> cost = cost_fit.fit();
+  if (!cost) return;
+  sla->set_step_cost(*cost);
   std::lock_guard<std::mutex> lock(stats_mu);
-  stats.cost_fixed_s = cost.fixed_s;
-  stats.cost_per_prefill_token_s = cost.per_prefill_token_s;
-  stats.cost_per_decode_seq_s = cost.per_decode_seq_s;
+  stats.cost_fixed_s = cost->fixed_s;
+  stats.cost_per_prefill_token_s = cost->per_prefill_token_s;
+  stats.cost_per_decode_seq_s = cost->per_decode_seq_s;
+  stats.cost_per_attention_pair_s = cost->per_attention_pair_s;
+  stats.cost_per_decode_ctx_s = cost->per_decode_ctx_s;
 }
 
 // Queue and KV gauges from the scheduler and the KV manager (engine thread; stats_mu held).

@@ -50,6 +50,7 @@ struct EngineConfig {
   std::string sched = "sla";       // scheduling policy: sla | fcfs (--sched)
   sched::SlaConfig sla;            // per-class objectives (--sla)
   bool tpot_slack = false;         // decodes ahead of their TPOT pace yield to prompts (--tpot-slack)
+  std::string step_trace;          // file for one line per engine step (--step-trace); empty: none
   bool tpot_cap_own_class = true;  // a class's TPOT caps steps with its own prompts too (--tpot-cap all)
   size_t stream_capacity = 1024;   // events buffered per request before it is aborted
   int max_n = 16;                  // bound on Request::n
@@ -63,6 +64,8 @@ struct StepReport {
   double step_s = 0.0;
   int prefill_tokens = 0;
   int decode_seqs = 0;
+  double prefill_pairs = 0.0;  // (query, key) pairs of the prompt chunks
+  double decode_ctx = 0.0;     // keys the decodes attended to
   std::array<int, sched::kNumSlaClasses> prefill_tokens_by_class{};
   std::array<int, sched::kNumSlaClasses> waiting_by_class{};  // after the step
   std::array<int, sched::kNumSlaClasses> running_by_class{};
@@ -97,6 +100,8 @@ struct EngineStats {
   double cost_fixed_s = 0.0;
   double cost_per_prefill_token_s = 0.0;
   double cost_per_decode_seq_s = 0.0;
+  double cost_per_attention_pair_s = 0.0;
+  double cost_per_decode_ctx_s = 0.0;
   // Step duration and batch size distributions since start: Prometheus-style cumulative
   // buckets (le bounds in engine.cpp).
   std::vector<uint64_t> step_ms_buckets;

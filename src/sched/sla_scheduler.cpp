@@ -13,6 +13,18 @@
 
 namespace metro::sched {
 
+int StepCostModel::max_prefill(double seconds, int64_t pos, int cap) const {
+  if (cap <= 0 || !(seconds > 0.0) || per_prefill_token_s <= 0.0) return 0;
+  const double a = per_prefill_token_s, b = per_attention_pair_s;
+  // prefill_s(n) = (b / 2) n^2 + (a + b (pos + 1/2)) n, increasing in n.
+  const double lin = a + b * (static_cast<double>(pos) + 0.5);
+  double n = b > 0.0 ? (std::sqrt(lin * lin + 2.0 * b * seconds) - lin) / b : seconds / a;
+  n = std::min(n, static_cast<double>(cap));
+  int k = static_cast<int>(std::floor(n));
+  while (k > 0 && prefill_s(k, pos) > seconds) --k;  // rounding of the root
+  return k;
+}
+
 namespace {
 
 constexpr double kNsPerS = 1e9;
@@ -516,18 +528,28 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   }
 
   // The step's budget is time when the engine has fed a cost model and an objective binds:
-  // a decode costs per_decode_seq_s, a prompt token per_prefill_token_s (on a CPU a decode
-  // costs two or three prompt tokens: attention over its context, the LM head, sampling).
-  // Counting every token at the dearer of the two halved prefill throughput at 90% load
-  // (measured: 50-token steps of 85 ms against a 160 ms objective).
+  // a decode costs decode_s(its context), a prompt chunk prefill_s(n, its position) (on a
+  // CPU a decode costs two or three prompt tokens: attention over its context, the LM head,
+  // sampling). Counting every token at the dearer of the two halved prefill throughput at
+  // 90% load (measured: 50-token steps of 85 ms against a 160 ms objective).
   const int budget_total = cfg_.base.max_batch_tokens;
   const double target_s = step_target_s(now_ns, decode_allow, lowest_prompt_class);
   const bool timed = std::isfinite(target_s);
-  const double per_prefill = std::max(cfg_.cost.per_prefill_token_s, 1e-9);
-  const double per_decode = cfg_.cost.per_decode_seq_s;
+  const StepCostModel& cost = cfg_.cost;
+  const double per_prefill = std::max(cost.per_prefill_token_s, 1e-9);
+  // What a decode costs now: the mean over the running decodes (their contexts), for the
+  // seat count; a decode of an empty context when none runs.
+  double decode_sum = 0.0;
+  int n_decodes = 0;
+  for (const Entry* e : running_) {
+    if (!is_decode(*e)) continue;
+    decode_sum += cost.decode_s(e->seq->n_computed);
+    ++n_decodes;
+  }
+  const double per_decode = n_decodes > 0 ? decode_sum / n_decodes : cost.decode_s(0);
   // Never below min_step_tokens of prompt or one decode: a step must make progress.
   const double time_total =
-      timed ? std::max({target_s - cfg_.cost.fixed_s, std::min(cfg_.min_step_tokens, budget_total) * per_prefill,
+      timed ? std::max({target_s - cost.fixed_s, std::min(cfg_.min_step_tokens, budget_total) * per_prefill,
                         per_decode})
             : std::numeric_limits<double>::infinity();
   double time_left = time_total;
@@ -564,10 +586,16 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     int n = std::min(s->n_uncomputed(), budget);
     if (e->key.tier == 0 && !is_decode(*e)) n = std::min(n, lane_cap);
     const bool decode = is_decode(*e);
+    const double decode_cost = decode ? cost.decode_s(s->n_computed) : 0.0;
     if (timed) {
       // A paused decode keeps its blocks: its token would push the step past the objective.
-      if (decode && per_decode > time_left) continue;
-      if (!decode) n = std::min(n, static_cast<int>(std::floor(time_left / per_prefill)));
+      if (decode && decode_cost > time_left) continue;
+      if (!decode) {
+        // A step makes progress: the first work of a step is never cut below
+        // min_step_tokens, even where attention over a long context makes them dear.
+        const int fit = cost.max_prefill(time_left, s->n_computed, n);
+        n = plan.seqs.empty() ? std::max(fit, std::min(n, cfg_.min_step_tokens)) : fit;
+      }
     }
     const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
     const size_t cls_i = static_cast<size_t>(s->sla_class);
@@ -607,7 +635,7 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     plan.seqs.push_back({s, n});
     if (!is_decode(*e) && e->key.tier != 0) last_class_prefill_ns_[static_cast<size_t>(s->sla_class)] = now_ns;
     budget -= n;
-    if (timed) time_left -= decode ? per_decode : n * per_prefill;
+    if (timed) time_left -= decode ? decode_cost : cost.prefill_s(n, s->n_computed);
     logits += wants_logits ? 1 : 0;
     // Every token in the step delays its end, so a step that prefills a realtime prompt
     // carries nothing of the classes below (their decodes pause for those few steps).

@@ -241,10 +241,13 @@ std::string ServerMetrics::render(const engine::EngineStats* st, bool model_load
   gauge("metro_sched_step_budget_tokens", "Token budget of the last engine step (the SLA policy cuts it to fit objectives).",
         st->step_budget_tokens);
   write_metric_header(&out, "metro_engine_step_cost_seconds", "gauge",
-                      "Fitted step cost model: fixed, per prefill token, per decoding sequence (0 until fitted).");
+                      "Fitted step cost model: fixed, per token (prompt or decode), per prompt attention pair, "
+                      "per key a decode reads (0 until fitted).");
   write_sample(&out, "metro_engine_step_cost_seconds", "term=\"fixed\"", st->cost_fixed_s);
   write_sample(&out, "metro_engine_step_cost_seconds", "term=\"per_prefill_token\"", st->cost_per_prefill_token_s);
   write_sample(&out, "metro_engine_step_cost_seconds", "term=\"per_decode_seq\"", st->cost_per_decode_seq_s);
+  write_sample(&out, "metro_engine_step_cost_seconds", "term=\"per_attention_pair\"", st->cost_per_attention_pair_s);
+  write_sample(&out, "metro_engine_step_cost_seconds", "term=\"per_decode_ctx\"", st->cost_per_decode_ctx_s);
   // Step time: the engine buckets milliseconds; exposed in seconds.
   std::vector<double> step_bounds;
   for (double b : engine::EngineStats::step_ms_bounds()) step_bounds.push_back(b * 1e-3);

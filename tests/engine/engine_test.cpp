@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -210,6 +212,50 @@ TEST(Engine, StopConditionsAndUsage) {
   Generation st = collect(*eng->submit(t));
   EXPECT_EQ(st.reason, FinishReason::kStop);
   EXPECT_LE(st.tokens.size(), 4u);
+}
+
+// --step-trace: one line per step with what the cost model is fitted from. A chunked
+// prompt's lines add up to the prompt and its whole causal triangle of (query, key) pairs;
+// each decode reads its context.
+TEST(Engine, StepTraceRecordsEachStepsWork) {
+  REQUIRE_MODEL();
+  const std::string path = ::testing::TempDir() + "metro_step_trace.txt";
+  const auto p = prompts(3)[2];
+  const int64_t n = static_cast<int64_t>(p.size());
+  ASSERT_GT(n, 16);
+  {
+    auto eng = make_engine({.max_batch_tokens = 16, .step_trace = path});
+    ASSERT_EQ(collect(*eng->submit(greedy_request(p, 5))).tokens.size(), 5u);
+  }  // the engine closes the file
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good());
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header.rfind("# step_s", 0), 0u);
+  double step_s = 0, pairs = 0, keys = 0, total_pairs = 0, total_keys = 0;
+  int prefill = 0, decodes = 0, total_prefill = 0, total_decodes = 0, lines = 0;
+  while (in >> step_s >> prefill >> decodes >> pairs >> keys) {
+    EXPECT_GT(step_s, 0.0);
+    EXPECT_LE(prefill, 16);
+    total_prefill += prefill;
+    total_decodes += decodes;
+    total_pairs += pairs;
+    total_keys += keys;
+    ++lines;
+  }
+  EXPECT_EQ(total_prefill, n);
+  EXPECT_EQ(total_decodes, 4);  // the first token comes from the prompt's last chunk
+  EXPECT_DOUBLE_EQ(total_pairs, static_cast<double>(n * (n + 1) / 2));
+  EXPECT_DOUBLE_EQ(total_keys, static_cast<double>(4 * n + 1 + 2 + 3 + 4));  // keys n+1 .. n+4
+  EXPECT_EQ(lines, static_cast<int>((n + 15) / 16) + 4);
+  std::remove(path.c_str());
+
+  const auto& sm = default_model();
+  EngineConfig bad;
+  bad.step_trace = "/nonexistent-dir/trace.txt";
+  auto e = Engine::create(sm.model, *sm.tokenizer, bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--step-trace"), std::string::npos);
 }
 
 TEST(Engine, RefusesWhatCanNeverFit) {

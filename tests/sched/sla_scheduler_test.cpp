@@ -307,6 +307,104 @@ TEST(SlaScheduler, StepBudgetFollowsTheTightestObjective) {
   EXPECT_EQ(h.s->last_step_budget(), 29);
 }
 
+// Attention makes a prompt's later chunks dearer: with an attention term in the cost model
+// every chunk is the longest that fits the step's time at its own position, so chunks of a
+// long prompt shrink as it advances; without the term they stay the same size.
+TEST(SlaScheduler, ChunksFitTheStepTimeAtTheirPosition) {
+  for (double pair_s : {0.0, 1e-6}) {
+    SCOPED_TRACE(pair_s);
+    SlaSchedulerConfig cfg = small_cfg(512, 8);
+    cfg.cost = {.fixed_s = 0.006, .per_prefill_token_s = 0.0025, .per_decode_seq_s = 0.0025,
+                .per_attention_pair_s = pair_s};
+    Harness h(1024, 16, cfg);
+    SeqState* q = h.add(SlaClass::kStandard, 1200, 4);
+    const double time = 2.0 * cfg.step_per_ttft - cfg.cost.fixed_s;  // standard TTFT 2 s
+    std::vector<int> chunks;
+    while (q->n_computed < q->n_prompt) {
+      const int pos = q->n_computed;
+      StepPlan p = h.step();
+      ASSERT_EQ(p.seqs.size(), 1u);
+      const int n = p.seqs[0].n_tokens;
+      chunks.push_back(n);
+      if (pos + n < q->n_prompt) {  // not the prompt's tail: exactly the longest that fits
+        EXPECT_LE(cfg.cost.prefill_s(n, pos), time) << "chunk at " << pos;
+        EXPECT_GT(cfg.cost.prefill_s(n + 1, pos), time) << "chunk at " << pos;
+      }
+    }
+    ASSERT_GE(chunks.size(), 4u);
+    if (pair_s == 0.0) {
+      EXPECT_EQ(chunks[0], 197);  // 0.494 s / 2.5 ms
+      EXPECT_EQ(chunks[1], chunks[0]);
+    } else {
+      EXPECT_LT(chunks[0], 197);
+      for (size_t i = 1; i + 1 < chunks.size(); ++i) EXPECT_LT(chunks[i], chunks[i - 1]);
+    }
+  }
+}
+
+// A decode's cost grows with its context: with a context term, a step under a TPOT
+// objective carries (and seats) as many long-context decodes as its time pays for, not the
+// count a context-free model would plan.
+TEST(SlaScheduler, DecodeCostFollowsItsContext) {
+  for (double ctx_s : {0.0, 2e-5}) {
+    SCOPED_TRACE(ctx_s);
+    SlaSchedulerConfig cfg = small_cfg(512, 64);
+    cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.001,
+                .per_attention_pair_s = 0.0, .per_decode_ctx_s = ctx_s};
+    cfg.decode_share = 1.0;
+    Harness h(4096, 16, cfg);
+    // Standard: TPOT 0.2 s, so steps of 160 ms while it decodes; prompts of 1000 tokens.
+    for (int i = 0; i < 8; ++i) h.add(SlaClass::kStandard, 1000, 200);
+    int most = 0;
+    for (int i = 0; i < 2000 && !h.all_finished(); ++i) {
+      StepPlan p = h.step();
+      int decodes = 0;
+      double t = 0.0;
+      for (auto& ss : p.seqs) {
+        const int pos = ss.seq->n_computed - ss.n_tokens;
+        if (ss.n_tokens == 1 && pos >= ss.seq->n_prompt) {
+          ++decodes;
+          t += cfg.cost.decode_s(pos);
+        } else {
+          t += cfg.cost.prefill_s(ss.n_tokens, pos);
+        }
+      }
+      most = std::max(most, decodes);
+      if (decodes > 1) {
+        EXPECT_LE(t, 0.16 - cfg.cost.fixed_s + 1e-9) << "step " << i;
+      }
+    }
+    EXPECT_TRUE(h.all_finished());
+    // Context-free, a decode costs 1 ms and all 8 decode together; at ~1000 keys it costs
+    // 21-25 ms, and (160 - 4) ms pays for six or seven.
+    if (ctx_s == 0.0) {
+      EXPECT_EQ(most, 8);
+    } else {
+      EXPECT_GE(most, 6);
+      EXPECT_LE(most, 7);
+    }
+  }
+}
+
+TEST(StepCostModel, MaxPrefillIsTheLongestChunkThatFits) {
+  StepCostModel m{.fixed_s = 0.01, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.001,
+                  .per_attention_pair_s = 1e-6, .per_decode_ctx_s = 0.0};
+  for (int64_t pos : {0, 1, 100, 2047, 100000}) {
+    for (double t : {0.0005, 0.001, 0.05, 0.16, 3.0}) {
+      const int n = m.max_prefill(t, pos, 4096);
+      if (n > 0) {
+        EXPECT_LE(m.prefill_s(n, pos), t) << pos << " " << t;
+      }
+      if (n < 4096) {
+        EXPECT_GT(m.prefill_s(n + 1, pos), t) << pos << " " << t;
+      }
+    }
+  }
+  EXPECT_EQ(m.max_prefill(3.0, 0, 64), 64);
+  EXPECT_EQ(m.max_prefill(0.0, 0, 64), 0);
+  EXPECT_DOUBLE_EQ(StepCostModel::pairs(3, 10), 3 * 10 + 6);
+}
+
 // A flood that took every seat of an idle server gives a quiet tenant its share of seats
 // as soon as it asks, not when the flood's requests finish; never more, and never back and
 // forth.

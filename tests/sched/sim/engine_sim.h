@@ -37,8 +37,12 @@ struct CostModel {
     return fixed_s + per_prefill_token_s * static_cast<double>(prefill_tokens) +
            per_decode_seq_s * decode_seqs + per_attended_pair_s * static_cast<double>(attended_pairs);
   }
-  // What the SLA scheduler is told (it does not model attention).
-  StepCostModel linear() const { return {fixed_s, per_prefill_token_s, per_decode_seq_s}; }
+  // What the SLA scheduler is told: the model itself, as the engine's fit (sched/
+  // step_cost_fit.h) would find it. A prompt token's pairs and a decode's keys are both
+  // attended pairs here.
+  StepCostModel linear() const {
+    return {fixed_s, per_prefill_token_s, per_decode_seq_s, per_attended_pair_s, per_attended_pair_s};
+  }
 };
 
 struct TraceRequest {
