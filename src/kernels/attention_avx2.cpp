@@ -340,7 +340,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   }
 }
 
-// A decode tile of F16 pages: every row is a head of one query, so all rows see the same
+// A decode tile: every row is a head of one query, so all rows see the same
 // keys. K and V rows are converted in registers straight from the pages and each converted
 // vector feeds every row, instead of going through the stack buffers tile_impl shares
 // among up to 128 rows (with R <= 3 rows that round trip was most of the instructions).
@@ -348,8 +348,38 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
 // chains and reduce4 tree (keys past the chunk's end score against a zero row, as
 // tile_impl's zero padding), the same softmax update, and acc * alpha + sum of p_j v_j
 // in key order. So a decode gives the same bits on either path.
-template <int R>
-void decode_tile_f16(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
+// Eight values of a K or V row from dimension d, as convert_row<kType> makes them. Q8_0
+// rows scale each block of 32 by its own factor: span_scale reads it once per block (F16
+// has none), load8 applies it.
+template <DType kType>
+inline constexpr int kSpan = kType == DType::kF16 ? 8 : 32;
+
+template <DType kType>
+inline __m256 span_scale(const uint8_t* row, int d) {
+  if constexpr (kType == DType::kF16) {
+    (void)row;
+    (void)d;
+    return _mm256_setzero_ps();
+  } else {  // Q8_0: { f16 d; int8 q[32]; } per 32 values
+    uint16_t dh;
+    std::memcpy(&dh, row + (d / 32) * 34, 2);
+    return _mm256_set1_ps(_cvtsh_ss(dh));
+  }
+}
+
+template <DType kType>
+inline __m256 load8(const uint8_t* row, int d, __m256 scale) {
+  if constexpr (kType == DType::kF16) {
+    (void)scale;
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * d)));
+  } else {
+    const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + (d / 32) * 34 + 2 + d % 32));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), scale);
+  }
+}
+
+template <DType kType, int R>
+void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   const KvPageLayout& lay = p.layout;
   const int hd = lay.head_dim;
   const int group = p.n_head / lay.n_head_kv;
@@ -400,10 +430,8 @@ void decode_tile_f16(const AttentionParams& p, const AttentionSeq& seq, const At
     prefetch_row(k_cur[j], rb);
     prefetch_row(v_cur[j], rb);
   }
-  const auto* zero = reinterpret_cast<const uint8_t*>(kZeroRow);
-  auto cvt = [](const uint8_t* row, int d) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * d)));
-  };
+  const auto* zero = reinterpret_cast<const uint8_t*>(kZeroRow);  // F16 zeros; Q8_0: scale 0, q 0
+  constexpr int kS = kSpan<kType>;
   for (int64_t kb = 0; kb < n_keys; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, n_keys - kb));
     const int n_ahead = static_cast<int>(std::clamp<int64_t>(n_keys - (kb + nk), 0, kKeyChunk));
@@ -416,17 +444,23 @@ void decode_tile_f16(const AttentionParams& p, const AttentionSeq& seq, const At
       for (int r = 0; r < R; ++r) {
         for (int c = 0; c < 4; ++c) s[r][c] = _mm256_setzero_ps();
       }
-      for (int d = 0; d < hd; d += 8) {
-        const __m256 x0 = cvt(k_cur[j], d);
-        const __m256 x1 = cvt(k_cur[j + 1], d);
-        const __m256 x2 = cvt(k_cur[j + 2], d);
-        const __m256 x3 = cvt(k_cur[j + 3], d);
-        for (int r = 0; r < R; ++r) {
-          const __m256 qv = _mm256_load_ps(q + r * hd + d);
-          s[r][0] = _mm256_fmadd_ps(qv, x0, s[r][0]);
-          s[r][1] = _mm256_fmadd_ps(qv, x1, s[r][1]);
-          s[r][2] = _mm256_fmadd_ps(qv, x2, s[r][2]);
-          s[r][3] = _mm256_fmadd_ps(qv, x3, s[r][3]);
+      for (int b = 0; b < hd; b += kS) {
+        const __m256 c0 = span_scale<kType>(k_cur[j], b);
+        const __m256 c1 = span_scale<kType>(k_cur[j + 1], b);
+        const __m256 c2 = span_scale<kType>(k_cur[j + 2], b);
+        const __m256 c3 = span_scale<kType>(k_cur[j + 3], b);
+        for (int d = b; d < b + kS; d += 8) {
+          const __m256 x0 = load8<kType>(k_cur[j], d, c0);
+          const __m256 x1 = load8<kType>(k_cur[j + 1], d, c1);
+          const __m256 x2 = load8<kType>(k_cur[j + 2], d, c2);
+          const __m256 x3 = load8<kType>(k_cur[j + 3], d, c3);
+          for (int r = 0; r < R; ++r) {
+            const __m256 qv = _mm256_load_ps(q + r * hd + d);
+            s[r][0] = _mm256_fmadd_ps(qv, x0, s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(qv, x1, s[r][1]);
+            s[r][2] = _mm256_fmadd_ps(qv, x2, s[r][2]);
+            s[r][3] = _mm256_fmadd_ps(qv, x3, s[r][3]);
+          }
         }
       }
       for (int r = 0; r < R; ++r) _mm_store_ps(prob + r * kKeyChunk + j, reduce4(s[r][0], s[r][1], s[r][2], s[r][3]));
@@ -462,8 +496,9 @@ void decode_tile_f16(const AttentionParams& p, const AttentionSeq& seq, const At
         c1[r] = two ? _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d + 8), va) : _mm256_setzero_ps();
       }
       for (int j = 0; j < nk; ++j) {
-        const __m256 x0 = cvt(v_cur[j], d);
-        const __m256 x1 = two ? cvt(v_cur[j], d + 8) : _mm256_setzero_ps();
+        const __m256 c = span_scale<kType>(v_cur[j], d);  // d, d + 8: one Q8_0 block
+        const __m256 x0 = load8<kType>(v_cur[j], d, c);
+        const __m256 x1 = two ? load8<kType>(v_cur[j], d + 8, c) : _mm256_setzero_ps();
         for (int r = 0; r < R; ++r) {
           const __m256 pj = _mm256_broadcast_ss(prob + r * kKeyChunk + j);
           c0[r] = _mm256_fmadd_ps(pj, x0, c0[r]);
@@ -492,21 +527,26 @@ void decode_tile_f16(const AttentionParams& p, const AttentionSeq& seq, const At
   }
 }
 
+template <DType kType>
+void tile_typed(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
+  const int group = p.n_head / p.layout.n_head_kv;
+  const int rows = t.row_end - t.row_begin;
+  if (t.row_begin / group == (t.row_end - 1) / group) {  // one query: a decode
+    switch (rows) {
+      case 1: return decode_tile<kType, 1>(p, seq, t);
+      case 2: return decode_tile<kType, 2>(p, seq, t);
+      case 3: return decode_tile<kType, 3>(p, seq, t);
+      default: break;
+    }
+  }
+  tile_impl<kType>(p, seq, t);
+}
+
 void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   if (p.layout.type == DType::kF16) {
-    const int group = p.n_head / p.layout.n_head_kv;
-    const int rows = t.row_end - t.row_begin;
-    if (t.row_begin / group == (t.row_end - 1) / group) {  // one query: a decode
-      switch (rows) {
-        case 1: return decode_tile_f16<1>(p, seq, t);
-        case 2: return decode_tile_f16<2>(p, seq, t);
-        case 3: return decode_tile_f16<3>(p, seq, t);
-        default: break;
-      }
-    }
-    tile_impl<DType::kF16>(p, seq, t);
+    tile_typed<DType::kF16>(p, seq, t);
   } else {
-    tile_impl<DType::kQ8_0>(p, seq, t);
+    tile_typed<DType::kQ8_0>(p, seq, t);
   }
 }
 

@@ -309,7 +309,8 @@ TEST(Attention, KeysAfterAQueryHaveNoEffect) {
 TEST(Attention, ADecodeGivesTheBitsOfTheSameQueryInALongerStep) {
   const std::vector<Shape> shapes = {{9, 3, 64, 16, DType::kF16}, {8, 8, 128, 32, DType::kF16},
                                      {4, 2, 64, 5, DType::kF16},  {32, 8, 128, 16, DType::kF16},
-                                     {9, 3, 64, 16, DType::kQ8_0}, {6, 1, 80, 16, DType::kF16}};
+                                     {9, 3, 64, 16, DType::kQ8_0}, {6, 1, 80, 16, DType::kF16},
+                                     {4, 2, 128, 5, DType::kQ8_0}};
   for (const detail::AttentionKernels* k : kernel_tables()) {
     for (const Shape& sh : shapes) {
       SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(sh.type)) + " heads " +
