@@ -687,7 +687,9 @@ void Engine::Impl::observe_cost(const StepReport& rep) {
     if (cost_fit.steps() % 64 == 0) std::fflush(step_trace.get());
   }
   cost_fit.observe(rep.step_s, rep.prefill_tokens, rep.decode_seqs, rep.prefill_pairs, rep.decode_ctx);
-  if (!sla || cost_fit.steps() % 32 != 0) return;
+  // Every step until the terms can be told apart (the first steps after start are timed
+  // too), then every 32.
+  if (!sla || (cost_fit.steps() > sched::StepCostFit::kMinStepsForTerms && cost_fit.steps() % 32 != 0)) return;
   const std::optional<sched::StepCostModel> cost = cost_fit.fit();
   if (!cost) return;
   sla->set_step_cost(*cost);

@@ -58,6 +58,18 @@ bool solve(const double (&xtx)[4][4], const double (&xty)[4], const std::array<b
 
 std::optional<StepCostModel> StepCostFit::fit() const {
   if (steps_ == 0) return std::nullopt;
+  if (steps_ < kMinStepsForTerms) {
+    // Too few steps to tell the terms apart (a server's first steps: the calibration
+    // prefill and the first requests). Every second goes to the per-token term, fixed and
+    // attention costs included, so these steps are planned on the safe side, but timed:
+    // untimed, the first requests after start ran max_batch_tokens steps of 0.4-0.6 s and
+    // broke their TPOT objective (9 of 100 in a measured run).
+    if (xtx_[1][1] <= 0.0 || xty_[1] <= 0.0) return std::nullopt;
+    StepCostModel m;
+    m.per_prefill_token_s = xty_[1] / xtx_[1][1];
+    m.per_decode_seq_s = m.per_prefill_token_s;
+    return m;
+  }
   std::array<bool, 4> on = {true, true, xtx_[2][2] > 0.0, xtx_[3][3] > 0.0};
   std::array<double, 4> c{};
   // Drop the most negative term and refit until every coefficient is >= 0 (at most 4 rounds).

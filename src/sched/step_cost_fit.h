@@ -29,8 +29,11 @@ class StepCostFit {
   // StepCostModel::pairs over its chunks), and keys read by its decodes (sum of pos + 1).
   void observe(double step_s, int prefill_tokens, int decode_seqs, double prefill_pairs, double decode_ctx);
 
-  // The model fitted so far; empty until the per-token term is positive.
+  // The model fitted so far; empty until the per-token term is positive. Before
+  // kMinStepsForTerms steps, a per-token cost alone (least squares through the origin).
   std::optional<StepCostModel> fit() const;
+
+  static constexpr int64_t kMinStepsForTerms = 16;
 
   int64_t steps() const { return steps_; }
 

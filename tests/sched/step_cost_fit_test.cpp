@@ -36,6 +36,27 @@ TEST(StepCostFit, EmptyUntilItHasSteps) {
   EXPECT_FALSE(f.fit().has_value());
 }
 
+// The first steps give a per-token cost alone, every second counted in it: timed, and on
+// the safe side for the chunks that follow.
+TEST(StepCostFit, FirstStepsGiveAPerTokenCostAlone) {
+  StepCostFit f;
+  f.observe(0.30, 256, 0, StepCostModel::pairs(256, 0), 0.0);
+  auto m = f.fit();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_DOUBLE_EQ(m->per_prefill_token_s, 0.30 / 256);
+  EXPECT_DOUBLE_EQ(m->per_decode_seq_s, m->per_prefill_token_s);
+  EXPECT_EQ(m->fixed_s, 0.0);
+  EXPECT_EQ(m->per_attention_pair_s, 0.0);
+  f.observe(0.02, 0, 4, 0.0, 4 * 300.0);
+  m = f.fit();
+  ASSERT_TRUE(m.has_value());
+  // Through the origin on tokens: (256 x 0.30 + 4 x 0.02) / (256^2 + 4^2).
+  EXPECT_NEAR(m->per_prefill_token_s, (256 * 0.30 * 0.995 + 4 * 0.02) / (256.0 * 256 * 0.995 + 16), 1e-12);
+  StepCostFit idle;
+  idle.observe(0.001, 0, 0, 0.0, 0.0);  // a step with no tokens says nothing per token
+  EXPECT_FALSE(idle.fit().has_value());
+}
+
 TEST(StepCostFit, RecoversTheCostsOfNoisySteps) {
   StepCostFit f;
   std::mt19937 rng(3);
