@@ -230,6 +230,31 @@ void accumulate_more(float* acc, const float* p, const float* v, int from, int n
   }
 }
 
+// One row's online-softmax step over the n scores of a chunk: the running max m and sum l
+// move on, the scores become exp(s - new max) (lanes past n: 0, read but masked), and the
+// factor the row's accumulator must be rescaled by is returned (0 on the first chunk).
+inline float softmax_chunk(float* s, int n, float* m, float* l) {
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vmx = _mm256_set1_ps(*m);
+  for (int j = 0; j < n; j += 8) {
+    const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+    vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
+  }
+  const float mx = avx2::hmax_ps(vmx);
+  vmx = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) {
+    const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+    const __m256 e = _mm256_and_ps(avx2::exp(_mm256_sub_ps(_mm256_load_ps(s + j), vmx)), mask);
+    _mm256_store_ps(s + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const float alpha = std::exp(*m - mx);  // 0 on the first chunk (m = -inf)
+  *l = *l * alpha + avx2::hsum_ps(sum);
+  *m = mx;
+  return alpha;
+}
+
 template <DType kType>
 void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   const KvPageLayout& lay = p.layout;
@@ -248,7 +273,6 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   int64_t qpos[kMaxTileRows];
 
   const __m256 vscale = _mm256_set1_ps(p.scale);
-  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int r = 0; r < rows; ++r) {
     const int row = t.row_begin + r;
     const int qi = row / group;
@@ -298,23 +322,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     for (r = first; r < rows; ++r) {
       const int n = valid[r];
       float* s = prob + r * kKeyChunk;
-      __m256 vmx = _mm256_set1_ps(m[r]);
-      for (int j = 0; j < n; j += 8) {
-        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
-        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
-      }
-      const float mx = avx2::hmax_ps(vmx);
-      vmx = _mm256_set1_ps(mx);
-      __m256 sum = _mm256_setzero_ps();
-      for (int j = 0; j < n; j += 8) {
-        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
-        const __m256 e = _mm256_and_ps(avx2::exp(_mm256_sub_ps(_mm256_load_ps(s + j), vmx)), mask);
-        _mm256_store_ps(s + j, e);
-        sum = _mm256_add_ps(sum, e);
-      }
-      alpha[r] = std::exp(m[r] - mx);  // 0 on the first chunk (m = -inf)
-      l[r] = l[r] * alpha[r] + avx2::hsum_ps(sum);
-      m[r] = mx;
+      alpha[r] = softmax_chunk(s, n, &m[r], &l[r]);
     }
 
     convert_rows<kType>(values, kb, nk, next_end, vf, hd);
@@ -392,7 +400,6 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
   float alpha[R];
 
   const __m256 vscale = _mm256_set1_ps(p.scale);
-  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   const int qi = t.row_begin / group;
   for (int r = 0; r < R; ++r) {
     const int row = t.row_begin + r;
@@ -466,24 +473,7 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
       for (int r = 0; r < R; ++r) _mm_store_ps(prob + r * kKeyChunk + j, reduce4(s[r][0], s[r][1], s[r][2], s[r][3]));
     }
     for (int r = 0; r < R; ++r) {
-      float* sc = prob + r * kKeyChunk;
-      __m256 vmx = _mm256_set1_ps(m[r]);
-      for (int j = 0; j < nk; j += 8) {
-        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, nk - j)));
-        vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(sc + j), mask));
-      }
-      const float mx = avx2::hmax_ps(vmx);
-      vmx = _mm256_set1_ps(mx);
-      __m256 sum = _mm256_setzero_ps();
-      for (int j = 0; j < nk; j += 8) {
-        const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, nk - j)));
-        const __m256 e = _mm256_and_ps(avx2::exp(_mm256_sub_ps(_mm256_load_ps(sc + j), vmx)), mask);
-        _mm256_store_ps(sc + j, e);
-        sum = _mm256_add_ps(sum, e);
-      }
-      alpha[r] = std::exp(m[r] - mx);  // 0 on the first chunk (m = -inf)
-      l[r] = l[r] * alpha[r] + avx2::hsum_ps(sum);
-      m[r] = mx;
+      alpha[r] = softmax_chunk(prob + r * kKeyChunk, nk, &m[r], &l[r]);
     }
 
     for (int a = 0; a < n_ahead; ++a) prefetch_row(v_ahead[a], rb);
