@@ -255,6 +255,31 @@ inline float softmax_chunk(float* s, int n, float* m, float* l) {
   return alpha;
 }
 
+// Row r of a tile: its query's scaled q into q_row, zeros into acc_row. Rows are query-major
+// (see attention_impl.h): query r / group, head kv_head * group + r % group.
+inline void start_row(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t, int group,
+                      int r, float* q_row, float* acc_row) {
+  const int hd = p.layout.head_dim;
+  const int row = t.row_begin + r;
+  const float* src = seq.q + static_cast<size_t>(row / group) * seq.q_stride +
+                     static_cast<size_t>(t.kv_head * group + row % group) * hd;
+  const __m256 vscale = _mm256_set1_ps(p.scale);
+  for (int d = 0; d < hd; d += 8) {
+    _mm256_store_ps(q_row + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), vscale));
+    _mm256_store_ps(acc_row + d, _mm256_setzero_ps());
+  }
+}
+
+// Row r's output: its accumulator over the softmax sum l.
+inline void finish_row(const AttentionSeq& seq, const AttentionTile& t, int group, int hd, int r,
+                       const float* acc_row, float l) {
+  const int row = t.row_begin + r;
+  float* dst = seq.out + static_cast<size_t>(row / group) * seq.out_stride +
+               static_cast<size_t>(t.kv_head * group + row % group) * hd;
+  const __m256 inv = _mm256_set1_ps(1.0f / l);
+  for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_load_ps(acc_row + d), inv));
+}
+
 template <DType kType>
 void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   const KvPageLayout& lay = p.layout;
@@ -272,21 +297,13 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   int valid[kMaxTileRows];
   int64_t qpos[kMaxTileRows];
 
-  const __m256 vscale = _mm256_set1_ps(p.scale);
   for (int r = 0; r < rows; ++r) {
-    const int row = t.row_begin + r;
-    const int qi = row / group;
-    const int h = t.kv_head * group + row % group;
-    const float* src = seq.q + static_cast<size_t>(qi) * seq.q_stride + static_cast<size_t>(h) * hd;
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_store_ps(q + r * hd + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), vscale));
-      _mm256_store_ps(acc + r * hd + d, _mm256_setzero_ps());
-    }
+    start_row(p, seq, t, group, r, q + r * hd, acc + r * hd);
     // Score lanes past a row's last valid key are computed (and masked) too: keep them finite.
     std::fill(prob + r * kKeyChunk, prob + (r + 1) * kKeyChunk, 0.0f);
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0.0f;
-    qpos[r] = seq.pos0 + qi;
+    qpos[r] = seq.pos0 + (t.row_begin + r) / group;
   }
 
   const PagedRows keys(lay, seq.k_pages, t.kv_head);
@@ -336,26 +353,9 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     if (r < rows) accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd);
   }
 
-  for (int r = 0; r < rows; ++r) {
-    const int row = t.row_begin + r;
-    const int qi = row / group;
-    const int h = t.kv_head * group + row % group;
-    float* dst = seq.out + static_cast<size_t>(qi) * seq.out_stride + static_cast<size_t>(h) * hd;
-    const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d), inv));
-    }
-  }
+  for (int r = 0; r < rows; ++r) finish_row(seq, t, group, hd, r, acc + r * hd, l[r]);
 }
 
-// A decode tile: every row is a head of one query, so all rows see the same
-// keys. K and V rows are converted in registers straight from the pages and each converted
-// vector feeds every row, instead of going through the stack buffers tile_impl shares
-// among up to 128 rows (with R <= 3 rows that round trip was most of the instructions).
-// Per row, the float operations and their order are tile_impl's: scores by the same FMA
-// chains and reduce4 tree (keys past the chunk's end score against a zero row, as
-// tile_impl's zero padding), the same softmax update, and acc * alpha + sum of p_j v_j
-// in key order. So a decode gives the same bits on either path.
 // Eight values of a K or V row from dimension d, as convert_row<kType> makes them. Q8_0
 // rows scale each block of 32 by its own factor: span_scale reads it once per block (F16
 // has none), load8 applies it.
@@ -386,6 +386,14 @@ inline __m256 load8(const uint8_t* row, int d, __m256 scale) {
   }
 }
 
+// A decode tile: every row is a head of one query, so all rows see the same
+// keys. K and V rows are converted in registers straight from the pages and each converted
+// vector feeds every row, instead of going through the stack buffers tile_impl shares
+// among up to 128 rows (with R <= 3 rows that round trip was most of the instructions).
+// Per row, the float operations and their order are tile_impl's: scores by the same FMA
+// chains and reduce4 tree (keys past the chunk's end score against a zero row, as
+// tile_impl's zero padding), the same softmax update, and acc * alpha + sum of p_j v_j
+// in key order. So a decode gives the same bits on either path.
 template <DType kType, int R>
 void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
   const KvPageLayout& lay = p.layout;
@@ -399,16 +407,9 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
   float l[R];
   float alpha[R];
 
-  const __m256 vscale = _mm256_set1_ps(p.scale);
   const int qi = t.row_begin / group;
   for (int r = 0; r < R; ++r) {
-    const int row = t.row_begin + r;
-    const int h = t.kv_head * group + row % group;
-    const float* src = seq.q + static_cast<size_t>(qi) * seq.q_stride + static_cast<size_t>(h) * hd;
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_store_ps(q + r * hd + d, _mm256_mul_ps(_mm256_loadu_ps(src + d), vscale));
-      _mm256_store_ps(acc + r * hd + d, _mm256_setzero_ps());
-    }
+    start_row(p, seq, t, group, r, q + r * hd, acc + r * hd);
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0.0f;
   }
@@ -506,15 +507,7 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
     }
   }
 
-  for (int r = 0; r < R; ++r) {
-    const int row = t.row_begin + r;
-    const int h = t.kv_head * group + row % group;
-    float* dst = seq.out + static_cast<size_t>(qi) * seq.out_stride + static_cast<size_t>(h) * hd;
-    const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d), inv));
-    }
-  }
+  for (int r = 0; r < R; ++r) finish_row(seq, t, group, hd, r, acc + r * hd, l[r]);
 }
 
 template <DType kType>

@@ -31,6 +31,17 @@ double truth(const Step& s, double fixed, double tok, double pair, double key) {
   return fixed + tok * (s.prefill + s.decodes) + pair * s.pairs + key * s.ctx;
 }
 
+// n random steps whose time is truth(...) times a normal factor of mean 1 and sd `noise`.
+void feed(StepCostFit* f, std::mt19937* rng, int n, double fixed, double tok, double pair, double key,
+          double noise = 0.0) {
+  std::normal_distribution<double> factor(1.0, noise);
+  for (int i = 0; i < n; ++i) {
+    const Step s = random_step(*rng);
+    const double t = truth(s, fixed, tok, pair, key);
+    f->observe(noise > 0.0 ? t * factor(*rng) : t, s.prefill, s.decodes, s.pairs, s.ctx);
+  }
+}
+
 TEST(StepCostFit, EmptyUntilItHasSteps) {
   StepCostFit f;
   EXPECT_FALSE(f.fit().has_value());
@@ -60,11 +71,7 @@ TEST(StepCostFit, FirstStepsGiveAPerTokenCostAlone) {
 TEST(StepCostFit, RecoversTheCostsOfNoisySteps) {
   StepCostFit f;
   std::mt19937 rng(3);
-  std::normal_distribution<double> noise(1.0, 0.05);
-  for (int i = 0; i < 600; ++i) {
-    const Step s = random_step(rng);
-    f.observe(truth(s, 0.005, 0.001, 1e-6, 3.5e-6) * noise(rng), s.prefill, s.decodes, s.pairs, s.ctx);
-  }
+  feed(&f, &rng, 600, 0.005, 0.001, 1e-6, 3.5e-6, 0.05);
   const auto m = f.fit();
   ASSERT_TRUE(m.has_value());
   EXPECT_NEAR(m->per_prefill_token_s, 0.001, 0.0001);
@@ -79,11 +86,7 @@ TEST(StepCostFit, RecoversTheCostsOfNoisySteps) {
 TEST(StepCostFit, ATermThatCostsNothingIsZeroNotNegative) {
   StepCostFit f;
   std::mt19937 rng(5);
-  std::normal_distribution<double> noise(1.0, 0.1);
-  for (int i = 0; i < 600; ++i) {
-    const Step s = random_step(rng);
-    f.observe(truth(s, 0.005, 0.001, 0.0, 3e-6) * noise(rng), s.prefill, s.decodes, s.pairs, s.ctx);
-  }
+  feed(&f, &rng, 600, 0.005, 0.001, 0.0, 3e-6, 0.1);
   const auto m = f.fit();
   ASSERT_TRUE(m.has_value());
   EXPECT_GE(m->per_attention_pair_s, 0.0);
@@ -96,14 +99,8 @@ TEST(StepCostFit, ATermThatCostsNothingIsZeroNotNegative) {
 TEST(StepCostFit, FollowsAChangeOfSpeed) {
   StepCostFit f;
   std::mt19937 rng(7);
-  for (int i = 0; i < 1000; ++i) {
-    const Step s = random_step(rng);
-    f.observe(truth(s, 0.005, 0.001, 1e-6, 3e-6), s.prefill, s.decodes, s.pairs, s.ctx);
-  }
-  for (int i = 0; i < 1000; ++i) {
-    const Step s = random_step(rng);
-    f.observe(truth(s, 0.010, 0.002, 2e-6, 6e-6), s.prefill, s.decodes, s.pairs, s.ctx);
-  }
+  feed(&f, &rng, 1000, 0.005, 0.001, 1e-6, 3e-6);
+  feed(&f, &rng, 1000, 0.010, 0.002, 2e-6, 6e-6);
   const auto m = f.fit();
   ASSERT_TRUE(m.has_value());
   EXPECT_NEAR(m->per_prefill_token_s, 0.002, 0.0001);

@@ -149,7 +149,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
         class_prefill[static_cast<size_t>(s->sla_class)] += ss.n_tokens;
       }
       const int64_t n = ss.n_tokens, c = s->n_computed;
-      attended += n * c + n * (n + 1) / 2;
+      attended += static_cast<int64_t>(StepCostModel::pairs(n, c));
     }
     if (cfg.check_invariants) {
       if (plan.n_tokens > 0 && plan.n_tokens != [&] {
