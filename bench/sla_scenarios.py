@@ -4,14 +4,15 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
 
     python3 bench/sla_scenarios.py [--metro build/bin/metro] [--model M] [--threads 2]
                                    [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
-                                   [--mix2 lognormal,loguniform] [--seed2 2] [--rounds2 1]
+                                   [--mix2 lognormal,loguniform,bimodal] [--seed2 2] [--rounds2 1]
                                    [--rate2 R] [--slack2]
 
 1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
    total output throughput.
-2. Mixed lengths, one class, at 90% load: mean TTFT (sla also with --tpot-cap lower), on two
-   mixes (--mix2): chat-like lognormal lengths, and the simulator's log-uniform ones (prompts
-   16-2048, outputs 8-512: as many 16-31 token prompts as 1024-2047 token ones).
+2. Mixed lengths, one class, at 90% load: mean TTFT (sla also with --tpot-cap lower), on
+   three mixes (--mix2): chat-like lognormal lengths, the simulator's log-uniform ones (prompts
+   16-2048, outputs 8-512: as many 16-31 token prompts as 1024-2047 token ones), and short
+   chats mixed with long documents (bimodal).
 3. The same at capacity and at 2x: goodput (requests meeting their class SLO per second).
 4. Two tenants, one sending 10x the other's rate, both past their share: the quiet tenant's
    share of generated tokens while both are backlogged.
@@ -160,7 +161,22 @@ MIXES2 = {
     "loguniform": ("log-uniform lengths (in 16-2048, out 8-512; the simulator's mix)",
                    ["--dataset", "synthetic", "--input-len", "loguniform:16-2048", "--output-len",
                     "loguniform:8-512"]),
+    # Written per run by write_bimodal (a JSONL file: the lengths of a request go together).
+    "bimodal": ("short chats and long documents (80%: in 32-256 words, out 16-128; 20%: in 1024-2048, "
+                "out 64-256)", None),
 }
+
+
+def write_bimodal(path, rng, n):
+    with open(path, "w") as f:
+        for _ in range(n):
+            if rng.random() < 0.2:
+                rec = {"prompt": words(rng, rng.randint(1024, 2048)), "max_tokens": rng.randint(64, 256)}
+            else:
+                rec = {"prompt": words(rng, rng.randint(32, 256)), "max_tokens": rng.randint(16, 128)}
+            f.write(json.dumps(rec) + "\n")
+
+
 MIXED = MIXES2["lognormal"][1] + ["--seed", "2"]  # scenario 3's mix
 
 
@@ -170,8 +186,12 @@ def scenario2(args):
 
 
 def scenario2_mix(args, title, mix_args, mix_name):
-    mixed = mix_args + ["--seed", str(args.seed2)]
     n = int(100 * args.scale)
+    if mix_args is None:
+        path = os.path.join(args.out, f"mix2-{mix_name}-{args.seed2}.jsonl")
+        write_bimodal(path, random.Random(args.seed2), n)
+        mix_args = ["--dataset", path]
+    mixed = mix_args + ["--seed", str(args.seed2)]
     if args.rate2 > 0:
         cap, rate = None, args.rate2
     else:
@@ -298,7 +318,8 @@ def main():
     ap.add_argument("--scenarios", default="1,2,3,4")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies request counts")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--mix2", default="lognormal,loguniform", help="scenario 2's mixes: lognormal, loguniform")
+    ap.add_argument("--mix2", default="lognormal,loguniform,bimodal",
+                    help="scenario 2's mixes: lognormal, loguniform, bimodal")
     ap.add_argument("--seed2", type=int, default=2, help="scenario 2's bench-serve seed")
     ap.add_argument("--rounds2", type=int, default=1, help="scenario 2: rounds of the policies in turn")
     ap.add_argument("--rate2", type=float, default=0.0,

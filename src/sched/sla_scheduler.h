@@ -139,8 +139,9 @@ struct SlaSchedulerConfig {
   // Whether a class's TPOT objective caps the step also when only prompts of its own class
   // (or higher) wait (the default; `metro serve --tpot-cap all`). Off (`--tpot-cap lower`),
   // it protects a class from lower classes' prompts only: inside a class, steps take
-  // max_batch_tokens as under FCFS, for a lower mean TTFT and a TPOT the class's own
-  // prompts may break (measured in docs/scheduling.md, "Step cap and TPOT slack").
+  // max_batch_tokens as under FCFS up to step_per_ttft x the class's TTFT objective (an
+  // arrival of the class must not wait behind a long step), for a lower mean TTFT and a
+  // TPOT the class's own prompts may break (docs/scheduling.md, "Step cap and TPOT slack").
   bool tpot_cap_own_class = true;
   double class_memory_s = 60.0;     // a class counts as present this long after it had work
   int min_step_tokens = 16;         // the SLO-driven budget never goes below this

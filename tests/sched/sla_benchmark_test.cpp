@@ -28,6 +28,12 @@ TEST(SlaBenchmark, MixedLengthsAtNinetyPercent) {
   EXPECT_TRUE(r.passed);
 }
 
+TEST(SlaBenchmark, MixedLengthsAcrossSeedsAndMixes) {
+  ScenarioResult r = scenario_mixed_seeds({kSeed, 1, 7, 2, 3, 11});
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
 TEST(SlaBenchmark, TwiceOverloadWithAdmission) {
   ScenarioResult r = scenario_overload(kSeed);
   report(r);

@@ -41,6 +41,12 @@ TraceRequest realtime_short(SimRng& r);  // prompt 32-128, output 16-64
 TraceRequest batch_long(SimRng& r);      // prompt 512-1536, output 128-384
 TraceRequest mixed_standard(SimRng& r);  // log-uniform prompt 16-2048, output 8-512
 TraceRequest chat_standard(SimRng& r);   // prompt 64-256, output 32-128
+// Scenario 2's other server mix (bench/sla_scenarios.py --mix2 lognormal): prompt lognormal
+// median 128, sigma 1, at most 1024; output median 48, sigma 0.8, at most 256.
+TraceRequest lognormal_standard(SimRng& r);
+// Short chats and long documents: 80% prompt 32-256, output 16-128; 20% prompt 1024-2048,
+// output 64-256 (bench/sla_scenarios.py --mix2 bimodal).
+TraceRequest bimodal_standard(SimRng& r);
 
 struct ScenarioResult {
   std::string text;      // the table printed by the benchmark program
@@ -49,6 +55,9 @@ struct ScenarioResult {
 
 ScenarioResult scenario_priority(uint64_t seed);   // 1: 20% realtime + 80% batch at 1.5x
 ScenarioResult scenario_mixed(uint64_t seed);      // 2: mixed lengths at 90% load
+// Scenario 2's policies over several seeds and both mixes: how far each is from the 2x
+// target when the sample changes (one seed says little for a heavy-tailed mix).
+ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds);
 ScenarioResult scenario_overload(uint64_t seed);   // 3: 2x overload with admission control
 ScenarioResult scenario_tenants(uint64_t seed);    // 4: two tenants, one at 10x the rate
 
