@@ -1,12 +1,13 @@
 #include "sched/sim/scenarios.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <array>
 #include <iterator>
 #include <limits>
+#include <numbers>
 
 namespace metro::sched::sim {
 
@@ -37,6 +38,13 @@ int count_rejected(const SimReport& r) {
   for (const auto& o : r.outcomes) n += o.rejected ? 1 : 0;
   return n;
 }
+
+// The policy variants scenario 2 compares with the default.
+// --tpot-cap lower: a class's TPOT objective caps steps against lower classes only.
+void tpot_cap_lower(SlaSchedulerConfig& c) { c.tpot_cap_own_class = false; }
+// No step cost model, so no SLO-driven step budget: every step may take max_batch_tokens
+// as under FCFS, and only the order differs.
+void order_only(SlaSchedulerConfig& c) { c.cost = {}; }
 
 }  // namespace
 
@@ -141,7 +149,7 @@ TraceRequest lognormal_standard(SimRng& r) {
   // Box-Muller; lengths clamped as bench-serve's lognormal:MEDIAN,SIGMA,MAX does.
   auto lognormal = [&r](double median, double sigma, int max) {
     const double u1 = 1.0 - r.uniform(), u2 = r.uniform();
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
     return std::clamp(static_cast<int>(std::lround(median * std::exp(sigma * z))), 1, max);
   };
   TraceRequest t;
@@ -216,11 +224,8 @@ ScenarioResult scenario_mixed(uint64_t seed) {
   std::vector<TraceRequest> trace = poisson_trace(load * cap, duration, seed, mixed_standard);
   SimReport f = run_sim(trace, e.sim, fcfs_factory(e));
   SimReport s = run_sim(trace, e.sim, sla_factory(e));
-  // The same policy without the SLO-driven step budget (no cost model): every step may take
-  // max_batch_tokens as under FCFS, so only the order differs.
-  SimReport o = run_sim(trace, e.sim, sla_factory(e, [](SlaSchedulerConfig& c) { c.cost = {}; }));
-  // --tpot-cap lower: the class's TPOT objective caps steps against lower classes only.
-  SimReport a = run_sim(trace, e.sim, sla_factory(e, [](SlaSchedulerConfig& c) { c.tpot_cap_own_class = false; }));
+  SimReport o = run_sim(trace, e.sim, sla_factory(e, order_only));
+  SimReport a = run_sim(trace, e.sim, sla_factory(e, tpot_cap_lower));
   const SlaClassConfig& slo = e.sla.of(SlaClass::kStandard);
   LatencySummary ft = summarize(ttfts(trace, f)), st = summarize(ttfts(trace, s)), ot = summarize(ttfts(trace, o));
   LatencySummary fp = summarize(tpots(trace, f)), sp = summarize(tpots(trace, s)), op = summarize(tpots(trace, o));
@@ -296,8 +301,8 @@ ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds) {
   };
   const Variant variants[] = {
       {"sla", {}},
-      {"sla-lower", [](SlaSchedulerConfig& c) { c.tpot_cap_own_class = false; }},
-      {"sla-order", [](SlaSchedulerConfig& c) { c.cost = {}; }},
+      {"sla-lower", tpot_cap_lower},
+      {"sla-order", order_only},
   };
   constexpr size_t kVariants = std::size(variants);
   ScenarioResult out;
