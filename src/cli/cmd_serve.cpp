@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "gateway/embed_batcher.h"
 #include "gateway/traffic_policy.h"
 #include "sched/sla_config.h"
 #include "server/server.h"
@@ -113,6 +114,20 @@ int cmd_serve(int argc, char** argv) {
                  "with --sched sla: a class's TPOT objective caps the step length when prompts of any class "
                  "are planned (all) or only prompts of lower classes (lower)")
       ->check(CLI::IsMember({"all", "lower"}))
+      ->capture_default_str();
+  std::string embed_window = "off";
+  gateway::BatchWindowConfig window_cfg;
+  app.add_option("--embed-window", embed_window,
+                 "hold /v1/embeddings requests briefly so that several start in one engine step: on or off "
+                 "(each class waits --embed-wait-fraction x its TTFT objective, at most --embed-max-wait)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--embed-wait-fraction", window_cfg.wait_fraction,
+                 "embeddings window: a class's wait as a fraction of its TTFT objective")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--embed-max-wait", window_cfg.max_wait_cap_s, "embeddings window: longest wait in seconds")
+      ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
   app.add_option("--max-batch-tokens", ec.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 16))
@@ -249,6 +264,10 @@ int cmd_serve(int argc, char** argv) {
     policy->done(traffic(ar), static_cast<int64_t>(o.prompt_tokens) + o.completion_tokens, duration, now);
   };
   ec.on_step = [policy](const engine::StepReport& rep) { policy->observe_step(rep); };
+  if (embed_window == "on") {
+    if (Status s = gateway::validate(window_cfg); !s.ok()) return fail("serve", s);
+    sc.embed_window = std::make_shared<gateway::EmbedBatcher>(window_cfg, ec.sla);
+  }
 
   std::optional<tokenizer::ChatTemplate> template_override;
   if (!chat_template_file.empty()) {

@@ -243,7 +243,7 @@ const char* Engine::scheduler_name() const { return impl_->sched->name(); }
 const sched::SchedMetrics& Engine::sched_metrics() const { return impl_->metrics; }
 sched::SchedMetrics& Engine::sched_metrics() { return impl_->metrics; }
 
-Expected<Handle> Engine::submit(Request r) {
+Status Engine::validate(Request& r) const {
   const int32_t n_vocab = tokenizer_.n_vocab();
   if (r.prompt.empty()) return invalid_argument("the prompt is empty");
   for (int32_t id : r.prompt) {
@@ -276,18 +276,44 @@ Expected<Handle> Engine::submit(Request r) {
     return out_of_range("the request needs " + std::to_string(need) + " tokens of KV cache; the engine holds " +
                         std::to_string(kv_capacity_tokens()));
   }
-  auto a = std::make_unique<ActiveRequest>();
-  a->id = impl_->next_id.fetch_add(1);
-  a->stream = std::make_shared<RequestStream>(a->id, std::max<size_t>(cfg_.stream_capacity, 4));
-  a->req = std::move(r);
-  Handle h{a->id, a->stream};
+  return Status();
+}
+
+Expected<Handle> Engine::submit(Request r) {
+  std::vector<Request> one;
+  one.push_back(std::move(r));
+  return std::move(submit_all(std::move(one)).front());
+}
+
+std::vector<Expected<Handle>> Engine::submit_all(std::vector<Request> requests) {
+  std::vector<Expected<Handle>> out;
+  out.reserve(requests.size());
+  std::vector<std::unique_ptr<ActiveRequest>> ready;
+  std::vector<size_t> slot;  // out index of each ready request
+  for (Request& r : requests) {
+    if (Status s = validate(r); !s.ok()) {
+      out.emplace_back(std::move(s));
+      continue;
+    }
+    auto a = std::make_unique<ActiveRequest>();
+    a->id = impl_->next_id.fetch_add(1);
+    a->stream = std::make_shared<RequestStream>(a->id, std::max<size_t>(cfg_.stream_capacity, 4));
+    a->req = std::move(r);
+    out.emplace_back(Handle{a->id, a->stream});
+    slot.push_back(out.size() - 1);
+    ready.push_back(std::move(a));
+  }
+  if (ready.empty()) return out;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->stopping) return unavailable("the engine is shutting down");
-    impl_->intake.push_back(std::move(a));
+    if (impl_->stopping) {
+      for (size_t i : slot) out[i] = unavailable("the engine is shutting down");
+      return out;
+    }
+    for (auto& a : ready) impl_->intake.push_back(std::move(a));
   }
   impl_->cv.notify_one();
-  return h;
+  return out;
 }
 
 void Engine::abort(uint64_t id) {

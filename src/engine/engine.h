@@ -123,6 +123,9 @@ class Engine {
   // sampling), out_of_range (prompt + max_tokens beyond the context or the KV capacity),
   // unavailable (shutting down).
   Expected<Handle> submit(Request request);
+  // Several requests at once, one result per request in order: those that pass validation
+  // enter the intake together, so an idle engine starts them in the same step.
+  std::vector<Expected<Handle>> submit_all(std::vector<Request> requests);
   // Ends a request early (finish reason abort); its blocks are freed before the next step.
   void abort(uint64_t id);
   EngineStats stats() const;
@@ -151,6 +154,7 @@ class Engine {
  private:
   Engine(std::shared_ptr<const model::Model> model, tokenizer::Tokenizer tokenizer,
          const EngineConfig& cfg);
+  Status validate(Request& r) const;  // submit()'s checks; normalizes embedding requests
   std::shared_ptr<const model::Model> model_;
   tokenizer::Tokenizer tokenizer_;
   EngineConfig cfg_;

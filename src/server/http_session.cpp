@@ -6,6 +6,7 @@
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
+#include <algorithm>
 #include <cstring>
 
 #include "base/clock.h"
@@ -321,26 +322,90 @@ void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<Admi
   call->start_ns = start_ns;
   call->n_choices = n_choices;
   call->admitted = std::move(admitted);
+  const std::shared_ptr<gateway::EmbedBatcher>& window = core_.config().embed_window;
+  if (window && pc.spec.endpoint == Endpoint::kEmbeddings) {
+    // Held in the batching window: submitted with the others of its batch, on the window's
+    // thread; the session stays in kPrepare (a client that leaves cancels it).
+    const sched::SlaClass cls = pc.requests.front().sla_class;
+    std::shared_ptr<engine::Engine> eng = model->engine;
+    std::weak_ptr<HttpSession> weak = weak_from_this();
+    call->held_spec = std::move(pc.spec);
+    call_ = std::move(call);
+    preparing_ = true;
+    const uint64_t seq = ++held_seq_;
+    call_->held_seq = seq;
+    call_->held_ticket = window->hold(
+        eng.get(), cls, pc.prompt_tokens,
+        [eng](std::vector<engine::Request> rs) { return eng->submit_all(std::move(rs)); }, std::move(pc.requests),
+        [weak, eng, seq](std::vector<Expected<engine::Handle>> hs) {
+          if (auto s = weak.lock()) {
+            asio::post(s->strand_, [s, eng, seq, hs = std::move(hs)]() mutable {
+              s->on_released(seq, *eng, std::move(hs));
+            });
+            return;
+          }
+          for (const auto& h : hs) {
+            if (h.ok()) eng->abort(h->id);
+          }
+        });
+    return;
+  }
   for (engine::Request& r : pc.requests) {
     auto h = model->engine->submit(std::move(r));
     if (!h.ok()) {
       for (const engine::Handle& prev : call->handles) model->engine->abort(prev.id);
-      metrics.inflight_choices.fetch_sub(n_choices);
-      metrics.inflight_requests.fetch_sub(1);
-      finish_admission(admitted, refused, false);
-      const std::string param = pc.spec.endpoint == Endpoint::kChatCompletions ? "messages"
-                                : pc.spec.endpoint == Endpoint::kCompletions   ? "prompt"
-                                                                               : "input";
-      respond(HttpResponse::error(error_from_status(h.status(), param)), label);
+      fail_submit(*call, h.status(), pc.spec.endpoint);
       return;
     }
     call->handles.push_back(std::move(*h));
   }
-  const Endpoint endpoint = pc.spec.endpoint;
-  call->formatter = std::make_unique<ResponseFormatter>(std::move(pc.spec), model->tokenizer, call->handles.size(),
-                                                        make_response_id(endpoint), unix_time_seconds());
-  const bool stream = call->formatter->spec().stream;
   call_ = std::move(call);
+  start_call(std::move(pc.spec));
+}
+
+void HttpSession::fail_submit(Call& call, const Status& status, Endpoint endpoint) {
+  ServerMetrics& metrics = core_.metrics();
+  metrics.inflight_choices.fetch_sub(call.n_choices);
+  metrics.inflight_requests.fetch_sub(1);
+  finish_admission(call.admitted, AdmissionOutcome{call.admitted ? call.admitted->prompt_tokens : 0, 0, false},
+                   false);
+  const std::string param = endpoint == Endpoint::kChatCompletions ? "messages"
+                            : endpoint == Endpoint::kCompletions   ? "prompt"
+                                                                   : "input";
+  respond(HttpResponse::error(error_from_status(status, param)), call.endpoint);
+}
+
+void HttpSession::on_released(uint64_t seq, engine::Engine& eng, std::vector<Expected<engine::Handle>> handles) {
+  const bool failed = std::any_of(handles.begin(), handles.end(), [](const auto& h) { return !h.ok(); });
+  if (!call_ || call_->held_seq != seq || failed) {
+    // The client left while the window held the call (its accounting is done), or a
+    // request was refused: the others must not run.
+    for (const auto& h : handles) {
+      if (h.ok()) eng.abort(h->id);
+    }
+    if (!call_ || call_->held_seq != seq) return;
+  }
+  preparing_ = false;
+  std::unique_ptr<Call> call = std::move(call_);
+  call->held_seq = 0;
+  for (auto& h : handles) {
+    if (!h.ok()) {
+      fail_submit(*call, h.status(), Endpoint::kEmbeddings);
+      return;
+    }
+    call->handles.push_back(std::move(*h));
+  }
+  call_ = std::move(call);
+  start_call(std::move(*call_->held_spec));
+}
+
+void HttpSession::start_call(ResponseSpec spec) {
+  ServerMetrics& metrics = core_.metrics();
+  Call& call = *call_;
+  const Endpoint endpoint = spec.endpoint;
+  call.formatter = std::make_unique<ResponseFormatter>(std::move(spec), call.model->tokenizer, call.handles.size(),
+                                                       make_response_id(endpoint), unix_time_seconds());
+  const bool stream = call.formatter->spec().stream;
   phase_ = Phase::kGenerate;
   if (stream) {
     if (!keep_alive_ || !chunked_ || core_.draining()) close_after_response_ = true;
@@ -348,7 +413,7 @@ void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<Admi
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
     if (chunked_) out_ += "Transfer-Encoding: chunked\r\n";
     out_ += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
-    metrics.count_request(label, 200);
+    metrics.count_request(call.endpoint, 200);
     flush();
   }
   std::weak_ptr<HttpSession> weak = weak_from_this();
@@ -427,6 +492,18 @@ void HttpSession::finish_admission(const std::optional<AdmissionRequest>& admitt
 
 void HttpSession::end_call(bool client_gone) {
   if (!call_) return;
+  if (call_->held_seq != 0) {
+    // Still in the batching window: take it out (if it was already submitted, on_released
+    // aborts the handles when it finds the call gone).
+    if (const auto& window = core_.config().embed_window) window->cancel(call_->held_ticket);
+    preparing_ = false;
+    finish_admission(call_->admitted,
+                     AdmissionOutcome{call_->admitted ? call_->admitted->prompt_tokens : 0, 0, false}, false);
+    core_.metrics().inflight_choices.fetch_sub(call_->n_choices);
+    core_.metrics().inflight_requests.fetch_sub(1);
+    call_.reset();
+    return;
+  }
   for (const engine::Handle& h : call_->handles) {
     h.stream->set_notify(nullptr);
     if (client_gone) call_->model->engine->abort(h.id);

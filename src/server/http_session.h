@@ -53,6 +53,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     int n_choices = 0;
     std::optional<AdmissionRequest> admitted;  // when an admission hook admitted it
     bool released = false;                     // admission_release called
+    // While the embeddings batching window holds it (held_seq != 0): what the response
+    // needs once it is submitted, and the window's ticket.
+    std::optional<ResponseSpec> held_spec;
+    uint64_t held_seq = 0;
+    uint64_t held_ticket = 0;
   };
 
   // Reading and parsing.
@@ -69,6 +74,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label);
   void on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
                    std::shared_ptr<const ModelContext> model, std::string endpoint_label, int64_t start_ns);
+  // The call's engine requests are submitted: build its formatter and start streaming.
+  void start_call(ResponseSpec spec);
+  void fail_submit(Call& call, const Status& status, Endpoint endpoint);
+  // The batching window submitted call `seq` (results in request order).
+  void on_released(uint64_t seq, engine::Engine& eng, std::vector<Expected<engine::Handle>> handles);
   // Tells the admission policy that an admitted request left its queue / ended.
   void release_admission(Call& call);
   void finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
@@ -117,6 +127,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   std::unique_ptr<Call> call_;
   bool preparing_ = false;
+  uint64_t held_seq_ = 0;  // calls this session gave the batching window
   std::atomic<bool> notify_pending_{false};
   size_t linger_bytes_ = 0;
 };

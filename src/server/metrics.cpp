@@ -181,6 +181,27 @@ void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s)
   }
 }
 
+void write_embed_window_metrics(std::string* out, const gateway::EmbedBatcher& window) {
+  const gateway::EmbedBatcherStats s = window.stats();
+  auto one = [&](const char* name, const char* type, const char* help, uint64_t v) {
+    write_metric_header(out, name, type, help);
+    write_sample(out, name, "", static_cast<double>(v));
+  };
+  one("metro_embed_window_held_total", "counter", "Embedding requests that entered the batching window.", s.held);
+  one("metro_embed_window_batches_total", "counter", "Batches the window submitted to the engine.", s.batches);
+  one("metro_embed_window_submitted_total", "counter", "Embedding inputs submitted in those batches.", s.submitted);
+  one("metro_embed_window_cancelled_total", "counter", "Held requests whose client left before submission.",
+      s.cancelled);
+  one("metro_embed_window_waiting", "gauge", "Requests in the window now.", s.waiting);
+  write_metric_header(out, "metro_embed_window_max_wait_seconds", "gauge",
+                      "Longest an embedding request of a class waits for its batch.");
+  for (int c = 0; c < sched::kNumSlaClasses; ++c) {
+    const auto cls = static_cast<sched::SlaClass>(c);
+    write_sample(out, "metro_embed_window_max_wait_seconds",
+                 std::string("class=\"") + sched::sla_class_name(cls) + "\"", window.max_wait_s(cls));
+  }
+}
+
 std::string ServerMetrics::render(const engine::EngineStats* st, bool model_loaded, int64_t kv_capacity_tokens,
                                   const sched::SchedMetricsSnapshot* per_class) const {
   std::string out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "gateway/embed_batcher.h"
 #include "sched/sched_metrics.h"
 
 namespace metro::server {
@@ -48,6 +49,10 @@ void write_histogram(std::string* out, std::string_view name, std::string_view h
 std::string escape_label_value(std::string_view v);
 // Per-SLA-class series (label class="realtime|standard|batch").
 void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s);
+
+// The embeddings batching window (--embed-window): held / batches / submitted / cancelled
+// counters, requests waiting, and each class's maximum wait.
+void write_embed_window_metrics(std::string* out, const gateway::EmbedBatcher& window);
 
 class ServerMetrics {
  public:

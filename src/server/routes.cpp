@@ -112,6 +112,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
       const engine::EngineStats st = m->engine->stats();
       const sched::SchedMetricsSnapshot per_class = m->engine->sched_metrics().snapshot();
       r.body = core.metrics().render(&st, true, m->engine->kv_capacity_tokens(), &per_class);
+      if (const auto& window = core.config().embed_window) write_embed_window_metrics(&r.body, *window);
     } else {
       r.body = core.metrics().render(nullptr, false, 0);
     }

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "gateway/embed_batcher.h"
 #include "server/admission.h"
 #include "server/auth.h"
 
@@ -44,6 +46,8 @@ struct ServerConfig {
   AdmissionHook admission;                 // empty: admit everything
   AdmissionReleaseHook admission_release;  // optional: see admission.h
   AdmissionDoneHook admission_done;        // optional: see admission.h
+  // Embeddings batching window (--embed-window); null: embeddings go to the engine at once.
+  std::shared_ptr<gateway::EmbedBatcher> embed_window;
 };
 
 }  // namespace metro::server

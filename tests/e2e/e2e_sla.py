@@ -263,6 +263,44 @@ def t_sla_quotas_deadlines_and_classes(ctx):
         srv.kill()
 
 
-TESTS = [t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
+def t_sla_embeddings_window(ctx):
+    """--embed-window on: concurrent embeddings calls are held and computed as one batch; each
+    still gets its own vectors."""
+    keys = write_keys(ctx)
+    # Batch class (the flood key's default): wait min(3 s, 1.0 x its 30 s objective).
+    srv = start_server(ctx, keys, ["--embed-window", "on", "--embed-wait-fraction", "1", "--embed-max-wait", "3"])
+    try:
+        port = srv.port
+        inputs = [["hello world"], ["hello world", "a different sentence"], ["a different sentence"]]
+        results = [None] * len(inputs)
+
+        def call(i):
+            results[i] = request(port, "POST", "/v1/embeddings", {"model": ctx.model_name, "input": inputs[i]},
+                                 {"Authorization": f"Bearer {KEYS['flood']}"})
+
+        async def all_at_once():
+            await asyncio.gather(*(asyncio.to_thread(call, i) for i in range(len(inputs))))
+
+        asyncio.run(all_at_once())
+        vectors = {}
+        for i, (st, _, body) in enumerate(results):
+            assert st == 200, body[:300]
+            data = json.loads(body)["data"]
+            assert len(data) == len(inputs[i])
+            for text, d in zip(inputs[i], data):
+                if text in vectors:
+                    assert max(abs(a - b) for a, b in zip(vectors[text], d["embedding"])) < 1e-4, text
+                vectors[text] = d["embedding"]
+        m = metrics(port)
+        assert m["metro_embed_window_held_total"] == 3, m
+        assert m["metro_embed_window_submitted_total"] == 4, m
+        assert m["metro_embed_window_batches_total"] == 1, m
+        assert m["metro_embed_window_waiting"] == 0, m
+        assert m['metro_embed_window_max_wait_seconds{class="batch"}'] == 3, m
+    finally:
+        srv.kill()
+
+
+TESTS = [t_sla_embeddings_window, t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
          t_sla_admission_counts_prefix_cache_hits,
          t_sla_realtime_survives_a_batch_flood]

@@ -343,5 +343,49 @@ TEST(Engine, EmbeddingsAreUnitNormAndDeterministic) {
   EXPECT_LT(dot, 0.9999);
 }
 
+// submit_all: the requests enter the intake together, so an idle engine computes every
+// embedding of the batch in one step (what the embeddings batching window relies on); a
+// refused request answers in its slot without stopping the others.
+TEST(Engine, SubmitAllStartsTogetherAndAnswersEachSlot) {
+  REQUIRE_MODEL();
+  EngineConfig cfg;
+  cfg.sched = "fcfs";
+  auto eng = make_engine(cfg);
+  const auto& tok = *default_model().tokenizer;
+  const char* texts[] = {"The quick brown fox.", "Tax law is complicated.", "Jazz was born in New Orleans."};
+  std::vector<Request> batch;
+  std::vector<std::vector<float>> alone;
+  for (const char* t : texts) {
+    Request r;
+    r.kind = RequestKind::kEmbed;
+    r.prompt = tok.encode(t, true, false);
+    alone.push_back(collect(*eng->submit(r)).embedding);
+    batch.push_back(r);
+  }
+  Request bad;
+  bad.kind = RequestKind::kEmbed;
+  bad.prompt = {-5};
+  batch.insert(batch.begin() + 1, bad);
+  const uint64_t steps_before = eng->stats().steps;
+  std::vector<Expected<Handle>> hs = eng->submit_all(batch);
+  ASSERT_EQ(hs.size(), 4u);
+  ASSERT_FALSE(hs[1].ok());
+  EXPECT_EQ(hs[1].status().code(), ErrorCode::kInvalidArgument);
+  const size_t order[] = {0, 2, 3};
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(hs[order[k]].ok());
+    const std::vector<float> v = collect(*hs[order[k]]).embedding;
+    ASSERT_EQ(v.size(), alone[k].size());
+    for (size_t d = 0; d < v.size(); ++d) ASSERT_NEAR(v[d], alone[k][d], 1e-4) << "input " << k << " dim " << d;
+  }
+  // A step's counters are published after its events: wait for them, then a little more in
+  // case a second step is still being counted.
+  for (int i = 0; i < 500 && eng->stats().steps == steps_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(eng->stats().steps - steps_before, 1u);  // every input in one step
+}
+
 }  // namespace
 }  // namespace metro::engine

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_test_util.h"
@@ -121,6 +122,124 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   EXPECT_EQ(done.load(), 3);
   EXPECT_EQ(done_completed.load(), 2);
   EXPECT_EQ(done_tokens.load(), 5);
+  server.request_drain();
+  EXPECT_EQ(server.wait(), 0);
+}
+
+// The embeddings batching window end to end: two clients' requests are held until the
+// class is full and computed together, each gets its own vectors (the same as without the
+// window); a client that leaves while held is taken out of the window, and every held
+// request is accounted for (admission done, in-flight counters back to zero).
+TEST(ServerModelTest, EmbeddingsBatchingWindow) {
+  REQUIRE_MODEL();
+  const auto& shared = testing::default_model();
+  ASSERT_TRUE(shared.model);
+  std::atomic<int> done{0}, done_completed{0};
+  ServerConfig cfg;
+  cfg.port = 0;
+  cfg.handle_signals = false;
+  cfg.http_threads = 2;
+  cfg.prep_threads = 2;
+  cfg.model_name = "m";
+  gateway::BatchWindowConfig wc;
+  wc.max_batch = {8, 2, 8};  // a standard batch is due when two are held
+  wc.wait_fraction = 1.0;
+  wc.max_wait_cap_s = 10.0;  // so the size, not the clock, triggers within the test
+  auto window = std::make_shared<gateway::EmbedBatcher>(wc, sched::SlaConfig{});
+  cfg.embed_window = window;
+  cfg.admission = [](const AdmissionRequest&) { return AdmissionDecision::accept(); };
+  cfg.admission_done = [&](const AdmissionRequest& r, const AdmissionOutcome& o) {
+    EXPECT_EQ(r.endpoint, "/v1/embeddings");
+    done.fetch_add(1);
+    if (o.completed) done_completed.fetch_add(1);
+  };
+  const RequestLimits limits = cfg.limits;
+  std::shared_ptr<engine::Engine> engine;
+  Server server(std::move(cfg), [&]() -> Expected<std::shared_ptr<ModelContext>> {
+    engine::EngineConfig ec;
+    ec.n_threads = 1;
+    ec.ctx_total = 2048;
+    ec.n_ctx = 512;
+    METRO_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(shared.model, *shared.tokenizer, ec));
+    engine = std::shared_ptr<engine::Engine>(std::move(eng));
+    return std::make_shared<ModelContext>("m", engine, *shared.tokenizer, std::nullopt, limits);
+  });
+  ASSERT_TRUE(server.start().ok());
+  for (int i = 0; i < 6000 && !server.core().model(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(server.core().model());
+
+  // A client that sends one request and leaves while it is held.
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(server.port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const std::string r = post("/v1/embeddings", R"({"input":[9,9,9]})");
+    ::send(fd, r.data(), r.size(), MSG_NOSIGNAL);
+    for (int i = 0; i < 3000 && window->stats().waiting == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(window->stats().waiting, 1u);
+    ::close(fd);
+    for (int i = 0; i < 3000 && window->stats().cancelled == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(window->stats().cancelled, 1u);
+    EXPECT_EQ(window->stats().waiting, 0u);
+  }
+
+  const uint64_t steps_before = engine->stats().steps;
+  std::string r1, r2;
+  std::thread t1([&] { r1 = exchange(server.port(), post("/v1/embeddings", R"({"input":"The quick brown fox."})")); });
+  std::thread t2([&] {
+    r2 = exchange(server.port(), post("/v1/embeddings", R"({"input":["Tax law.", "Jazz was born in New Orleans."]})"));
+  });
+  t1.join();
+  t2.join();
+  ASSERT_EQ(r1.rfind("HTTP/1.1 200", 0), 0u) << r1;
+  ASSERT_EQ(r2.rfind("HTTP/1.1 200", 0), 0u) << r2;
+  const json j1 = json::parse(r1.substr(r1.find("\r\n\r\n") + 4));
+  const json j2 = json::parse(r2.substr(r2.find("\r\n\r\n") + 4));
+  ASSERT_EQ(j1["data"].size(), 1u);
+  ASSERT_EQ(j2["data"].size(), 2u);
+  // A step's counters are published after its events: wait for them, then a little more in
+  // case a second step is still being counted.
+  for (int i = 0; i < 500 && engine->stats().steps == steps_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(engine->stats().steps - steps_before, 1u);  // every input in one step
+  const gateway::EmbedBatcherStats ws = window->stats();
+  EXPECT_EQ(ws.held, 3u);
+  EXPECT_EQ(ws.batches, 1u);
+  EXPECT_EQ(ws.submitted, 3u);
+
+  // The same vectors as the engine computes for each input alone.
+  auto alone = [&](const std::string& text) {
+    engine::Request r;
+    r.kind = engine::RequestKind::kEmbed;
+    r.prompt = shared.tokenizer->encode(text, true, false);
+    return testing::collect(*engine->submit(r)).embedding;
+  };
+  auto near = [](const json& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t d = 0; d < want.size(); ++d) ASSERT_NEAR(got[d].get<double>(), want[d], 1e-4) << d;
+  };
+  near(j1["data"][0]["embedding"], alone("The quick brown fox."));
+  near(j2["data"][0]["embedding"], alone("Tax law."));
+  near(j2["data"][1]["embedding"], alone("Jazz was born in New Orleans."));
+
+  const std::string metrics = exchange(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(metrics.find("metro_embed_window_batches_total 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("metro_embed_window_cancelled_total 1"), std::string::npos);
+  EXPECT_NE(metrics.find("metro_embed_window_max_wait_seconds{class=\"standard\"} 2"), std::string::npos);
+
+  EXPECT_EQ(done.load(), 3);
+  EXPECT_EQ(done_completed.load(), 2);
+  EXPECT_EQ(server.core().metrics().inflight_requests.load(), 0);
+  EXPECT_EQ(server.core().metrics().inflight_choices.load(), 0);
   server.request_drain();
   EXPECT_EQ(server.wait(), 0);
 }
