@@ -27,9 +27,9 @@ import threading
 import time
 import urllib.request
 
+from sla_scenarios import WORDS, wait_ready
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "
-         "government company number group problem fact river mountain station engine signal").split()
 
 
 class Server:
@@ -38,15 +38,7 @@ class Server:
         cmd = [args.metro, "serve", "-m", args.model, "--port", str(self.port), "-t", str(args.threads),
                "--admission", "off", "--embed-window", window] + shlex.split(args.extra if window == "on" else "")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.3)
-        raise RuntimeError("metro serve did not become ready")
+        wait_ready(self.port)
 
     def metrics(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:

@@ -45,6 +45,19 @@ def words(rng, n):
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
+def wait_ready(port, timeout=120):
+    """Until the server on `port` answers /ready with 200 (its model is loaded)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.3)
+    raise RuntimeError("metro serve did not become ready")
+
+
 class Server:
     def __init__(self, args, sched, admission, extra=()):
         self.port = 18000 + random.randint(0, 999)
@@ -52,15 +65,7 @@ class Server:
                     "--sched", sched, "--admission", admission, "--api-key-file", args.keys,
                     "--max-seqs", "64", "--ttft-margin", "1"] + list(extra)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.3)
-        raise RuntimeError("metro serve did not become ready")
+        wait_ready(self.port)
 
     @property
     def url(self):

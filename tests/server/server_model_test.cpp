@@ -49,17 +49,46 @@ std::string post(const std::string& path, const std::string& body) {
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+// An in-process server on a free port, no signal handling, serving model "m".
+ServerConfig test_config(int threads) {
+  ServerConfig cfg;
+  cfg.port = 0;
+  cfg.handle_signals = false;
+  cfg.http_threads = threads;
+  cfg.prep_threads = threads;
+  cfg.model_name = "m";
+  return cfg;
+}
+
+// Starts `server` and waits until its model is loaded.
+void start_serving(Server& server) {
+  ASSERT_TRUE(server.start().ok());
+  for (int i = 0; i < 6000 && !server.core().model(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(server.core().model());
+}
+
+// A loader of the default model with a small engine (kept in *keep when given).
+std::function<Expected<std::shared_ptr<ModelContext>>()> small_model(const RequestLimits& limits,
+                                                                     std::shared_ptr<engine::Engine>* keep = nullptr) {
+  return [limits, keep]() -> Expected<std::shared_ptr<ModelContext>> {
+    const auto& shared = testing::default_model();
+    engine::EngineConfig ec;
+    ec.n_threads = 1;
+    ec.ctx_total = 2048;
+    ec.n_ctx = 512;
+    METRO_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(shared.model, *shared.tokenizer, ec));
+    std::shared_ptr<engine::Engine> e(std::move(eng));
+    if (keep) *keep = e;
+    return std::make_shared<ModelContext>("m", e, *shared.tokenizer, std::nullopt, limits);
+  };
+}
+
 TEST(ServerModelTest, CompletionStreamAndAdmission) {
   REQUIRE_MODEL();
   const auto& shared = testing::default_model();
   ASSERT_TRUE(shared.model);
   std::atomic<int> released{0}, done{0}, done_completed{0}, done_tokens{0};
-  ServerConfig cfg;
-  cfg.port = 0;
-  cfg.handle_signals = false;
-  cfg.http_threads = 1;
-  cfg.prep_threads = 1;
-  cfg.model_name = "m";
+  ServerConfig cfg = test_config(1);
   cfg.max_inflight_choices = 1;  // so that one n=2 request is over the server-wide bound
   cfg.admission = [](const AdmissionRequest& r) {
     if (r.prompt_tokens > 5) return AdmissionDecision::reject(429, "tenant_tokens_per_minute", "over quota", 7);
@@ -74,18 +103,9 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
     done_tokens.fetch_add(o.completion_tokens);
   };
   const RequestLimits limits = cfg.limits;
-  Server server(std::move(cfg), [&]() -> Expected<std::shared_ptr<ModelContext>> {
-    engine::EngineConfig ec;
-    ec.n_threads = 1;
-    ec.ctx_total = 2048;
-    ec.n_ctx = 512;
-    METRO_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(shared.model, *shared.tokenizer, ec));
-    return std::make_shared<ModelContext>("m", std::shared_ptr<engine::Engine>(std::move(eng)), *shared.tokenizer,
-                                          std::nullopt, limits);
-  });
-  ASSERT_TRUE(server.start().ok());
-  for (int i = 0; i < 6000 && !server.core().model(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(server.core().model());
+  Server server(std::move(cfg), small_model(limits));
+  start_serving(server);
+  if (HasFatalFailure()) return;
 
   const std::string plain = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":2,
       "temperature":0,"ignore_eos":true})"));
@@ -135,12 +155,7 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   const auto& shared = testing::default_model();
   ASSERT_TRUE(shared.model);
   std::atomic<int> done{0}, done_completed{0};
-  ServerConfig cfg;
-  cfg.port = 0;
-  cfg.handle_signals = false;
-  cfg.http_threads = 2;
-  cfg.prep_threads = 2;
-  cfg.model_name = "m";
+  ServerConfig cfg = test_config(2);
   gateway::BatchWindowConfig wc;
   wc.max_batch = {8, 2, 8};  // a standard batch is due when two are held
   wc.wait_fraction = 1.0;
@@ -155,18 +170,9 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   };
   const RequestLimits limits = cfg.limits;
   std::shared_ptr<engine::Engine> engine;
-  Server server(std::move(cfg), [&]() -> Expected<std::shared_ptr<ModelContext>> {
-    engine::EngineConfig ec;
-    ec.n_threads = 1;
-    ec.ctx_total = 2048;
-    ec.n_ctx = 512;
-    METRO_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(shared.model, *shared.tokenizer, ec));
-    engine = std::shared_ptr<engine::Engine>(std::move(eng));
-    return std::make_shared<ModelContext>("m", engine, *shared.tokenizer, std::nullopt, limits);
-  });
-  ASSERT_TRUE(server.start().ok());
-  for (int i = 0; i < 6000 && !server.core().model(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(server.core().model());
+  Server server(std::move(cfg), small_model(limits, &engine));
+  start_serving(server);
+  if (HasFatalFailure()) return;
 
   // A client that sends one request and leaves while it is held.
   {
