@@ -266,18 +266,20 @@ class SlaSchedulerImpl final : public SlaScheduler {
 
   // How long the next step may take for decode e to keep its TPOT objective (a mean over the
   // request: (last token - first token) / (tokens - 1)). On pace that is step_per_tpot x TPOT;
-  // a request ahead of its pace (it decoded through short steps) may spend what it banked,
-  // so a step can carry more prompt while decodes have slack. Never less than the pace: a
-  // request behind it does not take the step budget down to nothing.
+  // with tpot_slack a request may spend what it banked against tpot_slack_share x TPOT (every
+  // token at pace banks the margin between the two, every short step more), so a step can
+  // carry more prompt while decodes have slack. Never less than the pace: a request behind
+  // it does not take the step budget down to nothing.
   double pace_s(SlaClass c) const { return cfg_.sla.of(c).tpot_s * cfg_.step_per_tpot; }
 
   double decode_allowance_s(const Entry& e, int64_t now_ns) const {
     const double pace = pace_s(e.seq->sla_class);
     if (!cfg_.tpot_slack || e.first_token_ns < 0) return pace;
-    // After this step the request has n_generated() + 1 tokens: its TPOT holds if the step
-    // ends by first token + pace x n_generated().
+    // After this step the request has n_generated() + 1 tokens: its TPOT so far stays within
+    // the share of its objective if the step ends by first token + share x TPOT x n_generated().
+    const double mean = cfg_.tpot_slack_share * cfg_.sla.of(e.seq->sla_class).tpot_s;
     const double until =
-        static_cast<double>(e.first_token_ns - now_ns) / kNsPerS + pace * std::max(1, e.seq->n_generated());
+        static_cast<double>(e.first_token_ns - now_ns) / kNsPerS + mean * std::max(1, e.seq->n_generated());
     return std::max(pace, until);
   }
 
@@ -693,6 +695,9 @@ Status validate(const SlaSchedulerConfig& cfg) {
   }
   if (!(cfg.step_per_ttft > 0.0 && cfg.step_per_ttft <= 1.0)) return bad("step_per_ttft must be in (0, 1]");
   if (!(cfg.step_per_tpot > 0.0 && cfg.step_per_tpot <= 1.0)) return bad("step_per_tpot must be in (0, 1]");
+  if (!(cfg.tpot_slack_share >= cfg.step_per_tpot && cfg.tpot_slack_share <= 1.0)) {
+    return bad("tpot_slack_share must be in [step_per_tpot, 1]");
+  }
   if (!(cfg.decode_share > 0.0 && cfg.decode_share <= 1.0)) return bad("decode_share must be in (0, 1]");
   if (!(std::isfinite(cfg.in_class_starve_factor) && cfg.in_class_starve_factor >= 1.0)) {
     return bad("in_class_starve_factor must be >= 1");

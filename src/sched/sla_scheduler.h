@@ -136,6 +136,10 @@ struct SlaSchedulerConfig {
   // by default: the simulator gains a few percent, the server measured no gain (docs/
   // scheduling.md, "Step cap and TPOT slack").
   bool tpot_slack = false;
+  // What a decode banks with tpot_slack: each token delivered sooner than this share of its
+  // class's TPOT objective banks the difference (steps at pace, step_per_tpot x TPOT, bank
+  // the margin between the two). Below 1 for the cost model's error. In [step_per_tpot, 1].
+  double tpot_slack_share = 0.9;
   // Whether a class's TPOT objective caps the step also when only prompts of its own class
   // (or higher) wait (the default; `metro serve --tpot-cap all`). Off (`--tpot-cap lower`),
   // it protects a class from lower classes' prompts only: inside a class, steps take

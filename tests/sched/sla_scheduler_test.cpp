@@ -484,7 +484,9 @@ TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
 // Decodes that ran ahead of their TPOT pace (short steps while nothing else waited) yield
 // the next step to a prompt, and the step may use the time they banked; no decode's TPOT so
 // far (a mean over its tokens) goes past the pace.
-int first_step_prompt_tokens(bool tpot_slack) {
+// `at_pace`: the decode-only steps before the prompt last exactly the pace (0.8 x TPOT)
+// instead of what they cost, so the decoders bank only the margin to tpot_slack_share.
+int first_step_prompt_tokens(bool tpot_slack, bool at_pace = false) {
   SlaSchedulerConfig cfg = small_cfg(2048, 64);
   cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
   cfg.tpot_slack = tpot_slack;
@@ -513,7 +515,13 @@ int first_step_prompt_tokens(bool tpot_slack) {
     return plan;
   };
   timed_step();  // ten 8-token prompts sample their first tokens
-  for (int i = 0; i < 6; ++i) timed_step();  // decode-only steps of 34 ms: ahead of a 160 ms pace
+  for (int i = 0; i < 6; ++i) {
+    timed_step();  // decode-only steps of 34 ms: ahead of a 160 ms pace
+    if (at_pace) {
+      h.now_ns += static_cast<int64_t>((pace - cfg.cost.step_s(0, 10)) * 1e9);
+      for (const SeqState* q : decoding) token_times[q].back() = static_cast<double>(h.now_ns) / 1e9;
+    }
+  }
   SeqState* prompt = h.add(SlaClass::kStandard, 1000, 4);
   StepPlan plan = timed_step();
   int prompt_tokens = 0;
@@ -523,7 +531,9 @@ int first_step_prompt_tokens(bool tpot_slack) {
   for (int i = 0; i < 20; ++i) timed_step();
   for (const auto& [q, times] : token_times) {
     for (size_t k = 1; k < times.size(); ++k) {
-      EXPECT_LE((times[k] - times[0]) / static_cast<double>(k), pace + 1e-9) << "token " << k;
+      EXPECT_LE((times[k] - times[0]) / static_cast<double>(k),
+                (tpot_slack ? cfg.tpot_slack_share / 0.8 : 1.0) * pace + 1e-9)
+          << "token " << k;
     }
   }
   return prompt_tokens;
@@ -537,6 +547,11 @@ TEST(SlaScheduler, DecodesAheadOfTheirPaceLendTheStepToAPrompt) {
   // Six 34-ms steps banked ~0.75 s per decoder; the step is capped at a quarter of the TTFT
   // objective (0.5 s) and leaves every decoder a pace for the step after it.
   EXPECT_GT(with_slack, 300);
+  // Steps exactly at pace: each token banked 0.9 x 0.2 - 0.16 = 20 ms; seven tokens (the
+  // first and six at pace) leave 0.18 x 7 - 0.96 = 300 ms for the step: 300 - 4 - 30 = 266
+  // prompt tokens. Banking against the pace itself would leave only the pace (126).
+  EXPECT_NEAR(first_step_prompt_tokens(true, /*at_pace=*/true), 266, 2);
+  EXPECT_EQ(first_step_prompt_tokens(false, /*at_pace=*/true), 126);
 }
 
 // --tpot-cap lower: a class's decodes cap the step only while a lower class has prompts;

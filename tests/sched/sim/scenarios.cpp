@@ -45,6 +45,8 @@ void tpot_cap_lower(SlaSchedulerConfig& c) { c.tpot_cap_own_class = false; }
 // No step cost model, so no SLO-driven step budget: every step may take max_batch_tokens
 // as under FCFS, and only the order differs.
 void order_only(SlaSchedulerConfig& c) { c.cost = {}; }
+// --tpot-slack on: decodes ahead of their TPOT pace lend what they banked to the step.
+void tpot_slack_on(SlaSchedulerConfig& c) { c.tpot_slack = true; }
 
 }  // namespace
 
@@ -303,6 +305,7 @@ ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds) {
       {"sla", {}},
       {"sla-lower", tpot_cap_lower},
       {"sla-order", order_only},
+      {"sla-slack", tpot_slack_on},
   };
   constexpr size_t kVariants = std::size(variants);
   ScenarioResult out;
@@ -333,12 +336,13 @@ ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds) {
         out.text += fmt("    %5.2fx (%.2f)", ratios[i].back(), p.p99);
         if (f.deadlock || r.deadlock) out.passed = false;
         // The default's contract holds on every sample.
-        if (i == 0 && p.p99 > slo.tpot_s) out.passed = false;
+        if ((i == 0 || i == 3) && p.p99 > slo.tpot_s) out.passed = false;
       }
       const double p50_gain = t[0].p50 > 0.0 ? ft.p50 / t[0].p50 : 0.0;
       out.text += fmt(" %8.2fx\n", p50_gain);
       // Shortest-first halves the median at least, and the contract costs mean TTFT.
-      if (p50_gain < 2.0 || t[1].mean > t[0].mean) out.passed = false;
+      // So does the TPOT contract; lending banked slack wins some back without breaking it.
+      if (p50_gain < 2.0 || t[1].mean > t[0].mean || t[3].mean > t[0].mean) out.passed = false;
       if (m.lower_meets_target && ratios[1].back() < 2.0) out.passed = false;
     }
     summary += fmt("  %-12s", m.name);
@@ -350,8 +354,9 @@ ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds) {
     }
   }
   out.text += "  target mean TTFT >= 2x lower, by mix:\n" + summary;
-  out.text += fmt("  -> %s (asserted: the default holds TPOT p99 and a 2x lower median on every sample, `lower` "
-                  "costs no mean TTFT against it, and reaches 2x on every bimodal sample)\n",
+  out.text += fmt("  -> %s (asserted: the default and --tpot-slack hold TPOT p99, the default a 2x lower median, on "
+                  "every sample; `lower` and --tpot-slack cost no mean TTFT against the default, and `lower` reaches "
+                  "2x on every bimodal sample)\n",
                   out.passed ? "PASS" : "FAIL");
   return out;
 }
