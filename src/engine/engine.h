@@ -126,6 +126,9 @@ class Engine {
   // Several requests at once, one result per request in order: those that pass validation
   // enter the intake together, so an idle engine starts them in the same step.
   std::vector<Expected<Handle>> submit_all(std::vector<Request> requests);
+  // submit()'s checks alone (it normalizes an embedding request's n and max_tokens): to
+  // refuse a request at once that will be submitted later.
+  Status validate(Request& r) const;
   // Ends a request early (finish reason abort); its blocks are freed before the next step.
   void abort(uint64_t id);
   EngineStats stats() const;
@@ -154,7 +157,6 @@ class Engine {
  private:
   Engine(std::shared_ptr<const model::Model> model, tokenizer::Tokenizer tokenizer,
          const EngineConfig& cfg);
-  Status validate(Request& r) const;  // submit()'s checks; normalizes embedding requests
   std::shared_ptr<const model::Model> model_;
   tokenizer::Tokenizer tokenizer_;
   EngineConfig cfg_;

@@ -15,7 +15,9 @@ EmbedBatcher::EmbedBatcher(const BatchWindowConfig& cfg, const sched::SlaConfig&
   if (own_thread) thread_ = std::thread([this] { loop(); });
 }
 
-EmbedBatcher::~EmbedBatcher() {
+EmbedBatcher::~EmbedBatcher() { stop(); }
+
+void EmbedBatcher::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -30,7 +32,12 @@ uint64_t EmbedBatcher::hold(const void* target, sched::SlaClass c, int n_tokens,
   METRO_CHECK(!requests.empty() && submit && done);
   uint64_t ticket = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) {
+      lock.unlock();
+      done(submit(std::move(requests)));
+      return 0;
+    }
     ticket = next_ticket_++;
     items_.emplace(ticket, Item{target, std::move(submit), std::move(requests), std::move(done)});
     window_.push(ticket, c, n_tokens, now < 0 ? now_ns() : now);
@@ -120,13 +127,15 @@ void EmbedBatcher::loop() {
       cv_.wait(lock, [&] { return stopping_ || window_.size() > 0; });
       continue;
     }
+    // Holds from here on wake the wait below, even those made while poll() runs unlocked
+    // (one of them may fill its class).
+    const uint64_t held = stats_.held;
     lock.unlock();
     poll(now_ns());
     lock.lock();
     const std::optional<int64_t> d = window_.next_deadline_ns();
     if (stopping_ || !d) continue;
-    // Until the oldest item's wait is up, or a new item (which may fill its class) comes.
-    const uint64_t held = stats_.held;
+    // Until the oldest item's wait is up, or a new item comes.
     cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(0, *d - now_ns())),
                  [&] { return stopping_ || stats_.held != held; });
   }

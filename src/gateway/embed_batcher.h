@@ -43,17 +43,21 @@ class EmbedBatcher {
 
   // cfg must pass validate(). With own_thread false nothing runs until poll() (tests).
   EmbedBatcher(const BatchWindowConfig& cfg, const sched::SlaConfig& sla, bool own_thread = true);
-  // Submits whatever is still held (nothing is dropped), then joins the thread.
+  // stop().
   ~EmbedBatcher();
   EmbedBatcher(const EmbedBatcher&) = delete;
   EmbedBatcher& operator=(const EmbedBatcher&) = delete;
 
   // Holds `requests` (one HTTP call's inputs; at least one) as one window item of
   // `n_tokens` prompt tokens, arriving at `now` (now_ns() clock; < 0: now). Returns a
-  // ticket for cancel().
+  // ticket for cancel() (0 after stop(): submitted at once).
   uint64_t hold(const void* target, sched::SlaClass c, int n_tokens, Submit submit,
                 std::vector<engine::Request> requests, Done done, int64_t now = -1);
   bool cancel(uint64_t ticket);
+  // Joins the thread and submits whatever is still held (nothing is dropped); later holds
+  // are submitted at once, on the caller's thread. For a server shutting down: call it while
+  // the callers' executors still run. Idempotent.
+  void stop();
   // Submits every batch due at now_ns; returns how many submissions it made.
   int poll(int64_t now_ns);
 

@@ -325,7 +325,14 @@ void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<Admi
   const std::shared_ptr<gateway::EmbedBatcher>& window = core_.config().embed_window;
   if (window && pc.spec.endpoint == Endpoint::kEmbeddings) {
     // Held in the batching window: submitted with the others of its batch, on the window's
-    // thread; the session stays in kPrepare (a client that leaves cancels it).
+    // thread; the session stays in kPrepare (a client that leaves cancels it). What the
+    // engine would refuse is refused now, not after the wait.
+    for (engine::Request& r : pc.requests) {
+      if (Status s = model->engine->validate(r); !s.ok()) {
+        fail_submit(*call, s, pc.spec.endpoint);
+        return;
+      }
+    }
     const sched::SlaClass cls = pc.requests.front().sla_class;
     std::shared_ptr<engine::Engine> eng = model->engine;
     std::weak_ptr<HttpSession> weak = weak_from_this();

@@ -147,6 +147,8 @@ struct Server::Impl {
                      static_cast<long long>(core->metrics().inflight_requests.load()));
       // Every request still running ends with reason abort; its client gets an error.
       if (auto m = core->model()) m->engine->shutdown();
+      // Calls the embeddings window holds go to the stopped engine now and are refused.
+      if (const auto& window = core->config().embed_window) window->stop();
     }
     if (engine_stopped && now >= abort_deadline_ns) {
       finish(0);
@@ -180,6 +182,9 @@ Server::~Server() {
   if (im.loader_thread.joinable()) im.loader_thread.join();
   // Requests still running end with reason abort; sessions then close.
   if (auto m = core_->model()) m->engine->shutdown();
+  // Calls held by the embeddings window are submitted now (and refused by the stopped
+  // engine) while the I/O threads still run to answer them.
+  if (const auto& window = core_->config().embed_window) window->stop();
   im.work.reset();
   im.ioc.stop();
   for (std::thread& t : im.io_threads) t.join();

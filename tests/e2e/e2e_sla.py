@@ -267,8 +267,8 @@ def t_sla_embeddings_window(ctx):
     """--embed-window on: concurrent embeddings calls are held and computed as one batch; each
     still gets its own vectors."""
     keys = write_keys(ctx)
-    # Batch class (the flood key's default): wait min(3 s, 1.0 x its 30 s objective).
-    srv = start_server(ctx, keys, ["--embed-window", "on", "--embed-wait-fraction", "1", "--embed-max-wait", "3"])
+    # Batch class (the flood key's default): wait min(5 s, 1.0 x its 30 s objective).
+    srv = start_server(ctx, keys, ["--embed-window", "on", "--embed-wait-fraction", "1", "--embed-max-wait", "5"])
     try:
         port = srv.port
         inputs = [["hello world"], ["hello world", "a different sentence"], ["a different sentence"]]
@@ -296,7 +296,7 @@ def t_sla_embeddings_window(ctx):
         assert m["metro_embed_window_submitted_total"] == 4, m
         assert m["metro_embed_window_batches_total"] == 1, m
         assert m["metro_embed_window_waiting"] == 0, m
-        assert m['metro_embed_window_max_wait_seconds{class="batch"}'] == 3, m
+        assert m['metro_embed_window_max_wait_seconds{class="batch"}'] == 5, m
     finally:
         srv.kill()
 

@@ -134,15 +134,22 @@ TEST(EmbedBatcher, CancelledNeverRunsAndShutdownDropsNothing) {
   EXPECT_EQ(g2.calls, 1);
   ASSERT_EQ(e.calls.size(), 1u);
   EXPECT_EQ(e.calls[0], (std::vector<int32_t>{2}));
+  // After stop() (a server shutting down) nothing waits: a hold is submitted at once.
+  EmbedBatcher b(cfg_with({16, 32, 64}), sla, /*own_thread=*/false);
+  Got g3;
+  b.stop();
+  EXPECT_EQ(b.hold(&e, SlaClass::kBatch, 3, e.submit(), reqs({3}), g3.done(), 0), 0u);
+  EXPECT_EQ(g3.ids, (std::vector<int64_t>{2}));
+  EXPECT_EQ(e.calls.size(), 2u);
 }
 
 TEST(EmbedBatcher, OwnThreadSubmitsWhenAClassFills) {
   FakeEngine e;
   sched::SlaConfig sla;
+  sla.of(SlaClass::kStandard).ttft_s = 600.0;
   BatchWindowConfig cfg = cfg_with({2, 2, 2});
   cfg.wait_fraction = 1.0;
-  cfg.max_wait_cap_s = 10.0;  // only the size trigger can fire within the test
-  EmbedBatcher b(cfg, sla);
+  cfg.max_wait_cap_s = 300.0;  // only the size trigger can fire within the test
   std::mutex mu;
   std::condition_variable cv;
   int done = 0;
@@ -151,6 +158,8 @@ TEST(EmbedBatcher, OwnThreadSubmitsWhenAClassFills) {
     ++done;
     cv.notify_all();
   };
+  EmbedBatcher b(cfg, sla);  // after what its callbacks use: destroyed first
+  ASSERT_DOUBLE_EQ(b.max_wait_s(SlaClass::kStandard), 300.0);
   b.hold(&e, SlaClass::kStandard, 3, e.submit(), reqs({1}), on_done);
   b.hold(&e, SlaClass::kStandard, 3, e.submit(), reqs({2}), on_done);
   std::unique_lock<std::mutex> lock(mu);

@@ -156,11 +156,14 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   ASSERT_TRUE(shared.model);
   std::atomic<int> done{0}, done_completed{0};
   ServerConfig cfg = test_config(2);
+  cfg.drain_timeout_s = 0.5;
   gateway::BatchWindowConfig wc;
   wc.max_batch = {8, 2, 8};  // a standard batch is due when two are held
   wc.wait_fraction = 1.0;
-  wc.max_wait_cap_s = 10.0;  // so the size, not the clock, triggers within the test
-  auto window = std::make_shared<gateway::EmbedBatcher>(wc, sched::SlaConfig{});
+  wc.max_wait_cap_s = 30.0;
+  sched::SlaConfig sla;
+  sla.of(sched::SlaClass::kStandard).ttft_s = 60.0;  // a 30 s wait: the size triggers, not the clock
+  auto window = std::make_shared<gateway::EmbedBatcher>(wc, sla);
   cfg.embed_window = window;
   cfg.admission = [](const AdmissionRequest&) { return AdmissionDecision::accept(); };
   cfg.admission_done = [&](const AdmissionRequest& r, const AdmissionOutcome& o) {
@@ -240,14 +243,27 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   const std::string metrics = exchange(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_NE(metrics.find("metro_embed_window_batches_total 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("metro_embed_window_cancelled_total 1"), std::string::npos);
-  EXPECT_NE(metrics.find("metro_embed_window_max_wait_seconds{class=\"standard\"} 2"), std::string::npos);
+  EXPECT_NE(metrics.find("metro_embed_window_max_wait_seconds{class=\"standard\"} 30"), std::string::npos);
 
   EXPECT_EQ(done.load(), 3);
   EXPECT_EQ(done_completed.load(), 2);
   EXPECT_EQ(server.core().metrics().inflight_requests.load(), 0);
   EXPECT_EQ(server.core().metrics().inflight_choices.load(), 0);
+
+  // A drain that times out while a call is held: the window hands it to the stopped engine
+  // and the client gets a 503, not a hang.
+  std::string late;
+  std::thread t3([&] { late = exchange(server.port(), post("/v1/embeddings", R"({"input":"held at shutdown"})")); });
+  for (int i = 0; i < 3000 && window->stats().waiting == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(window->stats().waiting, 1u);
   server.request_drain();
   EXPECT_EQ(server.wait(), 0);
+  t3.join();
+  EXPECT_EQ(late.rfind("HTTP/1.1 503", 0), 0u) << late;
+  EXPECT_EQ(done.load(), 4);
+  EXPECT_EQ(server.core().metrics().inflight_requests.load(), 0);
 }
 
 }  // namespace
