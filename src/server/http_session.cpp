@@ -370,12 +370,16 @@ void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<Admi
   start_call(std::move(pc.spec));
 }
 
-void HttpSession::fail_submit(Call& call, const Status& status, Endpoint endpoint) {
+void HttpSession::end_unstarted(Call& call) {
   ServerMetrics& metrics = core_.metrics();
   metrics.inflight_choices.fetch_sub(call.n_choices);
   metrics.inflight_requests.fetch_sub(1);
   finish_admission(call.admitted, AdmissionOutcome{call.admitted ? call.admitted->prompt_tokens : 0, 0, false},
                    false);
+}
+
+void HttpSession::fail_submit(Call& call, const Status& status, Endpoint endpoint) {
+  end_unstarted(call);
   const std::string param = endpoint == Endpoint::kChatCompletions ? "messages"
                             : endpoint == Endpoint::kCompletions   ? "prompt"
                                                                    : "input";
@@ -383,20 +387,21 @@ void HttpSession::fail_submit(Call& call, const Status& status, Endpoint endpoin
 }
 
 void HttpSession::on_released(uint64_t seq, engine::Engine& eng, std::vector<Expected<engine::Handle>> handles) {
-  const bool failed = std::any_of(handles.begin(), handles.end(), [](const auto& h) { return !h.ok(); });
-  if (!call_ || call_->held_seq != seq || failed) {
-    // The client left while the window held the call (its accounting is done), or a
-    // request was refused: the others must not run.
+  auto abort_all = [&] {
     for (const auto& h : handles) {
       if (h.ok()) eng.abort(h->id);
     }
-    if (!call_ || call_->held_seq != seq) return;
+  };
+  if (!call_ || call_->held_seq != seq) {  // the client left while held; accounting is done
+    abort_all();
+    return;
   }
   preparing_ = false;
   std::unique_ptr<Call> call = std::move(call_);
   call->held_seq = 0;
   for (auto& h : handles) {
-    if (!h.ok()) {
+    if (!h.ok()) {  // one input refused: the others must not run
+      abort_all();
       fail_submit(*call, h.status(), Endpoint::kEmbeddings);
       return;
     }
@@ -504,10 +509,7 @@ void HttpSession::end_call(bool client_gone) {
     // aborts the handles when it finds the call gone).
     if (const auto& window = core_.config().embed_window) window->cancel(call_->held_ticket);
     preparing_ = false;
-    finish_admission(call_->admitted,
-                     AdmissionOutcome{call_->admitted ? call_->admitted->prompt_tokens : 0, 0, false}, false);
-    core_.metrics().inflight_choices.fetch_sub(call_->n_choices);
-    core_.metrics().inflight_requests.fetch_sub(1);
+    end_unstarted(*call_);
     call_.reset();
     return;
   }

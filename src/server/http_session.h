@@ -76,6 +76,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                    std::shared_ptr<const ModelContext> model, std::string endpoint_label, int64_t start_ns);
   // The call's engine requests are submitted: build its formatter and start streaming.
   void start_call(ResponseSpec spec);
+  // A call that never started in the engine ends: in-flight counts and admission let go.
+  void end_unstarted(Call& call);
   void fail_submit(Call& call, const Status& status, Endpoint endpoint);
   // The batching window submitted call `seq` (results in request order).
   void on_released(uint64_t seq, engine::Engine& eng, std::vector<Expected<engine::Handle>> handles);
