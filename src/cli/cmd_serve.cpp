@@ -115,6 +115,11 @@ int cmd_serve(int argc, char** argv) {
                  "are planned (all) or only prompts of lower classes (lower)")
       ->check(CLI::IsMember({"all", "lower"}))
       ->capture_default_str();
+  app.add_option("--decode-share", ec.decode_share,
+                 "with --sched sla: share of a step's time the running requests' decodes may fill before new "
+                 "requests wait for a seat (the rest is left to prompts; default: the scheduler's, "
+                 "docs/scheduling.md)")
+      ->check(CLI::Range(0.05, 1.0));
   std::string embed_window = "off";
   gateway::BatchWindowConfig window_cfg;
   app.add_option("--embed-window", embed_window,

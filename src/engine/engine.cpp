@@ -197,6 +197,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   sc.sla = cfg.sla;
   sc.tpot_slack = cfg.tpot_slack;
   sc.tpot_cap_own_class = cfg.tpot_cap_own_class;
+  if (cfg.decode_share > 0.0) sc.decode_share = cfg.decode_share;
   sc.metrics = &impl->metrics;
   METRO_ASSIGN_OR_RETURN(impl->sched, sched::make_scheduler(cfg.sched, sc, *impl->kv));
   impl->sla = dynamic_cast<sched::SlaScheduler*>(impl->sched.get());

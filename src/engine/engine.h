@@ -52,6 +52,9 @@ struct EngineConfig {
   bool tpot_slack = false;         // decodes ahead of their TPOT pace yield to prompts (--tpot-slack)
   std::string step_trace;          // file for one line per engine step (--step-trace); empty: none
   bool tpot_cap_own_class = true;  // a class's TPOT caps steps with its own prompts too (--tpot-cap all)
+  // Share of a step's time the running sequences' decodes may fill before admissions stop
+  // (--decode-share; sched::SlaSchedulerConfig::decode_share). 0: the scheduler's default.
+  double decode_share = 0.0;
   size_t stream_capacity = 1024;   // events buffered per request before it is aborted
   int max_n = 16;                  // bound on Request::n
   uint64_t model_variant = 0;      // salts prefix-cache hashes

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import time
 
 from e2e_util import MetroServer, check_error, env_int, metrics, request, sse_request
@@ -301,6 +302,36 @@ def t_sla_embeddings_window(ctx):
         srv.kill()
 
 
-TESTS = [t_sla_embeddings_window, t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
+def t_sla_scheduler_flags(ctx):
+    """The step-cap flags of --sched sla (docs/server.md) start a server that serves
+    concurrent requests; an out-of-range --decode-share is refused before the model loads."""
+    bad = subprocess.run([ctx.metro, "serve", "-m", ctx.model_path, "--decode-share", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "decode-share" in (bad.stdout + bad.stderr), (bad.returncode, bad.stderr[-300:])
+    keys = write_keys(ctx)
+    srv = start_server(ctx, keys, ["--sched", "sla", "--decode-share", "1", "--tpot-slack", "on",
+                                   "--tpot-cap", "lower"])
+    try:
+        port = srv.port
+        results = [None] * 4
+
+        def call(i):
+            results[i] = request(port, "POST", "/v1/completions",
+                                 {"model": ctx.model_name, "prompt": f"Request {i}: tell me about rivers.",
+                                  "max_tokens": 12, "ignore_eos": True},
+                                 {"Authorization": f"Bearer {KEYS['rt'] if i == 0 else KEYS['flood']}"})
+
+        async def all_at_once():
+            await asyncio.gather(*(asyncio.to_thread(call, i) for i in range(len(results))))
+
+        asyncio.run(all_at_once())
+        for st, _, body in results:
+            assert st == 200, body[:300]
+            assert json.loads(body)["usage"]["completion_tokens"] == 12, body[:300]
+    finally:
+        srv.kill()
+
+
+TESTS = [t_sla_scheduler_flags, t_sla_embeddings_window, t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
          t_sla_admission_counts_prefix_cache_hits,
          t_sla_realtime_survives_a_batch_flood]

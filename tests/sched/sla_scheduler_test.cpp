@@ -152,6 +152,28 @@ TEST(SlaScheduler, RealtimeArrivalPausesBatchDecodesWhenBudgetIsShort) {
   }
 }
 
+TEST(SlaScheduler, DecodeShareSetsTheSeats) {
+  // The same four batch requests with budget 4: decode_share 1 (--decode-share 1) seats all
+  // four, 0.5 only two; the others wait without blocks.
+  for (const auto& [share, seated] : {std::pair{1.0, 4}, std::pair{0.5, 2}}) {
+    SlaSchedulerConfig cfg = small_cfg(4, 8);
+    cfg.decode_share = share;
+    Harness h(256, 16, cfg);
+    std::vector<SeqState*> batch;
+    for (int i = 0; i < 4; ++i) batch.push_back(h.add(SlaClass::kBatch, 1, 50));
+    for (int i = 0; i < 4; ++i) h.step();
+    int running = 0;
+    for (SeqState* b : batch) {
+      if (b->status == SeqStatus::kRunning) {
+        ++running;
+      } else {
+        EXPECT_EQ(h.kv.n_slots(b->id), 0) << "a request without a seat holds no blocks";
+      }
+    }
+    EXPECT_EQ(running, seated) << "decode_share " << share;
+  }
+}
+
 TEST(SlaScheduler, RealtimePreemptsBatchWhenMemoryIsShort) {
   // 8 blocks of 4 tokens; two batch requests hold all 32 slots. A realtime arrival frees one
   // (preemption with recompute) and runs; batch finishes later all the same.
