@@ -34,6 +34,12 @@ TEST(SlaBenchmark, MixedLengthsAcrossSeedsAndMixes) {
   EXPECT_TRUE(r.passed);
 }
 
+TEST(SlaBenchmark, MixedLengthsMeasuredEngine) {
+  ScenarioResult r = scenario_mixed_seeds({kSeed, 1, 7, 2, 3, 11}, CostModel::measured());
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
 TEST(SlaBenchmark, TwiceOverloadWithAdmission) {
   ScenarioResult r = scenario_overload(kSeed);
   report(r);

@@ -124,7 +124,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
     ++rep.steps;
     rep.preemptions += plan.preempted.size();
 
-    int64_t prefill_tokens = 0, attended = 0;
+    int64_t prefill_tokens = 0, attended = 0, decode_keys = 0;
     std::array<int, kNumSlaClasses> class_prefill{};
     int decode_seqs = 0;
     std::vector<bool> samples(plan.seqs.size());
@@ -149,7 +149,11 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
         class_prefill[static_cast<size_t>(s->sla_class)] += ss.n_tokens;
       }
       const int64_t n = ss.n_tokens, c = s->n_computed;
-      attended += static_cast<int64_t>(StepCostModel::pairs(n, c));
+      if (decode) {
+        decode_keys += c + 1;
+      } else {
+        attended += static_cast<int64_t>(StepCostModel::pairs(n, c));
+      }
     }
     if (cfg.check_invariants) {
       if (plan.n_tokens > 0 && plan.n_tokens != [&] {
@@ -179,7 +183,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
       served[ss.seq->tenant] += fresh_prompt + (samples[k] ? 1 : 0);
     }
 
-    const double dt = cfg.cost.step_s(prefill_tokens, decode_seqs, attended);
+    const double dt = cfg.cost.step_s(prefill_tokens, decode_seqs, attended, decode_keys);
     sched->update(plan);
     now += dt;
     rep.busy_s += dt;
