@@ -289,7 +289,7 @@ ScenarioResult scenario_mixed(uint64_t seed) {
   return out;
 }
 
-ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds, const CostModel& cost) {
+ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds, const CostModel& cost, double lower_floor) {
   struct Mix {
     const char* name;
     ShapeFn shape;
@@ -348,7 +348,7 @@ ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds, const Co
       // Shortest-first halves the median at least, and the contract costs mean TTFT.
       // So does the TPOT contract; lending banked slack wins some back without breaking it.
       if (p50_gain < 2.0 || t[1].mean > t[0].mean || t[3].mean > t[0].mean) out.passed = false;
-      if (m.lower_meets_target && ratios[1].back() < 2.0) out.passed = false;
+      if (m.lower_meets_target && ratios[1].back() < lower_floor) out.passed = false;
     }
     summary += fmt("  %-12s", m.name);
     for (size_t i = 0; i < kVariants; ++i) {
@@ -361,8 +361,8 @@ ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds, const Co
   out.text += "  target mean TTFT >= 2x lower, by mix:\n" + summary;
   out.text += fmt("  -> %s (asserted: the default, --tpot-slack and --decode-share 1 hold TPOT p99, the default a 2x lower median, on "
                   "every sample; `lower` and --tpot-slack cost no mean TTFT against the default, and `lower` reaches "
-                  "2x on every bimodal sample)\n",
-                  out.passed ? "PASS" : "FAIL");
+                  "%.1fx on every bimodal sample)\n",
+                  out.passed ? "PASS" : "FAIL", lower_floor);
   return out;
 }
 
