@@ -5,7 +5,7 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
     python3 bench/sla_scenarios.py [--metro build/bin/metro] [--model M] [--threads 2]
                                    [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
                                    [--mix2 lognormal,loguniform,bimodal] [--seed2 2] [--rounds2 1]
-                                   [--rate2 R] [--slack2]
+                                   [--rate2 R] [--slack2] [--strict2]
 
 1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
    total output throughput.
@@ -207,6 +207,10 @@ def scenario2_mix(args, title, mix_args, mix_name):
     variants = [("sla", "sla", ()), ("sla-lower", "sla", ("--tpot-cap", "lower"))]
     if args.slack2:
         variants.append(("sla-slack", "sla", ("--tpot-slack", "on")))
+    if args.strict2:
+        # The default until 2026-12-02: decodes paced at 0.8 x TPOT, a quarter of the step
+        # kept from seats (docs/scheduling.md, "On the engine as measured").
+        variants.append(("sla-strict", "sla", ("--tpot-slack", "off", "--decode-share", "0.75")))
     variants.append(("fcfs", "fcfs", ()))
     # Near capacity one run says little (this host's speed drifts between minutes), so
     # --rounds2 runs the policies in turn, round after round, and reports every round.
@@ -329,7 +333,10 @@ def main():
     ap.add_argument("--rounds2", type=int, default=1, help="scenario 2: rounds of the policies in turn")
     ap.add_argument("--rate2", type=float, default=0.0,
                     help="scenario 2: offered req/s (default: 0.9 x the capacity measured first)")
-    ap.add_argument("--slack2", action="store_true", help="scenario 2: also run sla with --tpot-slack on")
+    ap.add_argument("--slack2", action="store_true",
+                    help="scenario 2: also run sla with --tpot-slack on (the default since 2026-12-02)")
+    ap.add_argument("--strict2", action="store_true",
+                    help="scenario 2: also run sla with --tpot-slack off --decode-share 0.75 (the default before)")
     args = ap.parse_args()
     args.out = args.out or tempfile.mkdtemp(prefix="metro-sla-")
     os.makedirs(args.out, exist_ok=True)

@@ -101,7 +101,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--ttft-margin", ttft_margin, "refuse when predicted TTFT > margin x the class objective")
       ->check(CLI::Range(0.1, 100.0))
       ->capture_default_str();
-  std::string tpot_slack = "off";
+  std::string tpot_slack = "on";
   app.add_option("--tpot-slack", tpot_slack,
                  "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off")
       ->check(CLI::IsMember({"on", "off"}))

@@ -49,7 +49,7 @@ struct EngineConfig {
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context
   std::string sched = "sla";       // scheduling policy: sla | fcfs (--sched)
   sched::SlaConfig sla;            // per-class objectives (--sla)
-  bool tpot_slack = false;         // decodes ahead of their TPOT pace yield to prompts (--tpot-slack)
+  bool tpot_slack = true;          // decodes ahead of their TPOT pace yield to prompts (--tpot-slack)
   std::string step_trace;          // file for one line per engine step (--step-trace); empty: none
   bool tpot_cap_own_class = true;  // a class's TPOT caps steps with its own prompts too (--tpot-cap all)
   // Share of a step's time the running sequences' decodes may fill before admissions stop

@@ -117,9 +117,12 @@ struct SlaSchedulerConfig {
   // arrival finds a seat when batch has filled them); 0: base.max_seqs.
   int max_running_seqs = 0;
   double kv_watermark = 0.02;       // share of KV blocks admissions below realtime leave free
-  // No new admissions while the running sequences (their decodes) would take more than this
-  // share of the step's token budget: with decodes first, prompts would get nothing.
-  double decode_share = 0.75;
+  // No new admissions while the running sequences' decodes would take more than this share
+  // of the step's budget (the seat count: budget x share / the mean running decode's cost).
+  // 1: admit while the decodes still fit the step. Below 1 keeps room for prompts, which
+  // with dear decodes (long contexts) leaves short prompts waiting for seats held by long
+  // requests (docs/scheduling.md, "On the engine as measured"; `--decode-share`).
+  double decode_share = 1.0;
   double starving_prefill_share = 0.5;  // budget share the starvation lane may take per step
   // Inside a class a prompt starves (shorter work kept arriving) only after this many times
   // the class's `starve`: a request that late has long missed its objective, and moving it
@@ -132,10 +135,9 @@ struct SlaSchedulerConfig {
   // the cost model's error (attention grows with context) and for steps a decode sits out.
   double step_per_tpot = 0.8;
   // Decodes ahead of that pace (TPOT is a mean over the request) lend their slack to the
-  // step: it may run longer while every decode stays on pace (see decode_allowance_s). Off
-  // by default: the simulator gains a few percent, the server measured no gain (docs/
-  // scheduling.md, "Step cap and TPOT slack").
-  bool tpot_slack = false;
+  // step: it may run longer while every decode stays on pace (see decode_allowance_s).
+  // `--tpot-slack on|off` (docs/scheduling.md, "Step cap and TPOT slack").
+  bool tpot_slack = true;
   // What a decode banks with tpot_slack: each token delivered sooner than this share of its
   // class's TPOT objective banks the difference (steps at pace, step_per_tpot x TPOT, bank
   // the margin between the two). Below 1 for the cost model's error. In [step_per_tpot, 1].

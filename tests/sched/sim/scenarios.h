@@ -57,9 +57,10 @@ ScenarioResult scenario_priority(uint64_t seed);   // 1: 20% realtime + 80% batc
 ScenarioResult scenario_mixed(uint64_t seed);      // 2: mixed lengths at 90% load
 // Scenario 2's policies over several seeds and three mixes: how far each is from the 2x
 // target when the sample changes (one seed says little for a heavy-tailed mix).
-// `lower_floor`: the mean TTFT gain `--tpot-cap lower` must reach on every bimodal sample.
+// `lower_floor`: the mean TTFT gain `--tpot-cap lower` must reach on every bimodal sample;
+// `median_floor`: the median TTFT gain the default must reach on every sample.
 ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds, const CostModel& cost = {},
-                                    double lower_floor = 2.0);
+                                    double lower_floor = 2.0, double median_floor = 2.0);
 ScenarioResult scenario_overload(uint64_t seed);   // 3: 2x overload with admission control
 ScenarioResult scenario_tenants(uint64_t seed);    // 4: two tenants, one at 10x the rate
 
