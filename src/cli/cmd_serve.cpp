@@ -19,6 +19,7 @@
 #include "gateway/embed_batcher.h"
 #include "gateway/traffic_policy.h"
 #include "sched/sla_config.h"
+#include "sched/sla_scheduler.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 
@@ -115,11 +116,12 @@ int cmd_serve(int argc, char** argv) {
                  "are planned (all) or only prompts of lower classes (lower)")
       ->check(CLI::IsMember({"all", "lower"}))
       ->capture_default_str();
+  ec.decode_share = sched::SlaSchedulerConfig{}.decode_share;  // shown by --help
   app.add_option("--decode-share", ec.decode_share,
                  "with --sched sla: share of a step's time the running requests' decodes may fill before new "
-                 "requests wait for a seat (the rest is left to prompts; default: the scheduler's, "
-                 "docs/scheduling.md)")
-      ->check(CLI::Range(0.05, 1.0));
+                 "requests wait for a seat (the rest is left to prompts)")
+      ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
   std::string embed_window = "off";
   gateway::BatchWindowConfig window_cfg;
   app.add_option("--embed-window", embed_window,
