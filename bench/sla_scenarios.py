@@ -5,7 +5,8 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
     python3 bench/sla_scenarios.py [--metro build/bin/metro] [--model M] [--threads 2]
                                    [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
                                    [--mix2 lognormal,loguniform,bimodal] [--seed2 2] [--rounds2 1]
-                                   [--rate2 R] [--slack2] [--strict2]
+                                   [--rate2 R] [--slack2] [--strict2] [--quiet4 1.5]
+                                   [--serve-args "--kv-type q8_0"]
 
 1. 20% realtime short + 80% batch long requests at 1.5x capacity: realtime p99 TTFT, and
    total output throughput.
@@ -14,8 +15,9 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
    16-2048, outputs 8-512: as many 16-31 token prompts as 1024-2047 token ones), and short
    chats mixed with long documents (bimodal).
 3. The same at capacity and at 2x: goodput (requests meeting their class SLO per second).
-4. Two tenants, one sending 10x the other's rate, both past their share: the quiet tenant's
-   share of generated tokens while both are backlogged.
+4. Two tenants, one sending 10x the other's rate, both past their share (the quiet one at
+   1.5x capacity, --quiet4): the quiet tenant's share of generated tokens while both are
+   backlogged (each has a prompt waiting for its first token), and while it is still sending.
 
 "Capacity" is measured first in each scenario: requests/s the server completes with the
 scenario's mix when offered everything at once (FCFS, admission off). Every figure printed is
@@ -63,7 +65,7 @@ class Server:
         self.port = 18000 + random.randint(0, 999)
         self.cmd = [args.metro, "serve", "-m", args.model, "--port", str(self.port), "-t", str(args.threads),
                     "--sched", sched, "--admission", admission, "--api-key-file", args.keys,
-                    "--max-seqs", "64", "--ttft-margin", "1"] + list(extra)
+                    "--max-seqs", "64", "--ttft-margin", "1"] + args.serve_args.split() + list(extra)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wait_ready(self.port)
 
@@ -286,22 +288,56 @@ def tokens_in(reqs, t_end):
     return total
 
 
+def waiting_spans(reqs):
+    """Merged intervals (client clock) during which one of these requests was sent and had
+    not yet had its first token: the tenant had work queued at the server."""
+    spans = sorted((r["sent_s"], r["sent_s"] + r["ttft_s"]) for r in reqs
+                   if r["sent_s"] is not None and r["ttft_s"] is not None)
+    out = []
+    for a, b in spans:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def intersect(xs, ys):
+    out, i, j = [], 0, 0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if a < b:
+            out.append((a, b))
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def tokens_over(reqs, spans):
+    """Output tokens of these requests generated inside the spans."""
+    return sum(tokens_in(reqs, b) - tokens_in(reqs, a) for a, b in spans)
+
+
 def scenario4(args):
     common = ["--dataset", "synthetic", "--input-len", "128", "--output-len", "64", "--seed", "4"]
     n_quiet = int(30 * args.scale)
     cap = capacity(args, common, int(60 * args.scale))
-    print(f"\n## 4. Two tenants, the loud one at 10x the quiet one's rate, both above their share")
-    print(f"capacity {cap:.2f} req/s; quiet offers {0.75 * cap:.2f} req/s, loud {7.5 * cap:.2f} req/s")
-    print("| sched | quiet tokens | loud tokens | quiet share while both backlogged | quiet TTFT mean / max s |")
-    print("|---|---|---|---|---|")
+    qr = args.quiet4 * cap
+    print(f"\n## 4. Two tenants, the loud one at 10x the quiet one's rate")
+    print(f"capacity {cap:.2f} req/s; quiet offers {qr:.2f} req/s, loud {10 * qr:.2f} req/s")
+    print("| sched | quiet tokens | loud tokens | quiet share while quiet sends | quiet share while both wait "
+          "(span s) | quiet TTFT mean / max s |")
+    print("|---|---|---|---|---|---|")
     for sched in ("sla", "fcfs"):
         srv = Server(args, sched, "off")
         try:
             pq, out_q = bench(args, srv.url, f"s4-{sched}-quiet", common + [
-                "--rate", f"{0.75 * cap:.3f}", "--num-requests", str(n_quiet)], key="sk-bench-quiet-000000",
+                "--rate", f"{qr:.3f}", "--num-requests", str(n_quiet)], key="sk-bench-quiet-000000",
                 background=True)
             pl, out_l = bench(args, srv.url, f"s4-{sched}-loud", common + [
-                "--rate", f"{7.5 * cap:.3f}", "--num-requests", str(10 * n_quiet)], key="sk-bench-loud-0000000",
+                "--rate", f"{10 * qr:.3f}", "--num-requests", str(10 * n_quiet)], key="sk-bench-loud-0000000",
                 background=True)
             pq.wait()
             pl.wait()
@@ -316,7 +352,12 @@ def scenario4(args):
         tq, tl = tokens_in(q, t_end), tokens_in(lo, t_end)
         qt = [r["ttft_s"] for r in q if r["ttft_s"] is not None]
         qt_s = f"{sum(qt) / len(qt):.2f} / {max(qt):.2f}" if qt else "-"
-        print(f"| {sched} | {tq:.0f} | {tl:.0f} | {tq / max(1.0, tq + tl):.1%} | {qt_s} |")
+        # Both backlogged, strictly: each tenant has a prompt waiting for its first token.
+        both = intersect(waiting_spans(q), waiting_spans(lo))
+        bq, bl = tokens_over(q, both), tokens_over(lo, both)
+        span = sum(b - a for a, b in both)
+        print(f"| {sched} | {tq:.0f} | {tl:.0f} | {tq / max(1.0, tq + tl):.1%} | "
+              f"{bq / max(1.0, bq + bl):.1%} ({span:.1f}) | {qt_s} |")
 
 
 def main():
@@ -337,6 +378,10 @@ def main():
                     help="scenario 2: also run sla with --tpot-slack on (the default since 2026-12-02)")
     ap.add_argument("--strict2", action="store_true",
                     help="scenario 2: also run sla with --tpot-slack off --decode-share 0.75 (the default before)")
+    ap.add_argument("--serve-args", default="",
+                    help="more `metro serve` options for every server of the run, e.g. \"--kv-type q8_0\"")
+    ap.add_argument("--quiet4", type=float, default=1.5,
+                    help="scenario 4: the quiet tenant's rate as a multiple of capacity (the loud one sends 10x)")
     args = ap.parse_args()
     args.out = args.out or tempfile.mkdtemp(prefix="metro-sla-")
     os.makedirs(args.out, exist_ok=True)
