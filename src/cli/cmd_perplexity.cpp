@@ -1,4 +1,4 @@
-// metro perplexity -m MODEL -f TEXT [--ctx 512] [-t N]
+// metro perplexity -m MODEL -f TEXT [--ctx 512] [-t N] [--kv-type f16|q8_0]
 //
 // Perplexity over non-overlapping windows of --ctx tokens, scored as llama.cpp's
 // llama-perplexity does so the figures compare: each window starts fresh (BOS first when
@@ -22,16 +22,24 @@ int cmd_perplexity(int argc, char** argv) {
   std::string model_path, text_file;
   int n_ctx = 512, threads = default_threads(), max_chunks = 0;
   bool as_json = false;
+  std::string kv_type = "f16";
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("-f,--file", text_file, "text file")->required();
   app.add_option("--ctx,-c", n_ctx, "window length in tokens")->check(CLI::Range(8, 1 << 16));
   app.add_option("--chunks", max_chunks, "score at most this many windows (0: all)");
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
+  app.add_option("--kv-type", kv_type, "KV cache type, as metro serve's: f16 or q8_0")->capture_default_str();
   app.add_flag("--json", as_json, "print the result as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  kernels::DType kv_dtype = kernels::DType::kF16;
+  if (kv_type == "q8_0") {
+    kv_dtype = kernels::DType::kQ8_0;
+  } else if (kv_type != "f16") {
+    return fail("perplexity", invalid_argument("--kv-type must be f16 or q8_0"));
   }
   std::ifstream in(text_file, std::ios::binary);
   if (!in) return fail("perplexity", io_error("cannot read the text file"));
@@ -65,7 +73,7 @@ int cmd_perplexity(int argc, char** argv) {
   const int64_t t0 = now_ns();
   if (!as_json) std::fprintf(stderr, "perplexity: %d windows of %d tokens\n", n_chunks, n_ctx);
   for (int c = 0; c < n_chunks; ++c) {
-    model::SequenceKv kv(m.hparams(), n_ctx);
+    model::SequenceKv kv(m.hparams(), n_ctx, kv_dtype);
     const size_t base = static_cast<size_t>(c) * static_cast<size_t>(n_ctx);
     for (int start = 0; start < n_ctx; start += step_tokens) {
       model::Batch b;
@@ -99,12 +107,12 @@ int cmd_perplexity(int argc, char** argv) {
   const double secs = static_cast<double>(now_ns() - t0) * 1e-9;
   if (as_json) {
     nlohmann::json j = {{"perplexity", ppl}, {"windows", n_chunks}, {"ctx", n_ctx},
-                        {"scored_tokens", count}, {"seconds", secs}};
+                        {"scored_tokens", count}, {"kv_type", kv_type}, {"seconds", secs}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::fprintf(stderr, "\n");
-    std::printf("perplexity: %.4f over %d windows of %d tokens (%lld scored tokens, %.1f s)\n", ppl,
-                n_chunks, n_ctx, static_cast<long long>(count), secs);
+    std::printf("perplexity: %.4f over %d windows of %d tokens (%lld scored tokens, KV %s, %.1f s)\n", ppl,
+                n_chunks, n_ctx, static_cast<long long>(count), kv_type.c_str(), secs);
   }
   return 0;
 }
