@@ -43,6 +43,12 @@ TEST(SlaBenchmark, MixedLengthsMeasuredEngine) {
   EXPECT_TRUE(r.passed);
 }
 
+TEST(SlaBenchmark, MixedLengthsWhereTheMeanGoes) {
+  ScenarioResult r = scenario_mixed_breakdown({kSeed, 2}, CostModel::measured());
+  report(r);
+  EXPECT_TRUE(r.passed);
+}
+
 TEST(SlaBenchmark, TwiceOverloadWithAdmission) {
   ScenarioResult r = scenario_overload(kSeed);
   report(r);

@@ -110,6 +110,11 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
       all_backlogged = waiting.size() == tenants.size();
     }
 
+    bool prompt_work = false;
+    for (auto it = live.begin(); it != live.end() && !prompt_work; ++it) {
+      prompt_work = it->first->status == SeqStatus::kWaiting || it->first->n_computed < it->first->n_prompt;
+    }
+
     const int64_t now_ns = to_ns(now);
     const SchedulerCounts waiting_before = cfg.admission != nullptr ? sched->counts() : SchedulerCounts{};
     StepPlan plan = sched->schedule(now_ns);
@@ -187,6 +192,15 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
     sched->update(plan);
     now += dt;
     rep.busy_s += dt;
+    if (prompt_work) {
+      SimReport::Split& b = rep.prompt_backlog;
+      ++b.steps;
+      b.s += dt;
+      b.fixed_s += cfg.cost.fixed_s;
+      b.decode_s += cfg.cost.per_decode_seq_s * decode_seqs + cfg.cost.per_decode_key_s * static_cast<double>(decode_keys);
+      b.prefill_s += cfg.cost.per_prefill_token_s * static_cast<double>(prefill_tokens) +
+                     cfg.cost.per_attended_pair_s * static_cast<double>(attended);
+    }
     if (all_backlogged) rep.backlogged_s += dt;
     for (auto& [tenant, n] : served) {
       rep.tokens_by_tenant[tenant] += n;

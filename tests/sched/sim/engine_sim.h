@@ -112,6 +112,12 @@ struct SimReport {
   int64_t prompt_tokens = 0;     // first-time prompt computation (recompute excluded)
   int64_t recomputed_tokens = 0;
   double busy_s = 0.0;           // time spent in steps
+  // Steps that began with prompt work left (a request waiting, or its prompt part-computed):
+  // their time, and that time split as the cost model prices it.
+  struct Split {
+    int64_t steps = 0;
+    double s = 0.0, fixed_s = 0.0, decode_s = 0.0, prefill_s = 0.0;
+  } prompt_backlog;
 };
 
 using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(kv::KvCacheManager&)>;
