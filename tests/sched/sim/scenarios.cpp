@@ -8,6 +8,8 @@
 #include <iterator>
 #include <limits>
 #include <numbers>
+#include <string_view>
+#include <utility>
 
 namespace metro::sched::sim {
 
