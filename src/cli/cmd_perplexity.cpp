@@ -35,12 +35,8 @@ int cmd_perplexity(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  kernels::DType kv_dtype = kernels::DType::kF16;
-  if (kv_type == "q8_0") {
-    kv_dtype = kernels::DType::kQ8_0;
-  } else if (kv_type != "f16") {
-    return fail("perplexity", invalid_argument("--kv-type must be f16 or q8_0"));
-  }
+  auto kv_dtype = parse_kv_type(kv_type);
+  if (!kv_dtype.ok()) return fail("perplexity", kv_dtype.status());
   std::ifstream in(text_file, std::ios::binary);
   if (!in) return fail("perplexity", io_error("cannot read the text file"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -73,7 +69,7 @@ int cmd_perplexity(int argc, char** argv) {
   const int64_t t0 = now_ns();
   if (!as_json) std::fprintf(stderr, "perplexity: %d windows of %d tokens\n", n_chunks, n_ctx);
   for (int c = 0; c < n_chunks; ++c) {
-    model::SequenceKv kv(m.hparams(), n_ctx, kv_dtype);
+    model::SequenceKv kv(m.hparams(), n_ctx, *kv_dtype);
     const size_t base = static_cast<size_t>(c) * static_cast<size_t>(n_ctx);
     for (int start = 0; start < n_ctx; start += step_tokens) {
       model::Batch b;

@@ -102,7 +102,7 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--ttft-margin", ttft_margin, "refuse when predicted TTFT > margin x the class objective")
       ->check(CLI::Range(0.1, 100.0))
       ->capture_default_str();
-  std::string tpot_slack = "on";
+  std::string tpot_slack = sched::SlaSchedulerConfig{}.tpot_slack ? "on" : "off";  // shown by --help
   app.add_option("--tpot-slack", tpot_slack,
                  "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off")
       ->check(CLI::IsMember({"on", "off"}))
@@ -196,12 +196,9 @@ int cmd_serve(int argc, char** argv) {
     if (!b.ok()) return fail("serve", b.status());
     ec.kv_memory_bytes = *b;
   }
-  if (kv_type == "f16")
-    ec.kv_type = kernels::DType::kF16;
-  else if (kv_type == "q8_0")
-    ec.kv_type = kernels::DType::kQ8_0;
-  else
-    return fail("serve", invalid_argument("--kv-type must be f16 or q8_0"));
+  auto kv_dtype = parse_kv_type(kv_type);
+  if (!kv_dtype.ok()) return fail("serve", kv_dtype.status());
+  ec.kv_type = *kv_dtype;
   if (!sla_spec.empty()) {
     auto sla = sched::parse_sla_spec(sla_spec);
     if (!sla.ok()) return fail("serve", sla.status());

@@ -22,6 +22,12 @@ Expected<LoadedModel> load_model(const std::string& path, bool allow_repack) {
 
 int default_threads() { return cpu_features().physical_cores; }
 
+Expected<kernels::DType> parse_kv_type(const std::string& name) {
+  if (name == "f16") return kernels::DType::kF16;
+  if (name == "q8_0") return kernels::DType::kQ8_0;
+  return invalid_argument("--kv-type must be f16 or q8_0");
+}
+
 int fail(const char* cmd, const Status& s) {
   std::fprintf(stderr, "metro %s: %s\n", cmd, s.message().c_str());
   return 1;

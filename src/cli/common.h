@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "kernels/dtype.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -20,6 +21,9 @@ Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = tr
 
 // Physical cores (the default for -t).
 int default_threads();
+
+// The KV cache element type named by --kv-type (serve, perplexity): f16 or q8_0.
+Expected<kernels::DType> parse_kv_type(const std::string& name);
 
 // "metro <cmd>: <message>" on stderr; returns 1.
 int fail(const char* cmd, const Status& s);
