@@ -1,4 +1,5 @@
-// metro bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--batch 1,4,16,32] [--json]
+// metro bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--batch 1,4,16,32] [--kv-type f16|q8_0]
+//             [--json]
 //
 // Like llama-bench: prompt processing (pp: one batch of p tokens) and generation (tg: n
 // tokens one at a time from an empty context) in tokens/s, median and spread over
@@ -69,7 +70,9 @@ struct Runner {
   const model::Model& m;
   ThreadPool& pool;
   model::Workspace ws;
+  kernels::DType kv_type = kernels::DType::kF16;
   std::mt19937 rng{1234};
+  size_t kv_bytes = 0;  // the last run's KV arena
 
   int32_t random_token() {
     return static_cast<int32_t>(rng() % m.hparams().n_vocab);
@@ -81,12 +84,13 @@ struct Runner {
   std::tuple<double, double, double> run(int n_seq, int p, int n) {
     const int bs = 16;
     kernels::KvPageLayout layout;
-    layout.type = kernels::DType::kF16;
+    layout.type = kv_type;
     layout.block_size = bs;
     layout.n_head_kv = static_cast<int>(m.hparams().n_head_kv);
     layout.head_dim = static_cast<int>(m.hparams().head_dim);
     const int per_seq_blocks = (p + n + bs - 1) / bs;
     kv::KvArena arena(m.hparams(), layout, n_seq * per_seq_blocks);
+    kv_bytes = arena.bytes();
     std::vector<std::vector<kv::BlockId>> owned(static_cast<size_t>(n_seq));
     std::vector<std::span<const kv::BlockId>> tables;
     for (int s = 0; s < n_seq; ++s) {
@@ -145,7 +149,7 @@ std::vector<int> parse_list(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Measure prompt processing and generation speed", "metro bench"};
-  std::string model_path, batch_list;
+  std::string model_path, batch_list, kv_type = "f16";
   int p = 512, n = 128, reps = 5, threads = default_threads();
   bool as_json = false, no_repack = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
@@ -154,6 +158,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-r,--repetitions", reps, "repetitions")->check(CLI::Range(1, 1000));
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
   app.add_option("--batch", batch_list, "sequence counts for batched prefill/decode, e.g. 1,4,16,32");
+  app.add_option("--kv-type", kv_type, "KV cache type, as metro serve's: f16 or q8_0")->capture_default_str();
   app.add_flag("--json", as_json, "print one JSON object");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   try {
@@ -161,6 +166,8 @@ int cmd_bench(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  auto kv_dtype = parse_kv_type(kv_type);
+  if (!kv_dtype.ok()) return fail("bench", kv_dtype.status());
   std::vector<int> batches;
   try {
     if (!batch_list.empty()) batches = parse_list(batch_list);
@@ -180,12 +187,13 @@ int cmd_bench(int argc, char** argv) {
   lim.max_logits = std::max(1, max_seq);
   lim.max_seqs = std::max(1, max_seq);
   lim.max_blocks_per_seq = (p + n) / 16 + 2;
-  Runner runner{m, pool, m.make_workspace(lim)};
+  Runner runner{m, pool, m.make_workspace(lim), *kv_dtype};
 
   json j;
   j["model"] = m.hparams().name;
   j["weights"] = m.weights().describe_layouts();
   j["threads"] = threads;
+  j["kv_type"] = kv_type;
   j["kernel_isa"] = std::string(kernels::kernel_isa());
   j["n_prompt"] = p;
   j["n_gen"] = n;
@@ -225,8 +233,9 @@ int cmd_bench(int argc, char** argv) {
     if (as_json) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("model: %s | threads %d | kernels %s\nweights: %s\n", m.hparams().name.c_str(),
-                  threads, std::string(kernels::kernel_isa()).c_str(), m.weights().describe_layouts().c_str());
+      std::printf("model: %s | threads %d | kernels %s | KV %s\nweights: %s\n", m.hparams().name.c_str(),
+                  threads, std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(),
+                  m.weights().describe_layouts().c_str());
       std::printf("%-8s %12s %12s %12s\n", "test", "tokens/s", "min", "max");
       std::printf("pp%-6d %12.2f %12.2f %12.2f\n", p, a.median, a.min, a.max);
       std::printf("tg%-6d %12.2f %12.2f %12.2f\n", n, b.median, b.min, b.max);
@@ -239,8 +248,8 @@ int cmd_bench(int argc, char** argv) {
   runner.run(1, 16, 4);
   json arr = json::array();
   if (!as_json) {
-    std::printf("model: %s | threads %d | kernels %s | prompt %d, generate %d per sequence\n",
-                m.hparams().name.c_str(), threads, std::string(kernels::kernel_isa()).c_str(), p, n);
+    std::printf("model: %s | threads %d | kernels %s | KV %s | prompt %d, generate %d per sequence\n",
+                m.hparams().name.c_str(), threads, std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), p, n);
     std::printf("%6s %14s %14s %12s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused");
   }
   for (int ns : batches) {
@@ -255,7 +264,8 @@ int cmd_bench(int argc, char** argv) {
     const Spread a = spread(pre), b = spread(dec);
     arr.push_back({{"n_seq", ns}, {"prefill_tps", a.median}, {"decode_tps", b.median},
                    {"prefill_min", a.min}, {"prefill_max", a.max}, {"decode_min", b.min},
-                   {"decode_max", b.max}, {"kv_unused_fraction", unused_frac}});
+                   {"decode_max", b.max}, {"kv_unused_fraction", unused_frac},
+                   {"kv_bytes", runner.kv_bytes}});
     if (!as_json) {
       std::printf("%6d %14.2f %14.2f %11.1f%%\n", ns, a.median, b.median, 100 * unused_frac);
     }

@@ -51,16 +51,21 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
   float m[kMaxTileRows];
   float l[kMaxTileRows];
   int64_t qpos[kMaxTileRows];
+  const bool q8 = lay.type == DType::kQ8_0;
+  const int nb = hd / 32;
+  int8_t qi[kMaxTileFloats];
+  float qd[kMaxTileFloats / 32];
   for (int r = 0; r < rows; ++r) {
     const int row = t.row_begin + r;
-    const int qi = row / group;
+    const int query = row / group;
     const int h = t.kv_head * group + row % group;
-    const float* src = seq.q + static_cast<size_t>(qi) * seq.q_stride + static_cast<size_t>(h) * hd;
+    const float* src = seq.q + static_cast<size_t>(query) * seq.q_stride + static_cast<size_t>(h) * hd;
     for (int d = 0; d < hd; ++d) q[r * hd + d] = src[d] * p.scale;
     std::fill(acc + r * hd, acc + (r + 1) * hd, 0.0f);
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0.0f;
-    qpos[r] = seq.pos0 + qi;
+    qpos[r] = seq.pos0 + query;
+    if (q8) quantize_query_q8(q + r * hd, hd, qi + r * hd, qd + r * nb);
   }
   const PagedRows keys(lay, seq.k_pages, t.kv_head);
   const PagedRows values(lay, seq.v_pages, t.kv_head);
@@ -77,7 +82,20 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
       float mx = m[r];
       for (int j = 0; j < valid; ++j) {
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += q[r * hd + d] * kf[j * hd + d];
+        if (q8) {  // int8 query row against the key's int8 blocks, in the AVX2 kernel's order
+          const uint8_t* k = keys.row(kb + j);
+          for (int b = 0; b < nb; ++b) {
+            int32_t isum = 0;
+            for (int i = 0; i < 32; ++i) {
+              isum += int32_t{qi[r * hd + b * 32 + i]} * int32_t{static_cast<int8_t>(k[b * 34 + 2 + i])};
+            }
+            uint16_t kd;
+            std::memcpy(&kd, k + b * 34, 2);
+            dot = std::fma(static_cast<float>(isum), qd[r * nb + b] * fp16_to_fp32(kd), dot);
+          }
+        } else {
+          for (int d = 0; d < hd; ++d) dot += q[r * hd + d] * kf[j * hd + d];
+        }
         s[j] = dot;
         mx = std::max(mx, dot);
       }
@@ -96,9 +114,9 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
   }
   for (int r = 0; r < rows; ++r) {
     const int row = t.row_begin + r;
-    const int qi = row / group;
+    const int query = row / group;
     const int h = t.kv_head * group + row % group;
-    float* dst = seq.out + static_cast<size_t>(qi) * seq.out_stride + static_cast<size_t>(h) * hd;
+    float* dst = seq.out + static_cast<size_t>(query) * seq.out_stride + static_cast<size_t>(h) * hd;
     const float inv = 1.0f / l[r];
     for (int d = 0; d < hd; ++d) dst[d] = acc[r * hd + d] * inv;
   }

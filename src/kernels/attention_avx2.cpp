@@ -1,8 +1,10 @@
 // AVX2 tile kernel of paged attention. Per chunk of up to kKeyChunk keys: the chunk's K
-// rows are converted to F32 once (F16C, or Q8_0 dequantized per row) and scored against
-// every row of the tile with FMA, each row's online-softmax state is updated, then the V
-// rows are converted and accumulated into every row with FMA. Converted rows live in
-// stack buffers that stay in L1/L2 while all rows of the tile use them.
+// rows are converted to F32 once (F16C; Q8_0 rows to their int8 values as floats, scored
+// against the query's int8 values, see score_q8x4) and scored against every row of the tile
+// with FMA, each row's online-softmax state is updated, then the V rows are converted and
+// accumulated into every row with FMA. Converted rows live in stack buffers that stay in
+// L1/L2 while all rows of the tile use them. Decodes (one query) have a kernel of their own
+// that converts in registers (decode_tile).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -130,6 +132,107 @@ void dot2x4(const float* q0, const float* q1, const float* k0, int hd, float* s0
   }
   _mm_store_ps(s0, reduce4(a0, a1, a2, a3));
   _mm_store_ps(s1, reduce4(b0, b1, b2, b3));
+}
+
+// Q8_0 keys (attention_impl.h): a score is, over the blocks b of 32 in order,
+// acc = fma(S_b, dq_b x dk_b, acc) from acc = 0, where S_b is the exact integer dot product of
+// the int8 query and key values of the block and dq_b x dk_b the float product of their
+// scales. Every path computes S_b exactly (by integer lanes here, by float sums of integers
+// below 2^24 in score_q8_tile), so a score has the same bits on every path.
+alignas(32) const uint16_t kZeroRow[kMaxHeadDim] = {};  // F16 zeros; Q8_0: scale 0, q 0
+
+// Scores of R int8 query rows (values hd apart, scales hd/32 apart) against the four key
+// rows k[0..3], read straight from the pages: for decodes, where no converted key would be
+// reused. Per block: |q| x (k with q's sign) by maddubs (pairs of products stay below 2^15
+// since |q| <= 127), summed to 8 int32 lanes by madd, the four keys' lanes to one sum each
+// by hadd (integer sums are exact, so the same S_b as dot2x4_q8's float lanes).
+template <int R>
+inline void score_q8x4(const int8_t* qi, const float* qd, const uint8_t* const* k, int hd,
+                       float* s, int s_stride) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int nb = hd / 32;
+  __m128 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    __m256i kv[4];
+    alignas(16) float kd[4];
+    for (int c = 0; c < 4; ++c) {
+      const uint8_t* blk = k[c] + b * 34;
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      kd[c] = _cvtsh_ss(h);
+      kv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    }
+    const __m128 kd4 = _mm_load_ps(kd);
+    for (int r = 0; r < R; ++r) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi + r * hd + b * 32));
+      const __m256i ax = _mm256_sign_epi8(qv, qv);
+      __m256i m[4];
+      for (int c = 0; c < 4; ++c) {
+        m[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(kv[c], qv)), ones);
+      }
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+      const __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      const __m128 scale = _mm_mul_ps(_mm_set1_ps(qd[r * nb + b]), kd4);
+      acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), scale, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm_storeu_ps(s + r * s_stride, acc[r]);
+}
+
+// Q8_0 key rows for a tile of many rows: each key's int8 values as floats (unscaled, so a
+// product sum of a block is an exact integer in float: at most 32 x 127 x 127 < 2^24) and its
+// scale per block ([block][key], kKeyChunk keys). Converted once per chunk, shared by the rows.
+void convert_rows_q8(const uint8_t* const* k, int n, int hd, float* kf, float* kd) {
+  const int nb = hd / 32;
+  for (int j = 0; j < n; ++j) {
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* blk = k[j] + b * 34;
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      kd[b * kKeyChunk + j] = _cvtsh_ss(h);
+      for (int i = 0; i < 4; ++i) {
+        const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * i));
+        _mm256_store_ps(kf + j * hd + b * 32 + 8 * i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
+      }
+    }
+  }
+}
+
+// Scores of two query rows (int8 values as floats, and their scales) against converted keys
+// j..j+3 (kf rows from key j, kd from key j): per block, the exact integer sums S_b by FMA
+// lanes and the reduce4 tree, then fma(S_b, dq_b x dk_b, acc) as score_q8x4 does.
+void dot2x4_q8(const float* q0, const float* q1, const float* qd0, const float* qd1,
+               const float* kf, const float* kd, int hd, float* s0, float* s1) {
+  __m128 acc0 = _mm_setzero_ps();
+  __m128 acc1 = _mm_setzero_ps();
+  for (int b = 0; b < hd / 32; ++b) {
+    __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
+    __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+    __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+    for (int d = b * 32; d < b * 32 + 32; d += 8) {
+      const __m256 qa = _mm256_load_ps(q0 + d);
+      const __m256 qb = _mm256_load_ps(q1 + d);
+      __m256 x = _mm256_load_ps(kf + d);
+      a0 = _mm256_fmadd_ps(qa, x, a0);
+      b0 = _mm256_fmadd_ps(qb, x, b0);
+      x = _mm256_load_ps(kf + hd + d);
+      a1 = _mm256_fmadd_ps(qa, x, a1);
+      b1 = _mm256_fmadd_ps(qb, x, b1);
+      x = _mm256_load_ps(kf + 2 * hd + d);
+      a2 = _mm256_fmadd_ps(qa, x, a2);
+      b2 = _mm256_fmadd_ps(qb, x, b2);
+      x = _mm256_load_ps(kf + 3 * hd + d);
+      a3 = _mm256_fmadd_ps(qa, x, a3);
+      b3 = _mm256_fmadd_ps(qb, x, b3);
+    }
+    const __m128 kd4 = _mm_loadu_ps(kd + b * kKeyChunk);
+    acc0 = _mm_fmadd_ps(reduce4(a0, a1, a2, a3), _mm_mul_ps(_mm_set1_ps(qd0[b]), kd4), acc0);
+    acc1 = _mm_fmadd_ps(reduce4(b0, b1, b2, b3), _mm_mul_ps(_mm_set1_ps(qd1[b]), kd4), acc1);
+  }
+  _mm_storeu_ps(s0, acc0);
+  _mm_storeu_ps(s1, acc1);
 }
 
 // acc[0..hd) = acc * alpha + sum_j p[j] * v[j], j < n; blocks of 4 vectors, then single
@@ -296,9 +399,19 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   float alpha[kMaxTileRows];
   int valid[kMaxTileRows];
   int64_t qpos[kMaxTileRows];
+  constexpr bool kQ8 = kType == DType::kQ8_0;
+  const int nb = hd / 32;
+  float qd[kQ8 ? kMaxTileFloats / 32 : 1];  // Q8_0: each row's query scales; q holds its int8 values
+  alignas(32) float kd[kQ8 ? kMaxHeadDim / 32 * kKeyChunk : 1];
+  const uint8_t* kp[kKeyChunk + 3];  // Q8_0: the chunk's key rows, padded with zero rows
 
   for (int r = 0; r < rows; ++r) {
     start_row(p, seq, t, group, r, q + r * hd, acc + r * hd);
+    if constexpr (kQ8) {
+      int8_t qi[kMaxHeadDim];
+      quantize_query_q8(q + r * hd, hd, qi, qd + r * nb);
+      for (int d = 0; d < hd; ++d) q[r * hd + d] = static_cast<float>(qi[d]);
+    }
     // Score lanes past a row's last valid key are computed (and masked) too: keep them finite.
     std::fill(prob + r * kKeyChunk, prob + (r + 1) * kKeyChunk, 0.0f);
     m[r] = -std::numeric_limits<float>::infinity();
@@ -314,9 +427,18 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
     const int64_t next_end = std::min<int64_t>(kb + 2 * kKeyChunk, last + 1);
-    convert_rows<kType>(keys, kb, nk, next_end, kf, hd);
     const int nk4 = (nk + 3) & ~3;
-    std::fill(kf + nk * hd, kf + nk4 * hd, 0.0f);
+    if constexpr (kQ8) {
+      keys.for_each_run(kb, nk, [&](int j0, const uint8_t* run, int count) {
+        for (int j = 0; j < count; ++j) kp[j0 + j] = run + static_cast<size_t>(j) * keys.row_bytes();
+      });
+      std::fill(kp + nk, kp + nk4, reinterpret_cast<const uint8_t*>(kZeroRow));
+      prefetch_rows(keys, kb + nk, next_end);
+      convert_rows_q8(kp, nk4, hd, kf, kd);
+    } else {
+      convert_rows<kType>(keys, kb, nk, next_end, kf, hd);
+      std::fill(kf + nk * hd, kf + nk4 * hd, 0.0f);
+    }
 
     // Rows are sorted by causal limit, so the ones that see no key of this chunk come first.
     int first = 0;
@@ -329,12 +451,24 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     for (; r + 1 < rows; r += 2) {
       float* s0 = prob + r * kKeyChunk;
       for (int j = 0; j < valid[r + 1]; j += 4) {
-        dot2x4(q + r * hd, q + (r + 1) * hd, kf + j * hd, hd, s0 + j, s0 + kKeyChunk + j);
+        if constexpr (kQ8) {
+          dot2x4_q8(q + r * hd, q + (r + 1) * hd, qd + r * nb, qd + (r + 1) * nb, kf + j * hd, kd + j, hd,
+                    s0 + j, s0 + kKeyChunk + j);
+        } else {
+          dot2x4(q + r * hd, q + (r + 1) * hd, kf + j * hd, hd, s0 + j, s0 + kKeyChunk + j);
+        }
       }
     }
     if (r < rows) {
       float* s = prob + r * kKeyChunk;
-      for (int j = 0; j < valid[r]; j += 4) _mm_store_ps(s + j, dot1x4(q + r * hd, kf + j * hd, hd));
+      alignas(16) float unused[4];
+      for (int j = 0; j < valid[r]; j += 4) {
+        if constexpr (kQ8) {  // the pair kernel with the row twice: one code path for the bits
+          dot2x4_q8(q + r * hd, q + r * hd, qd + r * nb, qd + r * nb, kf + j * hd, kd + j, hd, s + j, unused);
+        } else {
+          _mm_store_ps(s + j, dot1x4(q + r * hd, kf + j * hd, hd));
+        }
+      }
     }
     for (r = first; r < rows; ++r) {
       const int n = valid[r];
@@ -402,7 +536,10 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
   alignas(32) float q[R * kMaxHeadDim];
   alignas(32) float acc[R * kMaxHeadDim];
   alignas(32) float prob[R * kKeyChunk];
-  alignas(32) static const uint16_t kZeroRow[kMaxHeadDim] = {};
+  constexpr bool kQ8 = kType == DType::kQ8_0;
+  const int nb = hd / 32;
+  alignas(32) int8_t q8[kQ8 ? R * kMaxHeadDim : 1];
+  float q8d[kQ8 ? R * kMaxHeadDim / 32 : 1];
   float m[R];
   float l[R];
   float alpha[R];
@@ -410,6 +547,7 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
   const int qi = t.row_begin / group;
   for (int r = 0; r < R; ++r) {
     start_row(p, seq, t, group, r, q + r * hd, acc + r * hd);
+    if constexpr (kQ8) quantize_query_q8(q + r * hd, hd, q8 + r * hd, q8d + r * nb);
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0.0f;
   }
@@ -448,6 +586,10 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
 
     for (int j = 0; j < nk; j += 4) {
       for (int a = j; a < std::min(j + 4, n_ahead); ++a) prefetch_row(k_ahead[a], rb);
+      if constexpr (kQ8) {
+        score_q8x4<R>(q8, q8d, k_cur + j, hd, prob + j, kKeyChunk);
+        continue;
+      }
       __m256 s[R][4];
       for (int r = 0; r < R; ++r) {
         for (int c = 0; c < 4; ++c) s[r][c] = _mm256_setzero_ps();

@@ -11,8 +11,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include "kernels/attention.h"
@@ -42,6 +44,32 @@ struct AttentionKernels {
 
 extern const AttentionKernels kAttentionScalar;  // attention.cpp
 extern const AttentionKernels kAttentionAvx2;    // attention_avx2.cpp
+
+// Q8_0 keys are scored in integers, as llama.cpp scores a Q8_0 K cache: each (scaled)
+// query row is quantized once to int8 with a float scale per 32 values, and a score is the
+// sum over blocks of (query scale x key scale) x the block's int8 dot product. Every table
+// quantizes queries with this one function, so the int8 rows are the same on every CPU.
+inline void quantize_query_q8(const float* x, int hd, int8_t* q, float* d) {
+  for (int b = 0; b < hd / 32; ++b) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      finite = finite && std::isfinite(x[b * 32 + i]);
+      amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    }
+    if (!finite) {  // a NaN or inf query must still poison its scores, as in the F16 path
+      d[b] = std::numeric_limits<float>::quiet_NaN();
+      std::fill(q + b * 32, q + b * 32 + 32, int8_t{0});
+      continue;
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = amax / 127.0f;
+    for (int i = 0; i < 32; ++i) {
+      const float r = std::nearbyint(x[b * 32 + i] * inv);
+      q[b * 32 + i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    }
+  }
+}
 
 // The kernels chosen for this CPU.
 const AttentionKernels& attention_kernels();

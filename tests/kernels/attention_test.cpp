@@ -159,6 +159,30 @@ double row_tolerance(const Shape& sh, const AttentionParams& p, const SeqData& d
   return 2 * eps * v_abs + (nd + nd / 32 + 10) * kU * v_abs;
 }
 
+// Q8_0 keys are scored against each query rounded to int8 per block of 32
+// (detail::quantize_query_q8), as llama.cpp scores a Q8_0 K cache. The reference is then run
+// on those rounded queries, so the bound above checks the kernels' arithmetic, not the
+// rounding (which is far below the bound's worst case and would hide a wrong scale).
+SeqData with_q8_queries(const Shape& sh, const AttentionParams& p, const SeqData& d) {
+  SeqData r = d;
+  if (sh.type != DType::kQ8_0) return r;
+  std::vector<float> scaled(static_cast<size_t>(sh.head_dim));
+  std::vector<int8_t> qi(scaled.size());
+  std::vector<float> qd(scaled.size() / 32);
+  for (size_t row = 0; row + sh.head_dim <= r.q.size(); row += sh.head_dim) {
+    for (int c = 0; c < sh.head_dim; ++c) scaled[c] = r.q[row + c] * p.scale;
+    detail::quantize_query_q8(scaled.data(), sh.head_dim, qi.data(), qd.data());
+    for (int c = 0; c < sh.head_dim; ++c) {
+      r.q[row + c] = static_cast<float>(static_cast<double>(qi[c]) * qd[c / 32] / p.scale);
+    }
+  }
+  for (size_t b = 0; b < r.k_pages.size(); ++b) {  // the copy's views point at its own pages
+    r.k_ptrs[b] = r.k_pages[b].data();
+    r.v_ptrs[b] = r.v_pages[b].data();
+  }
+  return r;
+}
+
 struct Case {
   std::string name;
   Shape shape;
@@ -193,7 +217,9 @@ TEST_P(AttentionTest, MatchesReferenceForAnyThreadCount) {
   }
   std::vector<std::vector<float>> want;
   std::vector<DenseKv> dense;
-  for (auto& d : data) {
+  std::vector<SeqData> ref_data;  // the queries the kernels score against (rounded for Q8_0)
+  for (const auto& d : data) ref_data.push_back(with_q8_queries(sh, p, d));
+  for (auto& d : ref_data) {
     dense.push_back(dense_kv(sh, d));
     AttentionSeq v = d.view(sh.n_head, sh.head_dim);
     std::vector<float> out(d.out.size());
@@ -211,7 +237,7 @@ TEST_P(AttentionTest, MatchesReferenceForAnyThreadCount) {
       const SeqData& d = data[s];
       for (int i = 0; i < d.n_q; ++i) {
         for (int h = 0; h < sh.n_head; ++h) {
-          const double tol = row_tolerance(sh, p, d, dense[s], i, h, depth);
+          const double tol = row_tolerance(sh, p, ref_data[s], dense[s], i, h, depth);
           const size_t off = (static_cast<size_t>(i) * sh.n_head + h) * sh.head_dim;
           for (int c2 = 0; c2 < sh.head_dim; ++c2) {
             ASSERT_NEAR(d.out[off + c2], want[s][off + c2], tol)
@@ -320,24 +346,29 @@ TEST(Attention, ADecodeGivesTheBitsOfTheSameQueryInALongerStep) {
       p.layout = layout_of(sh);
       p.n_head = sh.n_head;
       p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
-      std::vector<SeqData> data;
-      data.push_back(make_seq(sh, 40, 61, 11));  // keys 0..100: chunks of 32 and a short one
-      run_attention(*k, p, data, 1);
-      const size_t stride = static_cast<size_t>(sh.n_head) * sh.head_dim;
-      for (int i : {0, 2, 27, 39}) {
-        AttentionSeq one = data[0].view(sh.n_head, sh.head_dim);
-        std::vector<float> out(stride, -12345.0f);
-        one.n_q = 1;
-        one.pos0 = data[0].pos0 + i;
-        one.q = data[0].q.data() + static_cast<size_t>(i) * stride;
-        one.out = out.data();
-        for (int nth : {1, 2}) {
-          for (int ith = 0; ith < nth; ++ith) {
-            detail::attention_with(*k, p, std::span<const AttentionSeq>(&one, 1), ith, nth);
+      // Keys 0..100: chunks of 32 and a short one. 40 queries make tiles of many rows, 3 of
+      // a few (Q8_0 keys are scored differently in each, to the same bits).
+      for (const auto& [n_q, queries] : {std::pair{40, std::vector<int>{0, 2, 27, 39}},
+                                         std::pair{3, std::vector<int>{0, 2}}}) {
+        std::vector<SeqData> data;
+        data.push_back(make_seq(sh, n_q, 101 - n_q, 11));
+        run_attention(*k, p, data, 1);
+        const size_t stride = static_cast<size_t>(sh.n_head) * sh.head_dim;
+        for (int i : queries) {
+          AttentionSeq one = data[0].view(sh.n_head, sh.head_dim);
+          std::vector<float> out(stride, -12345.0f);
+          one.n_q = 1;
+          one.pos0 = data[0].pos0 + i;
+          one.q = data[0].q.data() + static_cast<size_t>(i) * stride;
+          one.out = out.data();
+          for (int nth : {1, 2}) {
+            for (int ith = 0; ith < nth; ++ith) {
+              detail::attention_with(*k, p, std::span<const AttentionSeq>(&one, 1), ith, nth);
+            }
+            EXPECT_EQ(0, std::memcmp(out.data(), data[0].out.data() + static_cast<size_t>(i) * stride,
+                                     stride * sizeof(float)))
+                << "query " << i << " of " << n_q << ", " << nth << " thread(s)";
           }
-          EXPECT_EQ(0, std::memcmp(out.data(), data[0].out.data() + static_cast<size_t>(i) * stride,
-                                   stride * sizeof(float)))
-              << "query " << i << ", " << nth << " thread(s)";
         }
       }
     }
