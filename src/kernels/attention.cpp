@@ -36,6 +36,8 @@ void store_f16_scalar(const float* x, uint8_t* dst, int64_t n) {
   }
 }
 
+void store_q8_0_scalar(const float* x, uint8_t* dst, int64_t n) { quantize_row_ref(DType::kQ8_0, x, dst, n); }
+
 // The tile kernel's algorithm in plain C++ (for CPUs without AVX2): per chunk of keys,
 // score every row, update its running max / sum and rescale its accumulator once.
 void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const AttentionTile& t) {
@@ -156,7 +158,7 @@ void for_each_item(const AttentionParams& p, std::span<const AttentionSeq> seqs,
 
 }  // namespace
 
-const AttentionKernels kAttentionScalar = {"scalar", tile_scalar, store_f16_scalar};
+const AttentionKernels kAttentionScalar = {"scalar", tile_scalar, store_f16_scalar, store_q8_0_scalar};
 
 const AttentionKernels& attention_kernels() {
   static const AttentionKernels& k =
@@ -196,15 +198,15 @@ void attention_with(const AttentionKernels& k, const AttentionParams& p,
 void kv_store(const KvPageLayout& layout, uint8_t* page, int slot, const float* x) {
   detail::check_layout(layout);
   METRO_CHECK(slot >= 0 && slot < layout.block_size);
-  const detail::StoreF16Fn store_f16 = detail::attention_kernels().store_f16;
+  const detail::AttentionKernels& k = detail::attention_kernels();
   for (int h = 0; h < layout.n_head_kv; ++h) {
     uint8_t* dst = page + static_cast<size_t>(h) * layout.head_bytes() +
                    static_cast<size_t>(slot) * layout.row_bytes();
     const float* src = x + static_cast<size_t>(h) * layout.head_dim;
     if (layout.type == DType::kF16) {
-      store_f16(src, dst, layout.head_dim);
+      k.store_f16(src, dst, layout.head_dim);
     } else {
-      quantize_row_ref(layout.type, src, dst, layout.head_dim);
+      k.store_q8_0(src, dst, layout.head_dim);
     }
   }
 }

@@ -13,6 +13,8 @@
 
 #include "base/fp16.h"
 #include "kernels/attention_impl.h"
+#include "kernels/kernel_table.h"
+#include "kernels/kernels_avx2.h"
 #include "kernels/ops_avx2.h"
 
 namespace metro::kernels::detail {
@@ -677,6 +679,8 @@ void tile_avx2(const AttentionParams& p, const AttentionSeq& seq, const Attentio
 
 }  // namespace
 
-const AttentionKernels kAttentionAvx2 = {"avx2", tile_avx2, store_f16};
+void store_q8_0(const float* x, uint8_t* dst, int64_t n) { avx2::quantize_row_q8_0(x, dst, n, ActSide{}); }
+
+const AttentionKernels kAttentionAvx2 = {"avx2", tile_avx2, store_f16, store_q8_0};
 
 }  // namespace metro::kernels::detail
