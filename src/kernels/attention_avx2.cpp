@@ -139,8 +139,8 @@ void dot2x4(const float* q0, const float* q1, const float* k0, int hd, float* s0
 // Q8_0 keys (attention_impl.h): a score is, over the blocks b of 32 in order,
 // acc = fma(S_b, dq_b x dk_b, acc) from acc = 0, where S_b is the exact integer dot product of
 // the int8 query and key values of the block and dq_b x dk_b the float product of their
-// scales. Every path computes S_b exactly (by integer lanes here, by float sums of integers
-// below 2^24 in score_q8_tile), so a score has the same bits on every path.
+// scales. Every path computes S_b exactly (by integer lanes in score_q8x4, by float sums of
+// integers below 2^24 in dot2x4_q8), so a score has the same bits on every path.
 alignas(32) const uint16_t kZeroRow[kMaxHeadDim] = {};  // F16 zeros; Q8_0: scale 0, q 0
 
 // Scores of R int8 query rows (values hd apart, scales hd/32 apart) against the four key
@@ -590,32 +590,32 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
       for (int a = j; a < std::min(j + 4, n_ahead); ++a) prefetch_row(k_ahead[a], rb);
       if constexpr (kQ8) {
         score_q8x4<R>(q8, q8d, k_cur + j, hd, prob + j, kKeyChunk);
-        continue;
-      }
-      __m256 s[R][4];
-      for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < 4; ++c) s[r][c] = _mm256_setzero_ps();
-      }
-      for (int b = 0; b < hd; b += kS) {
-        const __m256 c0 = span_scale<kType>(k_cur[j], b);
-        const __m256 c1 = span_scale<kType>(k_cur[j + 1], b);
-        const __m256 c2 = span_scale<kType>(k_cur[j + 2], b);
-        const __m256 c3 = span_scale<kType>(k_cur[j + 3], b);
-        for (int d = b; d < b + kS; d += 8) {
-          const __m256 x0 = load8<kType>(k_cur[j], d, c0);
-          const __m256 x1 = load8<kType>(k_cur[j + 1], d, c1);
-          const __m256 x2 = load8<kType>(k_cur[j + 2], d, c2);
-          const __m256 x3 = load8<kType>(k_cur[j + 3], d, c3);
-          for (int r = 0; r < R; ++r) {
-            const __m256 qv = _mm256_load_ps(q + r * hd + d);
-            s[r][0] = _mm256_fmadd_ps(qv, x0, s[r][0]);
-            s[r][1] = _mm256_fmadd_ps(qv, x1, s[r][1]);
-            s[r][2] = _mm256_fmadd_ps(qv, x2, s[r][2]);
-            s[r][3] = _mm256_fmadd_ps(qv, x3, s[r][3]);
+      } else {
+        __m256 s[R][4];
+        for (int r = 0; r < R; ++r) {
+          for (int c = 0; c < 4; ++c) s[r][c] = _mm256_setzero_ps();
+        }
+        for (int b = 0; b < hd; b += kS) {
+          const __m256 c0 = span_scale<kType>(k_cur[j], b);
+          const __m256 c1 = span_scale<kType>(k_cur[j + 1], b);
+          const __m256 c2 = span_scale<kType>(k_cur[j + 2], b);
+          const __m256 c3 = span_scale<kType>(k_cur[j + 3], b);
+          for (int d = b; d < b + kS; d += 8) {
+            const __m256 x0 = load8<kType>(k_cur[j], d, c0);
+            const __m256 x1 = load8<kType>(k_cur[j + 1], d, c1);
+            const __m256 x2 = load8<kType>(k_cur[j + 2], d, c2);
+            const __m256 x3 = load8<kType>(k_cur[j + 3], d, c3);
+            for (int r = 0; r < R; ++r) {
+              const __m256 qv = _mm256_load_ps(q + r * hd + d);
+              s[r][0] = _mm256_fmadd_ps(qv, x0, s[r][0]);
+              s[r][1] = _mm256_fmadd_ps(qv, x1, s[r][1]);
+              s[r][2] = _mm256_fmadd_ps(qv, x2, s[r][2]);
+              s[r][3] = _mm256_fmadd_ps(qv, x3, s[r][3]);
+            }
           }
         }
+        for (int r = 0; r < R; ++r) _mm_store_ps(prob + r * kKeyChunk + j, reduce4(s[r][0], s[r][1], s[r][2], s[r][3]));
       }
-      for (int r = 0; r < R; ++r) _mm_store_ps(prob + r * kKeyChunk + j, reduce4(s[r][0], s[r][1], s[r][2], s[r][3]));
     }
     for (int r = 0; r < R; ++r) {
       alpha[r] = softmax_chunk(prob + r * kKeyChunk, nk, &m[r], &l[r]);
