@@ -110,30 +110,28 @@ __m128 dot1x4(const float* q, const float* k0, int hd) {
   return reduce4(a0, a1, a2, a3);
 }
 
-// The same for two query rows at once: each key vector loaded once feeds both rows.
-void dot2x4(const float* q0, const float* q1, const float* k0, int hd, float* s0, float* s1) {
-  __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
-  __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-  __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
-  __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
-  for (int d = 0; d < hd; d += 8) {
+// Two query rows against keys k0..k0+3 (rows of kf, hd floats apart) over dimensions
+// [d0, d1): each key vector loaded once feeds both rows; a[c] / b[c] gather key c's lanes.
+inline void fma2x4(const float* q0, const float* q1, const float* k0, int hd, int d0, int d1, __m256* a,
+                   __m256* b) {
+  for (int c = 0; c < 4; ++c) a[c] = b[c] = _mm256_setzero_ps();
+  for (int d = d0; d < d1; d += 8) {
     const __m256 qa = _mm256_load_ps(q0 + d);
     const __m256 qb = _mm256_load_ps(q1 + d);
-    __m256 k = _mm256_load_ps(k0 + d);
-    a0 = _mm256_fmadd_ps(qa, k, a0);
-    b0 = _mm256_fmadd_ps(qb, k, b0);
-    k = _mm256_load_ps(k0 + hd + d);
-    a1 = _mm256_fmadd_ps(qa, k, a1);
-    b1 = _mm256_fmadd_ps(qb, k, b1);
-    k = _mm256_load_ps(k0 + 2 * hd + d);
-    a2 = _mm256_fmadd_ps(qa, k, a2);
-    b2 = _mm256_fmadd_ps(qb, k, b2);
-    k = _mm256_load_ps(k0 + 3 * hd + d);
-    a3 = _mm256_fmadd_ps(qa, k, a3);
-    b3 = _mm256_fmadd_ps(qb, k, b3);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 k = _mm256_load_ps(k0 + c * hd + d);
+      a[c] = _mm256_fmadd_ps(qa, k, a[c]);
+      b[c] = _mm256_fmadd_ps(qb, k, b[c]);
+    }
   }
-  _mm_store_ps(s0, reduce4(a0, a1, a2, a3));
-  _mm_store_ps(s1, reduce4(b0, b1, b2, b3));
+}
+
+// The same as dot1x4 for two query rows at once.
+void dot2x4(const float* q0, const float* q1, const float* k0, int hd, float* s0, float* s1) {
+  __m256 a[4], b[4];
+  fma2x4(q0, q1, k0, hd, 0, hd, a, b);
+  _mm_store_ps(s0, reduce4(a[0], a[1], a[2], a[3]));
+  _mm_store_ps(s1, reduce4(b[0], b[1], b[2], b[3]));
 }
 
 // Q8_0 keys (attention_impl.h): a score is, over the blocks b of 32 in order,
@@ -209,29 +207,11 @@ void dot2x4_q8(const float* q0, const float* q1, const float* qd0, const float* 
   __m128 acc0 = _mm_setzero_ps();
   __m128 acc1 = _mm_setzero_ps();
   for (int b = 0; b < hd / 32; ++b) {
-    __m256 a0 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps();
-    __m256 a1 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-    __m256 a2 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
-    __m256 a3 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
-    for (int d = b * 32; d < b * 32 + 32; d += 8) {
-      const __m256 qa = _mm256_load_ps(q0 + d);
-      const __m256 qb = _mm256_load_ps(q1 + d);
-      __m256 x = _mm256_load_ps(kf + d);
-      a0 = _mm256_fmadd_ps(qa, x, a0);
-      b0 = _mm256_fmadd_ps(qb, x, b0);
-      x = _mm256_load_ps(kf + hd + d);
-      a1 = _mm256_fmadd_ps(qa, x, a1);
-      b1 = _mm256_fmadd_ps(qb, x, b1);
-      x = _mm256_load_ps(kf + 2 * hd + d);
-      a2 = _mm256_fmadd_ps(qa, x, a2);
-      b2 = _mm256_fmadd_ps(qb, x, b2);
-      x = _mm256_load_ps(kf + 3 * hd + d);
-      a3 = _mm256_fmadd_ps(qa, x, a3);
-      b3 = _mm256_fmadd_ps(qb, x, b3);
-    }
+    __m256 x[4], y[4];
+    fma2x4(q0, q1, kf, hd, b * 32, b * 32 + 32, x, y);
     const __m128 kd4 = _mm_loadu_ps(kd + b * kKeyChunk);
-    acc0 = _mm_fmadd_ps(reduce4(a0, a1, a2, a3), _mm_mul_ps(_mm_set1_ps(qd0[b]), kd4), acc0);
-    acc1 = _mm_fmadd_ps(reduce4(b0, b1, b2, b3), _mm_mul_ps(_mm_set1_ps(qd1[b]), kd4), acc1);
+    acc0 = _mm_fmadd_ps(reduce4(x[0], x[1], x[2], x[3]), _mm_mul_ps(_mm_set1_ps(qd0[b]), kd4), acc0);
+    acc1 = _mm_fmadd_ps(reduce4(y[0], y[1], y[2], y[3]), _mm_mul_ps(_mm_set1_ps(qd1[b]), kd4), acc1);
   }
   _mm_storeu_ps(s0, acc0);
   _mm_storeu_ps(s1, acc1);
