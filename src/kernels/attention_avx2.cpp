@@ -217,9 +217,9 @@ void dot2x4_q8(const float* q0, const float* q1, const float* qd0, const float* 
   _mm_storeu_ps(s1, acc1);
 }
 
-// acc[0..hd) = acc * alpha + sum_j p[j] * v[j], j < n; blocks of 4 vectors, then single
-// vectors, with the same per-lane operation order either way.
-void accumulate(float* acc, float alpha, const float* p, const float* v, int n, int hd) {
+// acc[0..hd) = acc * alpha + sum_j p[j] * v[j], j < n (V rows `stride` floats apart); blocks
+// of 4 vectors, then single vectors, with the same per-lane operation order either way.
+void accumulate(float* acc, float alpha, const float* p, const float* v, int n, int hd, int stride) {
   const __m256 va = _mm256_set1_ps(alpha);
   int d = 0;
   for (; d + 32 <= hd; d += 32) {
@@ -229,7 +229,7 @@ void accumulate(float* acc, float alpha, const float* p, const float* v, int n, 
     __m256 a3 = _mm256_mul_ps(_mm256_load_ps(acc + d + 24), va);
     for (int j = 0; j < n; ++j) {
       const __m256 pj = _mm256_broadcast_ss(p + j);
-      const float* vj = v + j * hd + d;
+      const float* vj = v + j * stride + d;
       a0 = _mm256_fmadd_ps(pj, _mm256_load_ps(vj), a0);
       a1 = _mm256_fmadd_ps(pj, _mm256_load_ps(vj + 8), a1);
       a2 = _mm256_fmadd_ps(pj, _mm256_load_ps(vj + 16), a2);
@@ -243,7 +243,7 @@ void accumulate(float* acc, float alpha, const float* p, const float* v, int n, 
   for (; d < hd; d += 8) {
     __m256 a0 = _mm256_mul_ps(_mm256_load_ps(acc + d), va);
     for (int j = 0; j < n; ++j) {
-      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(v + j * hd + d), a0);
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(v + j * stride + d), a0);
     }
     _mm256_store_ps(acc + d, a0);
   }
@@ -252,7 +252,7 @@ void accumulate(float* acc, float alpha, const float* p, const float* v, int n, 
 // Two rows of accumulate() sharing each V load, for the keys both rows see (j < n);
 // bit-identical to two accumulate() calls over those keys.
 void accumulate2(float* acc0, float* acc1, float alpha0, float alpha1, const float* p0,
-                 const float* p1, const float* v, int n, int hd) {
+                 const float* p1, const float* v, int n, int hd, int stride) {
   const __m256 va0 = _mm256_set1_ps(alpha0);
   const __m256 va1 = _mm256_set1_ps(alpha1);
   int d = 0;
@@ -268,7 +268,7 @@ void accumulate2(float* acc0, float* acc1, float alpha0, float alpha1, const flo
     for (int j = 0; j < n; ++j) {
       const __m256 pa = _mm256_broadcast_ss(p0 + j);
       const __m256 pb = _mm256_broadcast_ss(p1 + j);
-      const float* vj = v + j * hd + d;
+      const float* vj = v + j * stride + d;
       __m256 x = _mm256_load_ps(vj);
       a0 = _mm256_fmadd_ps(pa, x, a0);
       b0 = _mm256_fmadd_ps(pb, x, b0);
@@ -295,7 +295,7 @@ void accumulate2(float* acc0, float* acc1, float alpha0, float alpha1, const flo
     __m256 a0 = _mm256_mul_ps(_mm256_load_ps(acc0 + d), va0);
     __m256 b0 = _mm256_mul_ps(_mm256_load_ps(acc1 + d), va1);
     for (int j = 0; j < n; ++j) {
-      const __m256 x = _mm256_load_ps(v + j * hd + d);
+      const __m256 x = _mm256_load_ps(v + j * stride + d);
       a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), x, a0);
       b0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + j), x, b0);
     }
@@ -305,11 +305,11 @@ void accumulate2(float* acc0, float* acc1, float alpha0, float alpha1, const flo
 }
 
 // Continues accumulate() of one row over keys [from, n) after a call that covered [0, from).
-void accumulate_more(float* acc, const float* p, const float* v, int from, int n, int hd) {
+void accumulate_more(float* acc, const float* p, const float* v, int from, int n, int hd, int stride) {
   for (int d = 0; d < hd; d += 8) {
     __m256 a0 = _mm256_load_ps(acc + d);
     for (int j = from; j < n; ++j) {
-      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(v + j * hd + d), a0);
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), _mm256_load_ps(v + j * stride + d), a0);
     }
     _mm256_store_ps(acc + d, a0);
   }
@@ -458,15 +458,45 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
       alpha[r] = softmax_chunk(s, n, &m[r], &l[r]);
     }
 
-    convert_rows<kType>(values, kb, nk, next_end, vf, hd);
-    for (r = first; r + 1 < rows; r += 2) {
-      float* acc0 = acc + r * hd;
-      float* acc1 = acc0 + hd;
-      const float* p0 = prob + r * kKeyChunk;
-      accumulate2(acc0, acc1, alpha[r], alpha[r + 1], p0, p0 + kKeyChunk, vf, valid[r], hd);
-      if (valid[r + 1] > valid[r]) accumulate_more(acc1, p0 + kKeyChunk, vf, valid[r], valid[r + 1], hd);
+    if constexpr (kQ8) {
+      // Q8_0 values: each row's weights times the value's block scale, against the int8
+      // values as floats, block by block (decode_tile computes the same products).
+      values.for_each_run(kb, nk, [&](int j0, const uint8_t* run, int count) {
+        for (int j = 0; j < count; ++j) kp[j0 + j] = run + static_cast<size_t>(j) * values.row_bytes();
+      });
+      prefetch_rows(values, kb + nk, next_end);
+      convert_rows_q8(kp, nk, hd, vf, kd);
+      alignas(32) float pw0[kKeyChunk];
+      alignas(32) float pw1[kKeyChunk];
+      for (r = first; r < rows; r += 2) {
+        const bool pair = r + 1 < rows;
+        const float* p0 = prob + r * kKeyChunk;
+        for (int b = 0; b < nb; ++b) {
+          const float* vd = kd + b * kKeyChunk;
+          for (int j = 0; j < valid[pair ? r + 1 : r]; ++j) {
+            pw0[j] = p0[j] * vd[j];
+            if (pair) pw1[j] = p0[kKeyChunk + j] * vd[j];
+          }
+          float* a0 = acc + r * hd + b * 32;
+          if (!pair) {
+            accumulate(a0, alpha[r], pw0, vf + b * 32, valid[r], 32, hd);
+            continue;
+          }
+          accumulate2(a0, a0 + hd, alpha[r], alpha[r + 1], pw0, pw1, vf + b * 32, valid[r], 32, hd);
+          if (valid[r + 1] > valid[r]) accumulate_more(a0 + hd, pw1, vf + b * 32, valid[r], valid[r + 1], 32, hd);
+        }
+      }
+    } else {
+      convert_rows<kType>(values, kb, nk, next_end, vf, hd);
+      for (r = first; r + 1 < rows; r += 2) {
+        float* acc0 = acc + r * hd;
+        float* acc1 = acc0 + hd;
+        const float* p0 = prob + r * kKeyChunk;
+        accumulate2(acc0, acc1, alpha[r], alpha[r + 1], p0, p0 + kKeyChunk, vf, valid[r], hd, hd);
+        if (valid[r + 1] > valid[r]) accumulate_more(acc1, p0 + kKeyChunk, vf, valid[r], valid[r + 1], hd, hd);
+      }
+      if (r < rows) accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd, hd);
     }
-    if (r < rows) accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd);
   }
 
   for (int r = 0; r < rows; ++r) finish_row(seq, t, group, hd, r, acc + r * hd, l[r]);
@@ -602,7 +632,44 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
     }
 
     for (int a = 0; a < n_ahead; ++a) prefetch_row(v_ahead[a], rb);
-    for (int d = 0; d < hd; d += 16) {
+    if constexpr (kQ8) {
+      // Each row's weight times the value's block scale (as tile_impl), then the int8 values
+      // as floats: per key and 16 values, two widenings feed every row.
+      alignas(32) float pw[R][kMaxHeadDim / 32][kKeyChunk];
+      for (int j = 0; j < nk; ++j) {
+        for (int b = 0; b < nb; ++b) {
+          uint16_t h;
+          std::memcpy(&h, v_cur[j] + b * 34, 2);
+          const float vd = _cvtsh_ss(h);
+          for (int r = 0; r < R; ++r) pw[r][b][j] = prob[r * kKeyChunk + j] * vd;
+        }
+      }
+      for (int d = 0; d < hd; d += 16) {
+        const int b = d / 32;
+        __m256 c0[R], c1[R];
+        for (int r = 0; r < R; ++r) {
+          const __m256 va = _mm256_set1_ps(alpha[r]);
+          c0[r] = _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d), va);
+          c1[r] = _mm256_mul_ps(_mm256_load_ps(acc + r * hd + d + 8), va);
+        }
+        for (int j = 0; j < nk; ++j) {
+          const uint8_t* vq = v_cur[j] + b * 34 + 2 + d % 32;
+          const __m256 x0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(vq))));
+          const __m256 x1 =
+              _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(vq + 8))));
+          for (int r = 0; r < R; ++r) {
+            const __m256 pj = _mm256_broadcast_ss(&pw[r][b][j]);
+            c0[r] = _mm256_fmadd_ps(pj, x0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(pj, x1, c1[r]);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          _mm256_store_ps(acc + r * hd + d, c0[r]);
+          _mm256_store_ps(acc + r * hd + d + 8, c1[r]);
+        }
+      }
+    }
+    for (int d = 0; d < hd && !kQ8; d += 16) {
       const bool two = d + 16 <= hd;
       __m256 c0[R], c1[R];
       for (int r = 0; r < R; ++r) {
