@@ -75,7 +75,7 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
   for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
     for (int j = 0; j < nk; ++j) {
-      dequantize_row_ref(lay.type, keys.row(kb + j), kf + j * hd, hd);
+      if (!q8) dequantize_row_ref(lay.type, keys.row(kb + j), kf + j * hd, hd);  // Q8_0 keys: read as int8
       dequantize_row_ref(lay.type, values.row(kb + j), vf + j * hd, hd);
     }
     for (int r = 0; r < rows; ++r) {

@@ -34,15 +34,14 @@ struct AttentionTile {
 
 using AttentionTileFn = void (*)(const AttentionParams& p, const AttentionSeq& seq,
                                  const AttentionTile& tile);
-using StoreF16Fn = void (*)(const float* x, uint8_t* dst, int64_t n);  // dst: 2n bytes
-// One row of n values (a multiple of 32) to Q8_0 blocks, bit-identical to quantize_row_ref.
-using StoreQ8Fn = void (*)(const float* x, uint8_t* dst, int64_t n);
+// One K or V row of n values into its page format, bit-identical to quantize_row_ref.
+using StoreRowFn = void (*)(const float* x, uint8_t* dst, int64_t n);
 
 struct AttentionKernels {
   std::string_view isa;
   AttentionTileFn tile;
-  StoreF16Fn store_f16;
-  StoreQ8Fn store_q8_0;
+  StoreRowFn store_f16;   // dst: 2n bytes
+  StoreRowFn store_q8_0;  // n a multiple of 32
 };
 
 extern const AttentionKernels kAttentionScalar;  // attention.cpp
