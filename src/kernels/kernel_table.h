@@ -13,9 +13,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "kernels/dtype.h"
+
+namespace metro {
+class BumpArena;
+}
 
 namespace metro::kernels {
 
@@ -81,6 +86,6 @@ QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const
                                  int nth);
 // make_weight for a given table (repacks only if the table has an x8 kernel for the type).
 Weight make_weight_with(const KernelTable& kt, DType type, const void* data, int64_t n_rows,
-                        int64_t n_cols, bool allow_repack);
+                        int64_t n_cols, bool allow_repack, const std::shared_ptr<BumpArena>& arena = {});
 
 }  // namespace metro::kernels

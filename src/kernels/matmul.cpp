@@ -52,7 +52,7 @@ std::string Weight::describe() const {
 }
 
 Weight make_weight_with(const KernelTable& kt, DType type, const void* data, int64_t n_rows,
-                        int64_t n_cols, bool allow_repack) {
+                        int64_t n_cols, bool allow_repack, const std::shared_ptr<BumpArena>& arena) {
   METRO_CHECK(n_rows > 0 && n_cols > 0 && n_cols % traits(type).block_size == 0);
   Weight w;
   w.type = type;
@@ -61,17 +61,27 @@ Weight make_weight_with(const KernelTable& kt, DType type, const void* data, int
   w.data = static_cast<const uint8_t*>(data);
   w.row_stride = row_bytes(type, n_cols);
   if (allow_repack && can_repack_x8(type, n_cols) && kt.tile_x8[static_cast<int>(type)] != nullptr) {
-    w.owned = std::make_shared<AlignedBuffer<uint8_t>>(x8_bytes(type, n_rows, n_cols));
-    repack_x8(type, w.data, w.row_stride, n_rows, n_cols, w.owned->data());
+    const size_t bytes = x8_bytes(type, n_rows, n_cols);
+    uint8_t* dst = nullptr;
+    if (arena) {
+      dst = arena->take(bytes);
+      w.owned = arena;
+    } else {
+      auto own = std::make_shared<AlignedBuffer<uint8_t>>(bytes);
+      dst = own->data();
+      w.owned = std::move(own);
+    }
+    repack_x8(type, w.data, w.row_stride, n_rows, n_cols, dst);
     if (type == DType::kF16) w.row_major = w.data;
-    w.data = w.owned->data();
+    w.data = dst;
     w.layout = kLayoutX8;
   }
   return w;
 }
 
-Weight make_weight(DType type, const void* data, int64_t n_rows, int64_t n_cols, bool allow_repack) {
-  return make_weight_with(active_kernels(), type, data, n_rows, n_cols, allow_repack);
+Weight make_weight(DType type, const void* data, int64_t n_rows, int64_t n_cols, bool allow_repack,
+                   const std::shared_ptr<BumpArena>& arena) {
+  return make_weight_with(active_kernels(), type, data, n_rows, n_cols, allow_repack, arena);
 }
 
 size_t quantized_acts_bytes(DType weight_type, int64_t m, int64_t k) {

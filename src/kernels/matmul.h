@@ -27,7 +27,7 @@ struct Weight {
   const uint8_t* data = nullptr;
   size_t row_stride = 0;  // bytes per row in the original layout
   int layout = 0;         // 0: GGUF row-major; other values are private to the kernels
-  std::shared_ptr<AlignedBuffer<uint8_t>> owned;  // storage of a repacked copy
+  std::shared_ptr<const void> owned;  // keeps a repacked copy's storage alive
   // The GGUF row-major bytes, kept beside a repacked copy when the kernels use both: F16's
   // x8 layout serves GEMV (a few act rows, bandwidth-bound), the row-major bytes serve GEMM
   // (many act rows, FMA-bound). Both give the same bits. Null otherwise.
@@ -39,8 +39,10 @@ struct Weight {
 
 // Wraps GGUF row-major bytes; with `allow_repack`, may build an interleaved copy when the
 // chosen kernels run faster on one (the mmapped original is then not read again).
+// A repacked copy is carved from `arena` when one is given (a model's matrices then share
+// huge pages), else it gets a buffer of its own.
 Weight make_weight(DType type, const void* data, int64_t n_rows, int64_t n_cols,
-                   bool allow_repack);
+                   bool allow_repack, const std::shared_ptr<BumpArena>& arena = {});
 
 // Activations quantized to a weight type's dot partner: m rows of k elements.
 struct QuantizedActs {

@@ -58,7 +58,8 @@ Expected<std::vector<float>> load_vector(const gguf::File& f, const std::string&
 }
 
 Expected<kernels::Weight> load_matrix(const gguf::File& f, const std::string& name,
-                                      uint64_t n_in, uint64_t n_out, bool allow_repack) {
+                                      uint64_t n_in, uint64_t n_out, bool allow_repack,
+                                      const std::shared_ptr<BumpArena>& arena) {
   METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f, name, {n_in, n_out}));
   auto dt = kernels::dtype_from_ggml(t->type());
   if (!dt || *dt == DType::kQ8_1 || *dt == DType::kQ8_K) {
@@ -66,7 +67,7 @@ Expected<kernels::Weight> load_matrix(const gguf::File& f, const std::string& na
                          ", which metro cannot compute with yet");
   }
   return kernels::make_weight(*dt, t->data, static_cast<int64_t>(n_out),
-                              static_cast<int64_t>(n_in), allow_repack);
+                              static_cast<int64_t>(n_in), allow_repack, arena);
 }
 
 }  // namespace
@@ -74,6 +75,8 @@ Expected<kernels::Weight> load_matrix(const gguf::File& f, const std::string& na
 Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp,
                                           bool allow_repack) {
   ModelWeights w;
+  // Repacked matrices share huge pages: one 16 MiB chunk holds ~30 of SmolLM2's.
+  const auto arena = std::make_shared<BumpArena>();
   const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff;
   const uint64_t n_q = static_cast<uint64_t>(hp.n_head) * hp.head_dim;
   const uint64_t n_kv = static_cast<uint64_t>(hp.n_head_kv) * hp.head_dim;
@@ -90,9 +93,9 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   METRO_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", n_embd));
   if (hp.tied_output) {
     w.output = kernels::make_weight(*et, embd->data, static_cast<int64_t>(n_vocab),
-                                    static_cast<int64_t>(n_embd), allow_repack);
+                                    static_cast<int64_t>(n_embd), allow_repack, arena);
   } else {
-    METRO_ASSIGN_OR_RETURN(w.output, load_matrix(f, "output.weight", n_embd, n_vocab, allow_repack));
+    METRO_ASSIGN_OR_RETURN(w.output, load_matrix(f, "output.weight", n_embd, n_vocab, allow_repack, arena));
   }
   if (hp.has_rope_freq_factors) {
     METRO_ASSIGN_OR_RETURN(w.rope_freqs, load_vector(f, "rope_freqs.weight", hp.n_rot / 2));
@@ -103,19 +106,19 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
     LayerWeights& L = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     METRO_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", n_embd, n_q, allow_repack));
-    METRO_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", n_embd, n_kv, allow_repack));
-    METRO_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", n_embd, n_kv, allow_repack));
-    METRO_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", n_q, n_embd, allow_repack));
+    METRO_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", n_embd, n_q, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", n_embd, n_kv, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", n_embd, n_kv, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", n_q, n_embd, allow_repack, arena));
     if (hp.has_qkv_bias) {
       METRO_ASSIGN_OR_RETURN(L.bq, load_vector(f, p + "attn_q.bias", n_q));
       METRO_ASSIGN_OR_RETURN(L.bk, load_vector(f, p + "attn_k.bias", n_kv));
       METRO_ASSIGN_OR_RETURN(L.bv, load_vector(f, p + "attn_v.bias", n_kv));
     }
     METRO_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", n_embd, n_ff, allow_repack));
-    METRO_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", n_embd, n_ff, allow_repack));
-    METRO_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", n_ff, n_embd, allow_repack));
+    METRO_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", n_embd, n_ff, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", n_embd, n_ff, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", n_ff, n_embd, allow_repack, arena));
   }
   return w;
 }

@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "base/aligned.h"
 #include "base/checked_math.h"
 #include "base/cpu_features.h"
 #include "base/fp16.h"
@@ -24,6 +28,44 @@ Status quarter(int x, int* out) {
   METRO_ASSIGN_OR_RETURN(int h, half(x));
   METRO_ASSIGN_OR_RETURN(*out, half(h));
   return {};
+}
+
+TEST(AlignedBuffer, LargeBuffersStartOnAHugePageAndAreZeroed) {
+  AlignedBuffer<float> small(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % kCacheLine, 0u);
+  AlignedBuffer<uint8_t> big(kHugePage + 1);  // rounds up to two 2 MiB pages
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePage, 0u);
+  EXPECT_EQ(big.size(), kHugePage + 1);
+  EXPECT_TRUE(std::all_of(big.data(), big.data() + big.size(), [](uint8_t b) { return b == 0; }));
+  big[kHugePage] = 7;  // the last element is inside the allocation (ASan would object)
+  EXPECT_EQ(big[kHugePage], 7);
+}
+
+TEST(BumpArena, CarvesAlignedDisjointRangesAndGivesBigOnesTheirOwnChunk) {
+  BumpArena arena(size_t{1} << 20);
+  struct Range {
+    uint8_t* p;
+    size_t n;
+  };
+  std::vector<Range> got;
+  for (size_t n : {size_t{1}, size_t{100}, size_t{4096}, size_t{300000}, size_t{2} << 20, size_t{65},
+                   size_t{700000}, size_t{700000}}) {
+    uint8_t* p = arena.take(n);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kCacheLine, 0u) << n;
+    std::memset(p, static_cast<int>(got.size() + 1), n);  // writable over its whole length
+    got.push_back({p, n});
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].p[got[i].n - 1], static_cast<uint8_t>(i + 1)) << "range " << i << " was overwritten";
+    for (size_t j = i + 1; j < got.size(); ++j) {
+      const bool apart = got[i].p + got[i].n <= got[j].p || got[j].p + got[j].n <= got[i].p;
+      EXPECT_TRUE(apart) << i << " and " << j << " overlap";
+    }
+  }
+  // The 2 MiB request did not close the open chunk: the 65 bytes after it follow the 4 KiB
+  // and 300000-byte ranges in the same chunk.
+  EXPECT_EQ(got[5].p, got[3].p + 300000 + (kCacheLine - 300000 % kCacheLine) % kCacheLine);
 }
 
 TEST(Status, ExpectedCarriesValueOrError) {
