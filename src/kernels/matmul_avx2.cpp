@@ -186,14 +186,23 @@ inline __m256 combine(__m256i isum, __m256 d8, __m256 m8, const ActRows& a, int6
   return acc;
 }
 
-// One 8-row group times R act rows, over the whole of k.
+// One 8-row group times R act rows, over the whole of k. With `pf`, also prefetches the
+// group at pf (the next one) a block at a time, so its bytes are on their way from memory
+// while this group computes.
 template <class F, int R>
-void x8_micro(const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows) {
+void x8_micro(const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows,
+              const uint8_t* pf = nullptr) {
   using Act = typename F::Act;
+  constexpr int64_t kS = static_cast<int64_t>(sizeof(typename F::Group));
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
-    const uint8_t* gb = group + b * static_cast<int64_t>(sizeof(typename F::Group));
+    if (pf != nullptr) {
+      for (int64_t off = (b * kS) & ~int64_t{63}; off < (b + 1) * kS; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
+      }
+    }
+    const uint8_t* gb = group + b * kS;
     const uint8_t* aq[R];
     for (int i = 0; i < R; ++i) {
       aq[i] = a.a + static_cast<size_t>(i) * a.stride + static_cast<size_t>(b) * sizeof(Act) + act_qs_offset<Act>();
@@ -214,12 +223,13 @@ constexpr int kX8TileActs = 4;
 
 // The last n < R act rows of a tile.
 template <class F, int N>
-void x8_rest(int64_t n, const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows) {
+void x8_rest(int64_t n, const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows,
+             const uint8_t* pf) {
   if constexpr (N > 0) {
     if (n == N) {
-      x8_micro<F, N>(group, a, y, y_stride, rows);
+      x8_micro<F, N>(group, a, y, y_stride, rows, pf);
     } else {
-      x8_rest<F, N - 1>(n, group, a, y, y_stride, rows);
+      x8_rest<F, N - 1>(n, group, a, y, y_stride, rows, pf);
     }
   }
 }
@@ -228,13 +238,19 @@ template <class F>
 void tile_x8(const MatmulTile& t) {
   constexpr int R = kX8TileActs;
   const ActRows a = act_rows(t);
-  for (int64_t g = 0; g * kX8Rows < t.n_rows; ++g) {
+  const int64_t groups = (t.n_rows + kX8Rows - 1) / kX8Rows;
+  for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
     const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g * kX8Rows));
     float* yg = t.y + g * kX8Rows;
+    // The first pass over this group's bytes also fetches the next group's.
+    const uint8_t* pf = g + 1 < groups ? group + t.w_stride : nullptr;
     int64_t i = 0;
-    for (; i + R <= t.n_acts; i += R) x8_micro<F, R>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows);
-    x8_rest<F, R - 1>(t.n_acts - i, group, a.from(i), yg + i * t.y_stride, t.y_stride, rows);
+    for (; i + R <= t.n_acts; i += R) {
+      x8_micro<F, R>(group, a.from(i), yg + i * t.y_stride, t.y_stride, rows, pf);
+      pf = nullptr;
+    }
+    x8_rest<F, R - 1>(t.n_acts - i, group, a.from(i), yg + i * t.y_stride, t.y_stride, rows, pf);
   }
 }
 
