@@ -75,7 +75,7 @@ Expected<kernels::Weight> load_matrix(const gguf::File& f, const std::string& na
 Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp,
                                           bool allow_repack) {
   ModelWeights w;
-  // Repacked matrices share huge pages: one 16 MiB chunk holds ~30 of SmolLM2's.
+  // Repacked matrices share huge pages: a 16 MiB chunk holds about seven of SmolLM2's layers.
   const auto arena = std::make_shared<BumpArena>();
   const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff;
   const uint64_t n_q = static_cast<uint64_t>(hp.n_head) * hp.head_dim;
