@@ -19,6 +19,9 @@ namespace metro {
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kHugePage = size_t{2} << 20;
 
+// n rounded up to a multiple of `unit`.
+constexpr size_t round_up(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
+
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
@@ -30,9 +33,9 @@ struct AlignedFree {
 // every 4 KiB. The advice is only that: where THP is off, the memory is ordinary.
 // `*rounded` gets the size allocated.
 inline void* aligned_alloc_bytes(size_t bytes, size_t* rounded) {
-  bytes = bytes == 0 ? kCacheLine : (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  bytes = bytes == 0 ? kCacheLine : round_up(bytes, kCacheLine);
   const bool huge = bytes >= kHugePage;
-  if (huge) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (huge) bytes = round_up(bytes, kHugePage);
   void* p = std::aligned_alloc(huge ? kHugePage : kCacheLine, bytes);
   if (!p) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -78,7 +81,7 @@ class BumpArena {
   explicit BumpArena(size_t chunk_bytes = size_t{16} << 20) : chunk_bytes_(chunk_bytes) {}
 
   uint8_t* take(size_t bytes) {
-    bytes = (bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+    bytes = round_up(bytes, kCacheLine);
     if (bytes >= chunk_bytes_) return grab(bytes, nullptr);  // its own chunk; the open one stays open
     if (left_ < bytes) {
       next_ = grab(chunk_bytes_, &left_);

@@ -65,7 +65,7 @@ TEST(BumpArena, CarvesAlignedDisjointRangesAndGivesBigOnesTheirOwnChunk) {
   }
   // The 2 MiB request did not close the open chunk: the 65 bytes after it follow the 4 KiB
   // and 300000-byte ranges in the same chunk.
-  EXPECT_EQ(got[5].p, got[3].p + 300000 + (kCacheLine - 300000 % kCacheLine) % kCacheLine);
+  EXPECT_EQ(got[5].p, got[3].p + round_up(300000, kCacheLine));
 }
 
 TEST(Status, ExpectedCarriesValueOrError) {
