@@ -1,14 +1,44 @@
 #include "engine/sampling.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
+
+#include "kernels/ops.h"
 
 namespace metro::engine {
 
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// A plain draw over the whole vocabulary walks block sums first, then one block.
+constexpr size_t kSampleBlock = 256;
+
+// Weights in [0, 1] by quarters of each octave's mantissa range, heaviest first: bucket 0
+// holds (0.875, 1], the last 0 (and anything below 2^-126). Monotone: a heavier weight
+// never has a later bucket.
+constexpr uint32_t kWeightBuckets = 512;
+uint32_t weight_bucket(float w) {
+  constexpr uint32_t kOne = 0x3F800000u;  // the bits of 1.0f
+  const uint32_t bits = std::bit_cast<uint32_t>(w);
+  return bits >= kOne ? 0u : std::min(kWeightBuckets - 1, (kOne - bits) >> 21);
+}
+
+// Sum of w[0, n) in double, four chains so the adds do not wait on each other.
+double sum_weights(const float* w, size_t n) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a0 += w[i];
+    a1 += w[i + 1];
+    a2 += w[i + 2];
+    a3 += w[i + 3];
+  }
+  for (; i < n; ++i) a0 += w[i];
+  return (a0 + a1) + (a2 + a3);
+}
 
 bool in_range(float v, float lo, float hi) { return v >= lo && v <= hi; }  // false for NaN
 
@@ -98,7 +128,15 @@ SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& his
                              SamplerScratch& s) {
   SampleResult res;
   const size_t n = raw.size();
-  s.logits.assign(raw.begin(), raw.end());
+  // The raw row is read as is unless something changes logits (a copy costs as much as the
+  // rest of a plain draw over a 49k vocabulary).
+  const bool adjusts = !p_.logit_bias.empty() || p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f ||
+                       p_.frequency_penalty != 0.0f;
+  std::span<const float> lv = raw;
+  if (adjusts) {
+    s.logits.assign(raw.begin(), raw.end());
+    lv = s.logits;
+  }
   std::vector<float>& l = s.logits;
 
   // 1. logit bias
@@ -127,17 +165,45 @@ SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& his
   // 3. greedy: argmax (first index on ties, deterministic)
   int32_t chosen = -1;
   if (p_.temperature == 0.0f) {
-    chosen = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    chosen = static_cast<int32_t>(kernels::argmax(lv.data(), static_cast<int64_t>(n)));
+  } else if (p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f) {
+    // 4a. temperature alone (the API's default): one draw over every token's weight,
+    //     exp((l - max) / T), found through sums of blocks of kSampleBlock.
+    s.weights.resize(n);
+    kernels::softmax_weights(lv.data(), s.weights.data(), static_cast<int64_t>(n), 1.0f / p_.temperature);
+    const float* w = s.weights.data();
+    const size_t n_blocks = (n + kSampleBlock - 1) / kSampleBlock;
+    s.block_sums.resize(n_blocks);
+    double sum = 0.0;
+    for (size_t b = 0; b < n_blocks; ++b) {
+      const size_t begin = b * kSampleBlock;
+      s.block_sums[b] = sum_weights(w + begin, std::min(kSampleBlock, n - begin));
+      sum += s.block_sums[b];
+    }
+    std::uniform_real_distribution<double> u(0.0, sum);
+    double r = u(rng_);
+    size_t b = 0;
+    while (b + 1 < n_blocks && r >= s.block_sums[b]) r -= s.block_sums[b++];
+    // Rounding can leave r above the weights left in the block: then its last token of any
+    // weight wins, or, in a block of none, the last such token of all.
+    const size_t end = std::min(n, (b + 1) * kSampleBlock);
+    for (size_t j = b * kSampleBlock; j < end; ++j) {
+      if (w[j] <= 0.0f) continue;
+      chosen = static_cast<int32_t>(j);
+      r -= w[j];
+      if (r < 0.0) break;
+    }
+    for (size_t j = n; chosen < 0 && j-- > 0;) {
+      if (w[j] > 0.0f) chosen = static_cast<int32_t>(j);
+    }
   } else {
     // 4. temperature: candidates carry unnormalised probabilities exp((l - max) / T), so
     //    every later step works on weights without recomputing exponentials.
-    const float inv_t = 1.0f / p_.temperature;
-    const float maxl = *std::max_element(l.begin(), l.end());
+    s.weights.resize(n);
+    kernels::softmax_weights(lv.data(), s.weights.data(), static_cast<int64_t>(n), 1.0f / p_.temperature);
     auto& c = s.cand;
     c.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      c[i] = {std::exp((l[i] - maxl) * inv_t), static_cast<int32_t>(i)};
-    }
+    for (size_t i = 0; i < n; ++i) c[i] = {s.weights[i], static_cast<int32_t>(i)};
     auto by_weight = [](const auto& a, const auto& b) {
       return a.first > b.first || (a.first == b.first && a.second < b.second);
     };
@@ -146,32 +212,37 @@ SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& his
       keep = static_cast<size_t>(p_.top_k);
       std::nth_element(c.begin(), c.begin() + static_cast<long>(keep - 1), c.end(), by_weight);
     }
-    // 5. top-p: sort a prefix, growing it only when the mass is spread thinly.
+    // 5. top-p: the smallest set of the heaviest candidates holding top_p of the mass. Mass
+    //    is first summed per weight bucket (weight_bucket), which says which bucket
+    //    the cut falls in; only that bucket is sorted, so a flat distribution costs a few
+    //    passes instead of a sort of the whole vocabulary.
     if (p_.top_p < 1.0f) {
-      double total = 0.0;
-      for (size_t i = 0; i < keep; ++i) total += c[i].first;
-      const double target = p_.top_p * total;
-      // Sorts c[from, to) into place as the best of c[from, keep): select, then sort.
-      auto sort_prefix = [&](size_t from, size_t to) {
-        auto b = c.begin() + static_cast<long>(from), m = c.begin() + static_cast<long>(to);
-        if (to < keep) std::nth_element(b, m, c.begin() + static_cast<long>(keep), by_weight);
-        std::sort(b, m, by_weight);
-      };
-      size_t sorted = std::min(keep, static_cast<size_t>(256));
-      sort_prefix(0, sorted);
-      double cum = 0.0;
+      std::array<double, 4 * kWeightBuckets> hist{};
       size_t i = 0;
-      for (;;) {
-        for (; i < sorted; ++i) {
-          cum += c[i].first;
-          if (cum >= target) break;
-        }
-        if (i < sorted || sorted == keep) break;
-        const size_t grow = std::min(keep, sorted * 8);
-        sort_prefix(sorted, grow);
-        sorted = grow;
+      for (; i + 4 <= keep; i += 4) {
+        for (size_t k = 0; k < 4; ++k) hist[k * kWeightBuckets + weight_bucket(c[i + k].first)] += c[i + k].first;
       }
-      keep = std::min(keep, i + 1);
+      for (; i < keep; ++i) hist[weight_bucket(c[i].first)] += c[i].first;
+      double total = 0.0;
+      for (size_t b = 0; b < kWeightBuckets; ++b) {
+        for (size_t k = 1; k < 4; ++k) hist[b] += hist[k * kWeightBuckets + b];
+        total += hist[b];
+      }
+      const double target = p_.top_p * total;
+      double before = 0.0;  // mass of the buckets above the cut's
+      uint32_t cut = 0;
+      while (cut + 1 < kWeightBuckets && before + hist[cut] < target) before += hist[cut++];
+      const auto first = c.begin(), last = c.begin() + static_cast<long>(keep);
+      const auto mid = std::partition(first, last, [&](const auto& e) { return weight_bucket(e.first) < cut; });
+      const auto end = std::partition(mid, last, [&](const auto& e) { return weight_bucket(e.first) == cut; });
+      std::sort(mid, end, by_weight);
+      double cum = before;
+      auto it = mid;
+      while (it != end) {
+        cum += (it++)->first;
+        if (cum >= target) break;
+      }
+      keep = std::max<size_t>(1, static_cast<size_t>(it - first));
     }
     // 6. min-p: drop candidates below min_p x the best one's probability (the best has
     //    weight 1 unless top-k removed nothing above it, which it cannot).

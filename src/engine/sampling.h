@@ -67,6 +67,8 @@ struct SampleResult {
 // Scratch reused across calls (one per engine thread; never shared between threads).
 struct SamplerScratch {
   std::vector<float> logits;
+  std::vector<float> weights;                   // softmax weights at the temperature
+  std::vector<double> block_sums;               // of weights, per kSampleBlock
   std::vector<std::pair<float, int32_t>> cand;  // (value, id)
 };
 

@@ -34,6 +34,10 @@ void mul(const float* a, const float* b, float* out, int64_t n) { table().mul(a,
 void scale(float* x, float s, int64_t n) { table().scale(x, s, n); }
 float dot_f32(const float* a, const float* b, int64_t n) { return table().dot_f32(a, b, n); }
 void exp_f32(const float* x, float* y, int64_t n) { table().exp_f32(x, y, n); }
+float softmax_weights(const float* x, float* y, int64_t n, float scale) {
+  return table().softmax_weights(x, y, n, scale);
+}
+int64_t argmax(const float* x, int64_t n) { return table().argmax(x, n); }
 std::string_view ops_isa() { return table().isa; }
 
 Rope::Rope(const RopeConfig& cfg) : cfg_(cfg) {

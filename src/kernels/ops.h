@@ -30,6 +30,12 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void exp_f32(const float* x, float* y, int64_t n);
 // Measured worst case 7.9e-8 over 1e8 random and swept inputs (ops_test.cpp sweeps 2^20).
 inline constexpr double kExpMaxRelError = 1.2e-7;  // about one float ulp
+// y = e^((x - m) * scale) with m = max(x), returned: the unnormalised weights of a softmax at
+// temperature 1/scale (the largest is 1; -inf entries get 0). At least one entry must be
+// finite; y may alias x. What a sampler draws from.
+float softmax_weights(const float* x, float* y, int64_t n, float scale);
+// The first index of the largest value (NaN entries never win; 0 if all are NaN or n is 0).
+int64_t argmax(const float* x, int64_t n);
 
 // Which instruction set the elementwise ops run on here ("avx2" or "scalar").
 std::string_view ops_isa();
@@ -88,6 +94,8 @@ void mul(const float* a, const float* b, float* out, int64_t n);
 void scale(float* x, float s, int64_t n);
 float dot_f32(const float* a, const float* b, int64_t n);
 void exp_f32(const float* x, float* y, int64_t n);
+float softmax_weights(const float* x, float* y, int64_t n, float scale);
+int64_t argmax(const float* x, int64_t n);
 // Rotates pairs of n_head heads (x: [n_head][head_dim]) by angles with cos/sin given per
 // pair (n_rot/2 values); dims past n_rot pass through.
 void rope_rotate(float* x, int n_head, int head_dim, int n_rot, RopeMode mode, const float* cos,

@@ -76,6 +76,23 @@ void exp_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(std::exp(static_cast<double>(x[i])));
 }
 
+float softmax_weights(const float* x, float* y, int64_t n, float scale) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = static_cast<float>(std::exp(static_cast<double>((x[i] - mx) * scale)));
+  }
+  return mx;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best] || (std::isnan(x[best]) && !std::isnan(x[i]))) best = i;
+  }
+  return best;
+}
+
 void rope_rotate(float* x, int n_head, int head_dim, int n_rot, RopeMode mode, const float* cos,
                  const float* sin) {
   const int half = n_rot / 2;
@@ -97,7 +114,8 @@ void rope_rotate(float* x, int n_head, int head_dim, int n_rot, RopeMode mode, c
 namespace detail {
 const OpsTable kOpsScalar = {
     "scalar",     ref::rms_norm, ref::swiglu, ref::silu,    ref::gelu,    ref::softmax,
-    ref::add,     ref::mul,      ref::scale,  ref::dot_f32, ref::exp_f32, ref::rope_rotate,
+    ref::add,     ref::mul,      ref::scale,  ref::dot_f32, ref::exp_f32, ref::softmax_weights,
+    ref::argmax,  ref::rope_rotate,
 };
 }  // namespace detail
 

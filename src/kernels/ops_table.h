@@ -22,6 +22,8 @@ struct OpsTable {
   void (*scale)(float* x, float s, int64_t n);
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   void (*exp_f32)(const float* x, float* y, int64_t n);
+  float (*softmax_weights)(const float* x, float* y, int64_t n, float scale);
+  int64_t (*argmax)(const float* x, int64_t n);
   void (*rope_rotate)(float* x, int n_head, int head_dim, int n_rot, RopeMode mode,
                       const float* cos, const float* sin);
 };

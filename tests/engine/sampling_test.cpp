@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -72,6 +73,47 @@ TEST(Sampling, SameSeedSameOutputDifferentSeedDiffers) {
   EXPECT_NE(run(42), run(43));
 }
 
+// A vocabulary the size of a real model's: the plain draw walks sums of blocks first, so the
+// heavy tokens sit in different blocks, at block edges and in the last, partial block, among
+// 49,999 light ones (including -inf, which must never be drawn).
+TEST(Sampling, PlainDrawOverALargeVocabularyFollowsSoftmax) {
+  const size_t n = 50000;
+  std::vector<float> l(n);
+  for (size_t i = 0; i < n; ++i) l[i] = static_cast<float>(-3.0 + std::sin(static_cast<double>(i)));
+  for (size_t i = 7; i < n; i += 997) l[i] = -std::numeric_limits<float>::infinity();
+  const std::vector<size_t> heavy = {0, 255, 256, 4097, 30000, 49999};
+  for (size_t k = 0; k < heavy.size(); ++k) l[heavy[k]] = 6.0f + 0.5f * static_cast<float>(k);
+  double z = 0;
+  for (float v : l) z += std::exp(static_cast<double>(v));
+  double light = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::find(heavy.begin(), heavy.end(), i) == heavy.end()) light += std::exp(static_cast<double>(l[i]));
+  }
+  for (float temp : {1.0f, 0.8f}) {
+    SCOPED_TRACE(temp);
+    SamplingParams p;
+    p.temperature = temp;
+    std::vector<double> w(n);
+    double zt = 0;
+    for (size_t i = 0; i < n; ++i) zt += w[i] = std::exp(static_cast<double>(l[i]) / temp);
+    const int draws = 10000;
+    auto counts = draw_counts(p, l, draws, 11);
+    int other = draws;
+    for (size_t id : heavy) {
+      const double q = w[id] / zt;
+      EXPECT_NEAR(counts[static_cast<int32_t>(id)], q * draws, 5 * std::sqrt(draws * q * (1 - q)) + 1) << id;
+      other -= counts[static_cast<int32_t>(id)];
+    }
+    double q_light = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::find(heavy.begin(), heavy.end(), i) == heavy.end()) q_light += w[i] / zt;
+    }
+    EXPECT_NEAR(other, q_light * draws, 5 * std::sqrt(draws * q_light * (1 - q_light)) + 1);
+    for (const auto& [id, c] : counts) EXPECT_TRUE(std::isfinite(l[static_cast<size_t>(id)])) << id;
+  }
+  EXPECT_GT(light / z, 0.05);  // the light tokens are drawn often enough to be checked
+}
+
 TEST(Sampling, TopKTopPMinPRestrictTheSupport) {
   const auto l = logits_from_probs({0.5, 0.3, 0.15, 0.05});
   SamplingParams k;
@@ -102,6 +144,39 @@ TEST(Sampling, TopPWorksOnAFlatLargeVocabulary) {
   for (auto& [id, n] : c) max_id = std::max(max_id, id);
   EXPECT_LT(max_id, 4500);
   EXPECT_GT(max_id, 4000);
+}
+
+// top_p keeps exactly the heaviest candidates whose mass first reaches top_p (computed here
+// by sorting the whole distribution), however the sampler finds the cut.
+TEST(Sampling, TopPKeepsExactlyTheHeaviestPrefix) {
+  const size_t n = 8000;
+  std::vector<float> l(n);
+  for (size_t i = 0; i < n; ++i) l[i] = static_cast<float>(3.0 * std::sin(0.37 * static_cast<double>(i)));
+  for (float top_p : {0.3f, 0.6f, 0.95f}) {
+    for (int top_k : {0, 5000}) {
+      SCOPED_TRACE(testing::Message() << "top_p " << top_p << " top_k " << top_k);
+      std::vector<std::pair<double, size_t>> w;
+      for (size_t i = 0; i < n; ++i) w.push_back({std::exp(static_cast<double>(l[i])), i});
+      std::sort(w.begin(), w.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      if (top_k > 0) w.resize(static_cast<size_t>(top_k));
+      double total = 0;
+      for (const auto& e : w) total += e.first;
+      size_t cut = 0;
+      for (double cum = 0; cut < w.size();) {
+        cum += w[cut++].first;
+        if (cum >= top_p * total) break;
+      }
+      std::vector<bool> kept(n, false);
+      for (size_t j = 0; j < cut; ++j) kept[w[j].second] = true;
+      SamplingParams p;
+      p.top_p = top_p;
+      p.top_k = top_k;
+      auto counts = draw_counts(p, l, 2000, 5);
+      for (const auto& [id, c] : counts) ASSERT_TRUE(kept[static_cast<size_t>(id)]) << id;
+      // A kept set of hundreds of tokens is drawn from broadly, not from its head only.
+      EXPECT_GT(counts.size(), std::min<size_t>(cut / 2, 200));
+    }
+  }
 }
 
 TEST(Sampling, LogitBiasForcesAToken) {

@@ -217,6 +217,66 @@ TEST(Ops, SoftmaxIgnoresMinusInfinity) {
   EXPECT_NEAR(x[9], 0.125f, 1e-7f);
 }
 
+// Both round x - max and the product by scale (2u, times |x - max| scale after exp), then exp.
+TEST(Ops, SoftmaxWeightsMatchReference) {
+  for (int64_t n : test_sizes()) {
+    for (float scale : {1.0f, 1.0f / 0.7f, 0.25f}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " scale=" << scale);
+      auto x = random_vec(n, -30, 30, 12);
+      if (n > 3) x[static_cast<size_t>(n / 2)] = -std::numeric_limits<float>::infinity();
+      std::vector<float> got(x.size()), want(x.size());
+      const float m = softmax_weights(x.data(), got.data(), n, scale);
+      const float m_ref = ref::softmax_weights(x.data(), want.data(), n, scale);
+      EXPECT_EQ(m, m_ref);
+      EXPECT_EQ(m, *std::max_element(x.begin(), x.end()));
+      bool has_one = false;
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isinf(x[i])) {
+          ASSERT_EQ(got[i], 0.0f);
+          ASSERT_EQ(want[i], 0.0f);
+          continue;
+        }
+        const double arg = std::fabs(static_cast<double>(x[i]) - m) * scale;
+        ASSERT_NEAR(got[i], want[i], (kExpMaxRelError + 2 * kU * arg + kU) * want[i]) << i;
+        has_one = has_one || got[i] == 1.0f;
+      }
+      EXPECT_TRUE(has_one);  // the maximum's weight
+      if (n > 3) {
+        EXPECT_EQ(got[static_cast<size_t>(n / 2)], 0.0f);
+      }
+      std::vector<float> alias = x;  // y may alias x
+      softmax_weights(alias.data(), alias.data(), n, scale);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(alias[i], got[i])) << i;
+    }
+  }
+}
+
+TEST(Ops, ArgmaxIsTheFirstLargestAndSkipsNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : test_sizes()) {
+    SCOPED_TRACE(n);
+    auto x = random_vec(n, -5, 5, 13);
+    EXPECT_EQ(argmax(x.data(), n), ref::argmax(x.data(), n));
+    EXPECT_EQ(argmax(x.data(), n), std::max_element(x.begin(), x.end()) - x.begin());
+    if (n < 3) continue;
+    // Ties go to the first; NaN, even first or beside the maximum, never wins.
+    const int64_t a = n / 3, b = n - 1;
+    x[static_cast<size_t>(a)] = x[static_cast<size_t>(b)] = 9.0f;
+    x[0] = nan;
+    if (a + 1 < b) x[static_cast<size_t>(a + 1)] = nan;
+    EXPECT_EQ(argmax(x.data(), n), a);
+    EXPECT_EQ(ref::argmax(x.data(), n), a);
+    x[static_cast<size_t>(a)] = -std::numeric_limits<float>::infinity();
+    EXPECT_EQ(argmax(x.data(), n), b);
+    EXPECT_EQ(ref::argmax(x.data(), n), b);
+  }
+  const std::vector<float> all_nan(20, nan);
+  EXPECT_EQ(argmax(all_nan.data(), 20), 0);
+  EXPECT_EQ(ref::argmax(all_nan.data(), 20), 0);
+  const std::vector<float> all_neg_inf(20, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(argmax(all_neg_inf.data(), 20), 0);
+}
+
 // The vectorized exp against exp in double, over a dense sweep of its whole finite range.
 TEST(Ops, ExpStaysWithinItsDocumentedBound) {
   const int64_t n = 1 << 20;
