@@ -19,7 +19,6 @@ constexpr size_t kSampleBlock = 256;
 // Weights in [0, 1] by quarters of each octave's mantissa range, heaviest first: bucket 0
 // holds (0.875, 1], the last 0 (and anything below 2^-126). Monotone: a heavier weight
 // never has a later bucket.
-constexpr uint32_t kWeightBuckets = 512;
 uint32_t weight_bucket(float w) {
   constexpr uint32_t kOne = 0x3F800000u;  // the bits of 1.0f
   const uint32_t bits = std::bit_cast<uint32_t>(w);
@@ -60,6 +59,45 @@ float log_sum_exp(std::span<const float> x) {
 }
 
 }  // namespace
+
+template <class Weight>
+void BucketHist::fill(size_t n, Weight weight_at) {
+  // Four interleaved copies, so that adds to one bucket do not wait on each other.
+  std::array<std::array<double, kWeightBuckets>, 4> m{};
+  std::array<std::array<uint32_t, kWeightBuckets>, 4> k{};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (size_t j = 0; j < 4; ++j) {
+      const float v = weight_at(i + j);
+      const uint32_t b = weight_bucket(v);
+      m[j][b] += v;
+      ++k[j][b];
+    }
+  }
+  for (; i < n; ++i) {
+    const float v = weight_at(i);
+    m[0][weight_bucket(v)] += v;
+    ++k[0][weight_bucket(v)];
+  }
+  total = 0.0;
+  for (uint32_t b = 0; b < kWeightBuckets; ++b) {
+    mass[b] = (m[0][b] + m[1][b]) + (m[2][b] + m[3][b]);
+    count[b] = k[0][b] + k[1][b] + k[2][b] + k[3][b];
+    total += mass[b];
+  }
+}
+
+uint32_t BucketHist::reaching_count(uint32_t want) const {
+  uint32_t b = 0;
+  for (uint64_t cum = count[0]; b + 1 < kWeightBuckets && cum < want;) cum += count[++b];
+  return b;
+}
+
+uint32_t BucketHist::reaching_mass(double want) const {
+  uint32_t b = 0;
+  for (double cum = mass[0]; b + 1 < kWeightBuckets && cum < want;) cum += mass[++b];
+  return b;
+}
 
 Status SamplingParams::validate(int32_t n_vocab) const {
   if (!in_range(temperature, 0.0f, 100.0f)) {
@@ -120,6 +158,72 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n) {
                     [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   for (size_t i = 0; i < k; ++i) out.push_back({c[i].second, c[i].first - lse});
   return out;
+}
+
+size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float min_p, SamplerScratch& s) {
+  // Only tokens that can survive top-k, top-p and min-p become (weight, id) candidates:
+  // counts and mass per weight bucket say which buckets can hold them.
+  const size_t n = w.size();
+  const bool top_k_on = top_k > 0 && static_cast<size_t>(top_k) < n;
+  const bool top_p_on = top_p < 1.0f;
+  BucketHist& h = s.hist;
+  h.fill(n, [&](size_t i) { return w[i]; });
+  uint32_t limit = kWeightBuckets - 1;  // the last bucket that can hold a candidate
+  if (top_k_on) {
+    limit = h.reaching_count(static_cast<uint32_t>(top_k));
+  } else if (top_p_on) {
+    limit = h.reaching_mass(top_p * h.total);
+  }
+  // Weights >= min_p lie in buckets up to min_p's. (Not with top-k and top-p together:
+  // top-p's mass is then that of all top-k survivors, so they must all be candidates.)
+  if (min_p > 0.0f && !(top_k_on && top_p_on)) limit = std::min(limit, weight_bucket(min_p));
+  auto& c = s.cand;
+  c.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (weight_bucket(w[i]) <= limit) c.push_back({w[i], static_cast<int32_t>(i)});
+  }
+  auto by_weight = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  size_t keep = c.size();
+  if (top_k_on && keep > static_cast<size_t>(top_k)) {
+    keep = static_cast<size_t>(top_k);
+    std::nth_element(c.begin(), c.begin() + static_cast<long>(keep - 1), c.end(), by_weight);
+  }
+  // top-p: the smallest set of the heaviest candidates holding top_p of the mass (of the
+  // top-k survivors, or of every token). Mass per bucket says which bucket the cut falls
+  // in; only that bucket is sorted, so a flat distribution costs a few passes instead of a
+  // sort of the whole vocabulary.
+  if (top_p_on) {
+    double total = h.total;
+    h.fill(keep, [&](size_t i) { return c[i].first; });
+    if (top_k_on) total = h.total;
+    const double target = top_p * total;
+    const uint32_t cut = h.reaching_mass(target);
+    double before = 0.0;  // mass of the buckets above the cut's
+    for (uint32_t b = 0; b < cut; ++b) before += h.mass[b];
+    const auto first = c.begin(), last = c.begin() + static_cast<long>(keep);
+    const auto mid = std::partition(first, last, [&](const auto& e) { return weight_bucket(e.first) < cut; });
+    const auto end = std::partition(mid, last, [&](const auto& e) { return weight_bucket(e.first) == cut; });
+    std::sort(mid, end, by_weight);
+    double cum = before;
+    auto it = mid;
+    while (it != end) {
+      cum += (it++)->first;
+      if (cum >= target) break;
+    }
+    keep = std::max<size_t>(1, static_cast<size_t>(it - first));
+  }
+  // min-p: drop candidates below min_p x the best one's probability (the best has weight
+  // 1: neither top-k nor top-p removes it).
+  if (min_p > 0.0f) {
+    size_t m = 0;
+    for (size_t j = 0; j < keep; ++j) {
+      if (c[j].first >= min_p) c[m++] = c[j];
+    }
+    keep = std::max<size_t>(m, 1);
+  }
+  return keep;
 }
 
 Sampler::Sampler(SamplingParams params, uint64_t seed) : p_(std::move(params)), rng_(seed) {}
@@ -198,61 +302,12 @@ SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& his
     }
   } else {
     // 4. temperature: candidates carry unnormalised probabilities exp((l - max) / T), so
-    //    every later step works on weights without recomputing exponentials.
+    //    every later step works on weights without recomputing exponentials. 5-6. top-k,
+    //    top-p, min-p: keep_candidates.
     s.weights.resize(n);
     kernels::softmax_weights(lv.data(), s.weights.data(), static_cast<int64_t>(n), 1.0f / p_.temperature);
-    auto& c = s.cand;
-    c.resize(n);
-    for (size_t i = 0; i < n; ++i) c[i] = {s.weights[i], static_cast<int32_t>(i)};
-    auto by_weight = [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    size_t keep = n;
-    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-      keep = static_cast<size_t>(p_.top_k);
-      std::nth_element(c.begin(), c.begin() + static_cast<long>(keep - 1), c.end(), by_weight);
-    }
-    // 5. top-p: the smallest set of the heaviest candidates holding top_p of the mass. Mass
-    //    is first summed per weight bucket (weight_bucket), which says which bucket
-    //    the cut falls in; only that bucket is sorted, so a flat distribution costs a few
-    //    passes instead of a sort of the whole vocabulary.
-    if (p_.top_p < 1.0f) {
-      std::array<double, 4 * kWeightBuckets> hist{};
-      size_t i = 0;
-      for (; i + 4 <= keep; i += 4) {
-        for (size_t k = 0; k < 4; ++k) hist[k * kWeightBuckets + weight_bucket(c[i + k].first)] += c[i + k].first;
-      }
-      for (; i < keep; ++i) hist[weight_bucket(c[i].first)] += c[i].first;
-      double total = 0.0;
-      for (size_t b = 0; b < kWeightBuckets; ++b) {
-        for (size_t k = 1; k < 4; ++k) hist[b] += hist[k * kWeightBuckets + b];
-        total += hist[b];
-      }
-      const double target = p_.top_p * total;
-      double before = 0.0;  // mass of the buckets above the cut's
-      uint32_t cut = 0;
-      while (cut + 1 < kWeightBuckets && before + hist[cut] < target) before += hist[cut++];
-      const auto first = c.begin(), last = c.begin() + static_cast<long>(keep);
-      const auto mid = std::partition(first, last, [&](const auto& e) { return weight_bucket(e.first) < cut; });
-      const auto end = std::partition(mid, last, [&](const auto& e) { return weight_bucket(e.first) == cut; });
-      std::sort(mid, end, by_weight);
-      double cum = before;
-      auto it = mid;
-      while (it != end) {
-        cum += (it++)->first;
-        if (cum >= target) break;
-      }
-      keep = std::max<size_t>(1, static_cast<size_t>(it - first));
-    }
-    // 6. min-p: drop candidates below min_p x the best one's probability (the best has
-    //    weight 1 unless top-k removed nothing above it, which it cannot).
-    if (p_.min_p > 0.0f) {
-      size_t m = 0;
-      for (size_t j = 0; j < keep; ++j) {
-        if (c[j].first >= p_.min_p) c[m++] = c[j];
-      }
-      keep = std::max<size_t>(m, 1);
-    }
+    const size_t keep = keep_candidates(s.weights, p_.top_k, p_.top_p, p_.min_p, s);
+    const auto& c = s.cand;
     // 7. seeded draw over what is left
     double sum = 0.0;
     for (size_t j = 0; j < keep; ++j) sum += c[j].first;

@@ -7,6 +7,7 @@
 // (log-softmax of the unprocessed logits), as vLLM reports them by default.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -64,13 +65,36 @@ struct SampleResult {
   std::vector<TokenLogprob> top;           // top_logprobs alternatives, best first
 };
 
+// Softmax weights (in [0, 1]) by bucket: count and mass per quarter of each octave's
+// mantissa range, heaviest bucket first (sampling.cpp, weight_bucket).
+inline constexpr uint32_t kWeightBuckets = 512;
+struct BucketHist {
+  std::array<double, kWeightBuckets> mass{};
+  std::array<uint32_t, kWeightBuckets> count{};
+  double total = 0.0;
+  // Replaces the counts with those of weight_at(0 .. n-1).
+  template <class Weight>
+  void fill(size_t n, Weight weight_at);
+  // The first bucket by which the buckets so far hold `want` weights, or that much mass
+  // (the last bucket if they never do).
+  uint32_t reaching_count(uint32_t want) const;
+  uint32_t reaching_mass(double want) const;
+};
+
 // Scratch reused across calls (one per engine thread; never shared between threads).
 struct SamplerScratch {
   std::vector<float> logits;
   std::vector<float> weights;                   // softmax weights at the temperature
   std::vector<double> block_sums;               // of weights, per kSampleBlock
   std::vector<std::pair<float, int32_t>> cand;  // (value, id)
+  BucketHist hist;
 };
+
+// Top-k, then top-p, then min-p over softmax weights w (the largest 1, as
+// kernels::softmax_weights gives them; top_k 0, top_p 1 and min_p 0 are off): fills
+// scratch.cand with (weight, id) pairs and returns how many of its first entries survive,
+// in no particular order.
+size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float min_p, SamplerScratch& scratch);
 
 class Sampler {
  public:

@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 
+#include "kernels/ops.h"
+
 namespace metro::engine {
 namespace {
 
@@ -146,35 +148,53 @@ TEST(Sampling, TopPWorksOnAFlatLargeVocabulary) {
   EXPECT_GT(max_id, 4000);
 }
 
-// top_p keeps exactly the heaviest candidates whose mass first reaches top_p (computed here
-// by sorting the whole distribution), however the sampler finds the cut.
-TEST(Sampling, TopPKeepsExactlyTheHeaviestPrefix) {
+// top-k, then top-p, then min-p keep exactly what sorting the whole distribution says,
+// however the sampler finds its cuts; and a draw takes only kept tokens.
+TEST(Sampling, TopKTopPMinPKeepExactlyWhatAFullSortKeeps) {
   const size_t n = 8000;
   std::vector<float> l(n);
   for (size_t i = 0; i < n; ++i) l[i] = static_cast<float>(3.0 * std::sin(0.37 * static_cast<double>(i)));
-  for (float top_p : {0.3f, 0.6f, 0.95f}) {
-    for (int top_k : {0, 5000}) {
-      SCOPED_TRACE(testing::Message() << "top_p " << top_p << " top_k " << top_k);
-      std::vector<std::pair<double, size_t>> w;
-      for (size_t i = 0; i < n; ++i) w.push_back({std::exp(static_cast<double>(l[i])), i});
-      std::sort(w.begin(), w.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
-      if (top_k > 0) w.resize(static_cast<size_t>(top_k));
-      double total = 0;
-      for (const auto& e : w) total += e.first;
-      size_t cut = 0;
-      for (double cum = 0; cut < w.size();) {
-        cum += w[cut++].first;
-        if (cum >= top_p * total) break;
+  l[17] = l[4000] = l[7999] = *std::max_element(l.begin(), l.end());  // ties at the top
+  std::vector<float> w(n);
+  kernels::softmax_weights(l.data(), w.data(), static_cast<int64_t>(n), 1.0f);
+  for (float top_p : {0.3f, 0.6f, 0.95f, 1.0f}) {
+    for (int top_k : {0, 1, 40, 5000}) {
+      for (float min_p : {0.0f, 0.02f, 0.3f}) {
+        SCOPED_TRACE(testing::Message() << "top_p " << top_p << " top_k " << top_k << " min_p " << min_p);
+        std::vector<std::pair<float, int32_t>> want;
+        for (size_t i = 0; i < n; ++i) want.push_back({w[i], static_cast<int32_t>(i)});
+        std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+          return a.first > b.first || (a.first == b.first && a.second < b.second);
+        });
+        if (top_k > 0) want.resize(static_cast<size_t>(top_k));
+        if (top_p < 1.0f) {
+          double total = 0;
+          for (const auto& e : want) total += e.first;
+          size_t cut = 0;
+          for (double cum = 0; cut < want.size();) {
+            cum += want[cut++].first;
+            if (cum >= top_p * total) break;
+          }
+          want.resize(cut);
+        }
+        std::erase_if(want, [&](const auto& e) { return e.first < min_p; });
+        std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+
+        SamplerScratch sc;
+        const size_t keep = keep_candidates(w, top_k, top_p, min_p, sc);
+        std::vector<std::pair<float, int32_t>> got(sc.cand.begin(), sc.cand.begin() + static_cast<long>(keep));
+        std::sort(got.begin(), got.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+        ASSERT_EQ(got, want);
+
+        if (top_p == 1.0f && top_k == 0 && min_p == 0.0f) continue;  // the plain draw
+        std::vector<bool> kept(n, false);
+        for (const auto& e : want) kept[static_cast<size_t>(e.second)] = true;
+        SamplingParams p;
+        p.top_p = top_p;
+        p.top_k = top_k;
+        p.min_p = min_p;
+        for (const auto& [id, c] : draw_counts(p, l, 300, 5)) ASSERT_TRUE(kept[static_cast<size_t>(id)]) << id;
       }
-      std::vector<bool> kept(n, false);
-      for (size_t j = 0; j < cut; ++j) kept[w[j].second] = true;
-      SamplingParams p;
-      p.top_p = top_p;
-      p.top_k = top_k;
-      auto counts = draw_counts(p, l, 2000, 5);
-      for (const auto& [id, c] : counts) ASSERT_TRUE(kept[static_cast<size_t>(id)]) << id;
-      // A kept set of hundreds of tokens is drawn from broadly, not from its head only.
-      EXPECT_GT(counts.size(), std::min<size_t>(cut / 2, 200));
     }
   }
 }
