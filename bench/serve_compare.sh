@@ -10,12 +10,15 @@
 # (its default of 4 slots leaves 12 waiting); both use 2 threads. Prints one summary line per
 # run; the JSON of each run goes to OUT_DIR. METRO_ARGS adds flags to metro serve (e.g.
 # "--admission off" to queue everything as llama-server does); SERVERS="metro" runs one side.
+# METRO_BASE=/path/to/another/metro adds it as server "metro-base" (SERVERS="metro-base metro
+# llama"), to measure a change against both its parent and the peer in one run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PEER="${1:?usage: $0 LLAMA_CPP_BIN_DIR [OUT_DIR]}"
 OUT="${2:-$(mktemp -d /tmp/metro-serve-compare.XXXX)}"
 MODEL="${MODEL:-$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 METRO="$ROOT/build/bin/metro"
+METRO_BASE="${METRO_BASE:-}"
 THREADS="${THREADS:-2}"
 ROUNDS="${ROUNDS:-1}"
 PORT=18090
@@ -30,9 +33,17 @@ wait_ready() {
   return 1
 }
 
-start_server() {  # $1: metro | llama
+STARTS=0
+start_server() {  # $1: metro | metro-base | llama
+  # A fresh port each time: connections a previous server left behind (llama-server's are
+  # not SO_REUSEADDR) can keep its port from being bound again for a while.
+  PORT=$((18090 + STARTS % 100))
+  STARTS=$((STARTS + 1))
   if [ "$1" = metro ]; then
     "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" ${METRO_ARGS:-} >"$OUT/server-$1.log" 2>&1 &
+  elif [ "$1" = metro-base ]; then
+    "${METRO_BASE:?METRO_BASE: the other metro binary}" serve -m "$MODEL" --port "$PORT" -t "$THREADS" \
+      ${METRO_ARGS:-} >"$OUT/server-$1.log" 2>&1 &
   else
     "$PEER/llama-server" -m "$MODEL" --port "$PORT" -t "$THREADS" -np 16 -c 16384 >"$OUT/server-$1.log" 2>&1 &
   fi
