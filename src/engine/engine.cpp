@@ -235,9 +235,13 @@ int64_t Engine::kv_capacity_tokens() const {
   return static_cast<int64_t>(impl_->arena->n_blocks()) * cfg_.kv_block;
 }
 size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
-int Engine::cached_prefix_tokens(std::span<const int32_t> prompt) const {
+int Engine::cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending) const {
   const auto& hint = impl_->prefix_hint;
-  return hint ? hint->cached_tokens(prompt) : 0;
+  return hint ? hint->cached_tokens(prompt, with_pending) : 0;
+}
+std::shared_ptr<const void> Engine::hold_pending_prefix(std::span<const int32_t> prompt) const {
+  const auto& hint = impl_->prefix_hint;
+  return hint ? hint->hold_pending(prompt) : nullptr;
 }
 size_t Engine::workspace_bytes() const { return impl_->ws.bytes(); }
 const char* Engine::scheduler_name() const { return impl_->sched->name(); }

@@ -144,9 +144,14 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   int n_ctx() const { return n_ctx_; }
   int64_t kv_capacity_tokens() const;
-  // Leading prompt tokens the prefix cache holds now (whole blocks; 0 with it off). Any
-  // thread; an estimate, since blocks may be evicted before the request runs.
-  int cached_prefix_tokens(std::span<const int32_t> prompt) const;
+  // Leading prompt tokens the prefix cache holds now (whole blocks; 0 with it off), or, with
+  // `with_pending`, holds or is about to hold: prefixes of prompts registered with
+  // hold_pending_prefix count too. Any thread; an estimate, since blocks may be evicted
+  // before the request runs, and a pending prompt may run after the one asking.
+  int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false) const;
+  // Registers an admitted prompt whose prefix the engine will compute, until the handle is
+  // dropped (when its first token is out or it ends). Null with the prefix cache off.
+  std::shared_ptr<const void> hold_pending_prefix(std::span<const int32_t> prompt) const;
   size_t kv_bytes() const;
   size_t workspace_bytes() const;
   const char* scheduler_name() const;

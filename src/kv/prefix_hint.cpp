@@ -21,20 +21,54 @@ size_t PrefixHint::size() const {
   return hashes_.size();
 }
 
-int PrefixHint::cached_tokens(std::span<const int32_t> prompt) const {
-  if (prompt.size() < 2) return 0;
+size_t PrefixHint::pending_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.size();
+}
+
+std::vector<uint64_t> PrefixHint::chain(std::span<const int32_t> prompt) const {
+  if (prompt.size() < 2) return {};
   const size_t bs = static_cast<size_t>(block_size_);
   const size_t full = (prompt.size() - 1) / bs;  // blocks that leave the last token out
-  // Hash outside the lock: the engine thread takes it for every block it commits.
-  std::vector<uint64_t> chain(full);
+  std::vector<uint64_t> out(full);
   uint64_t parent = KvCacheManager::root_hash_of(variant_);
   for (size_t i = 0; i < full; ++i) {
-    parent = chain[i] = KvCacheManager::chain_hash(variant_, parent, prompt.subspan(i * bs, bs));
+    parent = out[i] = KvCacheManager::chain_hash(variant_, parent, prompt.subspan(i * bs, bs));
   }
+  return out;
+}
+
+int PrefixHint::cached_tokens(std::span<const int32_t> prompt, bool with_pending) const {
+  // Hash outside the lock: the engine thread takes it for every block it commits.
+  const std::vector<uint64_t> c = chain(prompt);
   size_t n = 0;
   std::lock_guard<std::mutex> lock(mu_);
-  while (n < full && hashes_.count(chain[n]) != 0) ++n;
-  return static_cast<int>(n * bs);
+  while (n < c.size() && (hashes_.count(c[n]) != 0 || (with_pending && pending_.count(c[n]) != 0))) ++n;
+  return static_cast<int>(n * static_cast<size_t>(block_size_));
+}
+
+std::shared_ptr<const void> PrefixHint::hold_pending(std::span<const int32_t> prompt) const {
+  struct Hold {
+    std::shared_ptr<const PrefixHint> hint;
+    std::vector<uint64_t> chain;
+    ~Hold() { hint->drop_pending(chain); }
+  };
+  auto h = std::make_shared<Hold>();
+  h->hint = shared_from_this();
+  h->chain = chain(prompt);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t x : h->chain) ++pending_[x];
+  }
+  return h;
+}
+
+void PrefixHint::drop_pending(const std::vector<uint64_t>& c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t x : c) {
+    auto it = pending_.find(x);
+    if (it != pending_.end() && --it->second == 0) pending_.erase(it);
+  }
 }
 
 }  // namespace metro::kv

@@ -6,32 +6,48 @@
 // drops); a lookup hashes the prompt's full blocks the way KvCacheManager does and counts
 // the leading ones present. It is an estimate: a block may be evicted between the lookup
 // and the request's first step, and hashes are compared without the cache's token check.
+//
+// It also holds *pending* blocks: the prompts of requests admitted but not yet started
+// (hold_pending), whose prefixes the engine is about to compute and cache, so that requests
+// arriving behind them in a burst that shares a system prompt can be credited with it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace metro::kv {
 
-class PrefixHint {
+class PrefixHint : public std::enable_shared_from_this<PrefixHint> {
  public:
   PrefixHint(uint64_t model_variant, int block_size) : variant_(model_variant), block_size_(block_size) {}
 
   void add(uint64_t hash);
   void drop(uint64_t hash);
 
-  // Leading prompt tokens, in whole blocks, whose blocks are cached now. At most
-  // prompt.size() - 1: the last prompt token is always computed (its logits are needed).
-  int cached_tokens(std::span<const int32_t> prompt) const;
+  // Leading prompt tokens, in whole blocks, whose blocks are cached now, or, with
+  // `with_pending`, cached or pending. At most prompt.size() - 1: the last prompt token is
+  // always computed (its logits are needed).
+  int cached_tokens(std::span<const int32_t> prompt, bool with_pending = false) const;
+  // Marks the prompt's full blocks pending until the returned handle is dropped (holds of
+  // the same block count up). The hint must be owned by a shared_ptr.
+  std::shared_ptr<const void> hold_pending(std::span<const int32_t> prompt) const;
   size_t size() const;
+  size_t pending_size() const;
 
  private:
+  std::vector<uint64_t> chain(std::span<const int32_t> prompt) const;
+  void drop_pending(const std::vector<uint64_t>& chain) const;
+
   uint64_t variant_;
   int block_size_;
   mutable std::mutex mu_;
   std::unordered_set<uint64_t> hashes_;
+  mutable std::unordered_map<uint64_t, int> pending_;  // hash -> holds
 };
 
 }  // namespace metro::kv

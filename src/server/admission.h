@@ -5,8 +5,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sched/seq_state.h"
 
@@ -17,11 +19,16 @@ struct AdmissionRequest {
   sched::SlaClass sla_class = sched::SlaClass::kStandard;  // X-Metro-Class or metro_class
   std::string tenant;                                      // from the API key's tenant name; "" without keys
   int prompt_tokens = 0;                                   // over every prompt of the request
-  int cached_prompt_tokens = 0;                            // of which the prefix cache holds now (estimate)
+  int cached_prompt_tokens = 0;                            // of which the prefix cache holds now, or will
+                                                           // once requests admitted earlier with the same
+                                                           // prefix compute it (estimate)
   int max_tokens = 0;                                      // per choice
   int n_choices = 1;                                       // prompts x n
   int64_t deadline_ns = 0;                                 // first token due by then (now_ns clock); 0: none
   int64_t start_ns = 0;                                    // when admission was asked (now_ns clock)
+  // Set by the server once admitted: its prompts registered as pending prefixes
+  // (Engine::hold_pending_prefix), released with the first token.
+  std::vector<std::shared_ptr<const void>> pending_prefixes;
 };
 
 struct AdmissionDecision {

@@ -260,7 +260,7 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
       for (const engine::Request& r : result->requests) {
         // Embeddings compute every position (no prefix cache); generation reuses blocks.
         if (r.kind == engine::RequestKind::kGenerate) {
-          ar.cached_prompt_tokens += model->engine->cached_prefix_tokens(r.prompt);
+          ar.cached_prompt_tokens += model->engine->cached_prefix_tokens(r.prompt, /*with_pending=*/true);
         }
       }
       ar.start_ns = now_ns();
@@ -280,6 +280,12 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
         e.retry_after_seconds = std::max(1, dec.retry_after_seconds);
         result = std::move(e);
       } else {
+        // Requests behind it that share its prefix are credited with it from now on.
+        for (const engine::Request& r : result->requests) {
+          if (r.kind == engine::RequestKind::kGenerate) {
+            if (auto hold = model->engine->hold_pending_prefix(r.prompt)) ar.pending_prefixes.push_back(std::move(hold));
+          }
+        }
         admitted = std::move(ar);
       }
     }
@@ -491,6 +497,7 @@ void HttpSession::complete_call() {
 void HttpSession::release_admission(Call& call) {
   if (call.released || !call.admitted) return;
   call.released = true;
+  call.admitted->pending_prefixes.clear();  // computed and cached by now
   if (const auto& hook = core_.config().admission_release) hook(*call.admitted);
 }
 

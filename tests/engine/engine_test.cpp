@@ -114,6 +114,21 @@ TEST(Engine, PrefixCacheHitsAndSameOutput) {
   Generation gb = collect(*eng->submit(greedy_request(b, 8)));
   EXPECT_GE(gb.usage.cached_prompt_tokens, 192);
   EXPECT_EQ(gb.usage.cached_prompt_tokens, estimate);
+
+  // An admitted prompt not yet computed credits the prompts behind it that share its
+  // prefix, while it is held (what admission asks during a burst).
+  auto c = b;
+  c[0] = c[0] == 7 ? 8 : 7;  // a prefix nothing has computed
+  auto d = c;
+  d.back() = d.back() == 7 ? 8 : 7;
+  EXPECT_EQ(eng->cached_prefix_tokens(d, true), 0);
+  auto hold = eng->hold_pending_prefix(c);
+  ASSERT_NE(hold, nullptr);
+  EXPECT_EQ(eng->cached_prefix_tokens(d), 0);
+  EXPECT_GE(eng->cached_prefix_tokens(d, true), 192);
+  hold.reset();
+  EXPECT_EQ(eng->cached_prefix_tokens(d, true), 0);
+  EXPECT_EQ(eng_off->hold_pending_prefix(c), nullptr);
   EXPECT_EQ(gb.usage.prompt_tokens, static_cast<int>(b.size()));
   EXPECT_EQ(gb.tokens, b_nocache.tokens);
   EXPECT_GT(eng->stats().prefix_hits, 0u);

@@ -110,6 +110,36 @@ TEST(KvCacheManager, FreedPrefixStaysCachedUntilMemoryIsNeeded) {
   EXPECT_EQ(m.computed_blocks(4, a), 0);
 }
 
+// Pending holds (an admitted prompt the engine is about to compute) count only when asked
+// for, stack, and end with their handles; the cache's own blocks are unaffected.
+TEST(KvCacheManager, PrefixHintPendingHoldsCountUntilDropped) {
+  KvCacheManager m({.n_blocks = 8, .block_size = 4, .model_variant = 7});
+  auto hint = m.prefix_hint();
+  auto a = seq_tokens(17);
+  auto b = a;
+  b[9] = 9999;  // differs in the third block: two blocks shared with a
+  EXPECT_EQ(hint->cached_tokens(b, true), 0);
+  auto hold1 = hint->hold_pending(a);
+  EXPECT_EQ(hint->cached_tokens(b), 0) << "pending is not cached";
+  EXPECT_EQ(hint->cached_tokens(b, true), 8);
+  EXPECT_EQ(hint->cached_tokens(a, true), 16) << "the last token is never credited";
+  EXPECT_EQ(hint->pending_size(), 4u);
+  auto hold2 = hint->hold_pending(b);
+  EXPECT_EQ(hint->pending_size(), 6u);  // b's last two blocks are its own
+  hold1.reset();
+  EXPECT_EQ(hint->cached_tokens(a, true), 8) << "b's hold still covers the shared blocks";
+  // A committed block and a pending one chain: cached first block, pending second.
+  m.computed_blocks(1, a);
+  ASSERT_TRUE(m.allocate(1, 17));
+  m.commit(1, a, 5);
+  EXPECT_EQ(hint->cached_tokens(a), 4);
+  EXPECT_EQ(hint->cached_tokens(a, true), 8);
+  hold2.reset();
+  EXPECT_EQ(hint->pending_size(), 0u);
+  EXPECT_EQ(hint->cached_tokens(a, true), 4);
+  EXPECT_EQ(hint->size(), 1u);
+}
+
 TEST(KvCacheManager, PrefixHintFollowsCommitsAndEvictions) {
   KvCacheManager m({.n_blocks = 8, .block_size = 4, .model_variant = 7});
   auto hint = m.prefix_hint();
