@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_test_util.h"
@@ -142,6 +144,57 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   EXPECT_EQ(done.load(), 3);
   EXPECT_EQ(done_completed.load(), 2);
   EXPECT_EQ(done_tokens.load(), 5);
+  server.request_drain();
+  EXPECT_EQ(server.wait(), 0);
+}
+
+// An admitted prompt is held as a pending prefix (credited to requests behind it that share
+// it) only until it leaves admission: a request refused after admission and one served
+// leave no hold behind, so a later request is credited only with what the cache holds.
+TEST(ServerModelTest, AdmissionPendingPrefixesEndWithTheirRequests) {
+  REQUIRE_MODEL();
+  std::mutex mu;
+  std::vector<int> cached;  // cached_prompt_tokens of each admission call, in order
+  ServerConfig cfg = test_config(1);
+  cfg.max_inflight_choices = 1;  // an n=2 request is refused after admission
+  cfg.admission = [&](const AdmissionRequest& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    cached.push_back(r.cached_prompt_tokens);
+    return AdmissionDecision::accept();
+  };
+  const RequestLimits limits = cfg.limits;
+  std::shared_ptr<engine::Engine> engine;
+  Server server(std::move(cfg), small_model(limits, &engine));
+  start_serving(server);
+  if (HasFatalFailure()) return;
+
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[static_cast<size_t>(i)] = 100 + i;
+  std::string ids;
+  for (int32_t t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  const std::string over = exchange(server.port(), post("/v1/completions", R"({"prompt":[)" + ids + R"(],"n":2})"));
+  ASSERT_EQ(over.rfind("HTTP/1.1 503", 0), 0u) << over;
+  // Its hold ended with it, and nothing was computed.
+  EXPECT_EQ(engine->cached_prefix_tokens(prompt, true), 0);
+
+  const std::string ok = exchange(server.port(), post("/v1/completions", R"({"prompt":[)" + ids +
+                                                                             R"(],"max_tokens":1,"temperature":0})"));
+  ASSERT_EQ(ok.rfind("HTTP/1.1 200", 0), 0u) << ok;
+  const int block = 16;  // EngineConfig's default KV block
+  EXPECT_EQ(engine->cached_prefix_tokens(prompt), 39 / block * block);
+  EXPECT_EQ(engine->cached_prefix_tokens(prompt, true), engine->cached_prefix_tokens(prompt));
+  // While a request is held pending, the same prompt is credited with it.
+  {
+    auto hold = engine->hold_pending_prefix(std::vector<int32_t>{7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7});
+    EXPECT_EQ(engine->cached_prefix_tokens(std::vector<int32_t>(17, 7), true), block);
+  }
+  EXPECT_EQ(engine->cached_prefix_tokens(std::vector<int32_t>(17, 7), true), 0);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(cached.size(), 2u);
+    EXPECT_EQ(cached[0], 0);
+    EXPECT_EQ(cached[1], 0) << "the refused request's hold must not credit the next one";
+  }
   server.request_drain();
   EXPECT_EQ(server.wait(), 0);
 }
