@@ -167,7 +167,7 @@ size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float m
   const bool top_k_on = top_k > 0 && static_cast<size_t>(top_k) < n;
   const bool top_p_on = top_p < 1.0f;
   BucketHist& h = s.hist;
-  h.fill(n, [&](size_t i) { return w[i]; });
+  if (top_k_on || top_p_on) h.fill(n, [&](size_t i) { return w[i]; });
   uint32_t limit = kWeightBuckets - 1;  // the last bucket that can hold a candidate
   if (top_k_on) {
     limit = h.reaching_count(static_cast<uint32_t>(top_k));
@@ -195,10 +195,10 @@ size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float m
   // in; only that bucket is sorted, so a flat distribution costs a few passes instead of a
   // sort of the whole vocabulary.
   if (top_p_on) {
-    double total = h.total;
-    h.fill(keep, [&](size_t i) { return c[i].first; });
-    if (top_k_on) total = h.total;
-    const double target = top_p * total;
+    // Without top-k, h already counts every token and the candidates hold all of the
+    // buckets up to the cut; with it, count the top-k survivors.
+    if (top_k_on) h.fill(keep, [&](size_t i) { return c[i].first; });
+    const double target = top_p * h.total;
     const uint32_t cut = h.reaching_mass(target);
     double before = 0.0;  // mass of the buckets above the cut's
     for (uint32_t b = 0; b < cut; ++b) before += h.mass[b];
@@ -227,6 +227,54 @@ size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float m
 }
 
 Sampler::Sampler(SamplingParams params, uint64_t seed) : p_(std::move(params)), rng_(seed) {}
+
+// Temperature alone (the API's default): one draw over every token's weight, found through
+// sums of blocks of kSampleBlock.
+int32_t Sampler::draw_plain(SamplerScratch& s) {
+  int32_t chosen = -1;
+  const float* w = s.weights.data();
+  const size_t n = s.weights.size();
+  const size_t n_blocks = (n + kSampleBlock - 1) / kSampleBlock;
+  s.block_sums.resize(n_blocks);
+  double sum = 0.0;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const size_t begin = b * kSampleBlock;
+    s.block_sums[b] = sum_weights(w + begin, std::min(kSampleBlock, n - begin));
+    sum += s.block_sums[b];
+  }
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_);
+  size_t b = 0;
+  while (b + 1 < n_blocks && r >= s.block_sums[b]) r -= s.block_sums[b++];
+  // Rounding can leave r above the weights left in the block: then its last token of any
+  // weight wins, or, in a block of none, the last such token of all.
+  const size_t end = std::min(n, (b + 1) * kSampleBlock);
+  for (size_t j = b * kSampleBlock; j < end; ++j) {
+    if (w[j] <= 0.0f) continue;
+    chosen = static_cast<int32_t>(j);
+    r -= w[j];
+    if (r < 0.0) break;
+  }
+  for (size_t j = n; chosen < 0 && j-- > 0;) {
+    if (w[j] > 0.0f) chosen = static_cast<int32_t>(j);
+  }
+  return chosen;
+}
+
+// Top-k, top-p, min-p (keep_candidates), then a draw over what is left.
+int32_t Sampler::draw_kept(SamplerScratch& s) {
+  const size_t keep = keep_candidates(s.weights, p_.top_k, p_.top_p, p_.min_p, s);
+  const auto& c = s.cand;
+  double sum = 0.0;
+  for (size_t j = 0; j < keep; ++j) sum += c[j].first;
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_);
+  for (size_t j = 0; j < keep; ++j) {
+    r -= c[j].first;
+    if (r <= 0.0) return c[j].second;
+  }
+  return c[keep - 1].second;  // rounding left r above the last weight
+}
 
 SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& history,
                              SamplerScratch& s) {
@@ -270,57 +318,13 @@ SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& his
   int32_t chosen = -1;
   if (p_.temperature == 0.0f) {
     chosen = static_cast<int32_t>(kernels::argmax(lv.data(), static_cast<int64_t>(n)));
-  } else if (p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f) {
-    // 4a. temperature alone (the API's default): one draw over every token's weight,
-    //     exp((l - max) / T), found through sums of blocks of kSampleBlock.
-    s.weights.resize(n);
-    kernels::softmax_weights(lv.data(), s.weights.data(), static_cast<int64_t>(n), 1.0f / p_.temperature);
-    const float* w = s.weights.data();
-    const size_t n_blocks = (n + kSampleBlock - 1) / kSampleBlock;
-    s.block_sums.resize(n_blocks);
-    double sum = 0.0;
-    for (size_t b = 0; b < n_blocks; ++b) {
-      const size_t begin = b * kSampleBlock;
-      s.block_sums[b] = sum_weights(w + begin, std::min(kSampleBlock, n - begin));
-      sum += s.block_sums[b];
-    }
-    std::uniform_real_distribution<double> u(0.0, sum);
-    double r = u(rng_);
-    size_t b = 0;
-    while (b + 1 < n_blocks && r >= s.block_sums[b]) r -= s.block_sums[b++];
-    // Rounding can leave r above the weights left in the block: then its last token of any
-    // weight wins, or, in a block of none, the last such token of all.
-    const size_t end = std::min(n, (b + 1) * kSampleBlock);
-    for (size_t j = b * kSampleBlock; j < end; ++j) {
-      if (w[j] <= 0.0f) continue;
-      chosen = static_cast<int32_t>(j);
-      r -= w[j];
-      if (r < 0.0) break;
-    }
-    for (size_t j = n; chosen < 0 && j-- > 0;) {
-      if (w[j] > 0.0f) chosen = static_cast<int32_t>(j);
-    }
   } else {
-    // 4. temperature: candidates carry unnormalised probabilities exp((l - max) / T), so
-    //    every later step works on weights without recomputing exponentials. 5-6. top-k,
-    //    top-p, min-p: keep_candidates.
+    // 4. temperature: unnormalised probabilities exp((l - max) / T), so every later step
+    //    works on weights without recomputing exponentials.
     s.weights.resize(n);
     kernels::softmax_weights(lv.data(), s.weights.data(), static_cast<int64_t>(n), 1.0f / p_.temperature);
-    const size_t keep = keep_candidates(s.weights, p_.top_k, p_.top_p, p_.min_p, s);
-    const auto& c = s.cand;
-    // 7. seeded draw over what is left
-    double sum = 0.0;
-    for (size_t j = 0; j < keep; ++j) sum += c[j].first;
-    std::uniform_real_distribution<double> u(0.0, sum);
-    double r = u(rng_);
-    chosen = c[keep - 1].second;
-    for (size_t j = 0; j < keep; ++j) {
-      r -= c[j].first;
-      if (r <= 0.0) {
-        chosen = c[j].second;
-        break;
-      }
-    }
+    // 5-7. a draw over every token, or over what top-k, top-p and min-p keep.
+    chosen = p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f ? draw_plain(s) : draw_kept(s);
   }
   res.token = chosen;
   if (p_.logprobs || p_.top_logprobs > 0) {

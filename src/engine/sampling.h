@@ -107,6 +107,8 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
  private:
+  int32_t draw_plain(SamplerScratch& scratch);
+  int32_t draw_kept(SamplerScratch& scratch);
   SamplingParams p_;
   std::mt19937_64 rng_;
 };
