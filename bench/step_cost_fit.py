@@ -7,7 +7,11 @@ predicts the steps (docs/scheduling.md, "Step cost model").
 Models (least squares over the whole trace, and fitted on each half to predict the other):
   3-term  fixed + per prompt token + per decode          (the engine's model before 2026-12-01)
   4-term  fixed + per token (prompt or decode) + per prompt attention pair + per decode key
-          (sched::StepCostFit, what the engine fits now)
+          (sched::StepCostFit until 2026-12-03)
+  split   traces with the attention time of each step (their 6th and 7th columns, logit rows
+          and attention seconds; metro writes them since 2026-12-03): attention fitted alone
+          on prompt pairs and decode keys, the rest on fixed + per token + per logit row
+          (a decode's lm_head row and its draw), summed (what the engine fits now)
 Also prints where engine time went by the 4-term model (matmuls, prompt attention, decode
 attention) and how many steps took longer than --over seconds. Plain Python, no numpy.
 """
@@ -41,8 +45,42 @@ def lstsq(xs, ys):
 
 def features(rows, kind):
     if kind == "3-term":
-        return [[1.0, p, d] for _, p, d, _, _ in rows]
-    return [[1.0, p + d, pp, dk] for _, p, d, pp, dk in rows]
+        return [[1.0, r[1], r[2]] for r in rows]
+    return [[1.0, r[1] + r[2], r[3], r[4]] for r in rows]
+
+
+def split_fit(rows):
+    """(fixed, per token, per logit row, per prompt pair, per decode key): the attention
+    seconds on pairs and keys, the rest of the step on 1, tokens and logit rows."""
+    a = lstsq([[r[3], r[4]] for r in rows], [r[6] for r in rows])
+    b = lstsq([[1.0, r[1] + r[2], r[5]] for r in rows], [r[0] - r[6] for r in rows])
+    return [b[0], b[1], b[2], a[0], a[1]]
+
+
+def split_predict(c, r):
+    return c[0] + c[1] * (r[1] + r[2]) + c[2] * r[5] + c[3] * r[3] + c[4] * r[4]
+
+
+def report_split(rows):
+    c = split_fit(rows)
+    res = [r[0] - split_predict(c, r) for r in rows]
+    rms = math.sqrt(sum(v * v for v in res) / len(res))
+    rel = math.sqrt(sum((v / r[0]) ** 2 for v, r in zip(res, rows) if r[0] > 0) / len(res))
+    print("split: " + ", ".join(f"{n} {v:.3g} s" for n, v in zip(
+        ["fixed", "per token", "per logit row", "per prompt pair", "per decode key"], c)))
+    print(f"  residual rms {rms * 1e3:.1f} ms, relative rms {rel:.3f}")
+    h = len(rows) // 2
+    for i, (fit, test) in enumerate(((rows[:h], rows[h:]), (rows[h:], rows[:h]))):
+        cf = split_fit(fit)
+        r = [t[0] - split_predict(cf, t) for t in test]
+        print(f"  fitted on half {i + 1}: " + ", ".join(f"{v:.3g}" for v in cf) +
+              f"; on the other half rms {math.sqrt(sum(v * v for v in r) / len(r)) * 1e3:.1f} ms, "
+              f"{sum(1 for v in r if v > 0.02)} steps > 20 ms longer than predicted")
+    att = sum(r[6] for r in rows)
+    pa = sum(c[3] * r[3] for r in rows)
+    da = sum(c[4] * r[4] for r in rows)
+    print(f"  measured attention {att:.1f} s of {sum(r[0] for r in rows):.1f} s; by the fit prompt "
+          f"{pa:.1f} s, decode {da:.1f} s; logit rows {c[2] * sum(r[5] for r in rows):.1f} s")
 
 
 def report(rows, kind):
@@ -78,8 +116,11 @@ def main():
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
-            s, p, d, pp, dk = line.split()
-            rows.append((float(s), int(p), int(d), float(pp), float(dk)))
+            f = line.split()
+            row = (float(f[0]), int(f[1]), int(f[2]), float(f[3]), float(f[4]))
+            if len(f) >= 7:
+                row += (int(f[5]), float(f[6]))
+            rows.append(row)
     if len(rows) < 10:
         raise SystemExit(f"{args.trace}: {len(rows)} steps, too few to fit")
     total = sum(r[0] for r in rows)
@@ -93,6 +134,8 @@ def main():
     fx = c[0] * len(rows)
     print(f"engine time by the 4-term model: fixed {fx:.1f} s, per-token {mat:.1f} s, prompt attention "
           f"{pa:.1f} s, decode attention {da:.1f} s ({(pa + da) / total:.0%} attention)")
+    if all(len(r) >= 7 for r in rows):
+        report_split(rows)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--step-trace", ec.step_trace,
                  "write one line per engine step to this file: seconds, prompt tokens, decodes, prompt attention "
-                 "pairs, keys read by decodes (the step cost model's inputs; bench/step_cost_fit.py fits them)");
+                 "pairs, keys read by decodes (the step cost model's inputs), logit rows, seconds of attention "
+                 "(bench/step_cost_fit.py fits them)");
   std::string tpot_cap = "all";
   app.add_option("--tpot-cap", tpot_cap,
                  "with --sched sla: a class's TPOT objective caps the step length when prompts of any class "

@@ -188,7 +188,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   if (!cfg.step_trace.empty()) {
     impl->step_trace.reset(std::fopen(cfg.step_trace.c_str(), "w"));
     if (!impl->step_trace) return invalid_argument("--step-trace: cannot write '" + cfg.step_trace + "'");
-    std::fputs("# step_s prefill_tokens decode_seqs prefill_pairs decode_keys\n", impl->step_trace.get());
+    std::fputs("# step_s prefill_tokens decode_seqs prefill_pairs decode_keys logit_rows attention_s\n",
+               impl->step_trace.get());
   }
   sched::SlaSchedulerConfig sc;
   sc.base.max_batch_tokens = cfg.max_batch_tokens;
@@ -479,6 +480,8 @@ void Engine::Impl::step() {
   }
   StepReport rep;
   rep.step_s = step_ms * 1e-3;
+  rep.logit_rows = out->n_rows;
+  rep.attention_s = out->attention_s;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const sched::ScheduledSeq& ss = plan.seqs[i];
     const int chunk_begin = ss.seq->n_computed - ss.n_tokens;
@@ -713,8 +716,8 @@ void Engine::Impl::reap() {
 
 void Engine::Impl::observe_cost(const StepReport& rep) {
   if (step_trace) {
-    std::fprintf(step_trace.get(), "%.6f %d %d %.0f %.0f\n", rep.step_s, rep.prefill_tokens, rep.decode_seqs,
-                 rep.prefill_pairs, rep.decode_ctx);
+    std::fprintf(step_trace.get(), "%.6f %d %d %.0f %.0f %d %.6f\n", rep.step_s, rep.prefill_tokens,
+                 rep.decode_seqs, rep.prefill_pairs, rep.decode_ctx, rep.logit_rows, rep.attention_s);
     if (cost_fit.steps() % 64 == 0) std::fflush(step_trace.get());
   }
   cost_fit.observe(rep.step_s, rep.prefill_tokens, rep.decode_seqs, rep.prefill_pairs, rep.decode_ctx);

@@ -69,6 +69,8 @@ struct StepReport {
   int decode_seqs = 0;
   double prefill_pairs = 0.0;  // (query, key) pairs of the prompt chunks
   double decode_ctx = 0.0;     // keys the decodes attended to
+  int logit_rows = 0;          // rows the step computed logits for (decodes, prompts that ended)
+  double attention_s = 0.0;    // of step_s, the attention phases (model::ForwardOutput)
   std::array<int, sched::kNumSlaClasses> prefill_tokens_by_class{};
   std::array<int, sched::kNumSlaClasses> waiting_by_class{};  // after the step
   std::array<int, sched::kNumSlaClasses> running_by_class{};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "kernels/quant_ref.h"
 
@@ -200,6 +201,7 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
   }
   const std::span<const kernels::AttentionSeq> seqs(ws.attn_seqs.data(), n_runs);
   for (size_t i = 0; i < ws.n_matmul_next; ++i) ws.matmul_next[i].next.store(0, std::memory_order_relaxed);
+  int64_t attention_ns = 0;  // thread 0's
 
   pool.run([&](int ith, int nth) {
     size_t n_matmuls = 0;  // every thread makes the same matmul calls in the same order
@@ -291,8 +293,10 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
       }
       pool.barrier();
 
+      const int64_t attention_t0 = ith == 0 ? now_ns() : 0;
       kernels::attention(ap, seqs, ith, nth);
       pool.barrier();
+      if (ith == 0) attention_ns += now_ns() - attention_t0;
 
       project(ws.att.data(), T, n_q, {{&L.wo, ws.tmp.data()}});
       for (int t = mine.begin; t < mine.end; ++t) {
@@ -343,6 +347,7 @@ Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspa
   out.n_vocab = n_vocab;
   out.batch_index = std::span<const int>(ws.logit_rows.data(), ws.logit_rows.size());
   out.hidden = opts.want_hidden ? ws.hidden.data() : nullptr;
+  out.attention_s = static_cast<double>(attention_ns) * 1e-9;
   return out;
 }
 

@@ -80,6 +80,9 @@ struct ForwardOutput {
   int n_vocab = 0;
   std::span<const int> batch_index;  // row r holds the logits of batch token batch_index[r]
   const float* hidden = nullptr;     // [batch size][n_embd] when requested
+  // Wall time of the attention phases (every layer's, barrier to barrier, as the calling
+  // thread saw it): what the step cost fit prices by (query, key) pairs apart from the rest.
+  double attention_s = 0.0;
 
   std::span<const float> row(int r) const {
     return {logits + static_cast<size_t>(r) * static_cast<size_t>(n_vocab),

@@ -247,11 +247,14 @@ TEST(Engine, StepTraceRecordsEachStepsWork) {
   std::string header;
   std::getline(in, header);
   EXPECT_EQ(header.rfind("# step_s", 0), 0u);
-  double step_s = 0, pairs = 0, keys = 0, total_pairs = 0, total_keys = 0;
-  int prefill = 0, decodes = 0, total_prefill = 0, total_decodes = 0, lines = 0;
-  while (in >> step_s >> prefill >> decodes >> pairs >> keys) {
+  double step_s = 0, pairs = 0, keys = 0, attention_s = 0, total_pairs = 0, total_keys = 0;
+  int prefill = 0, decodes = 0, rows = 0, total_prefill = 0, total_decodes = 0, total_rows = 0, lines = 0;
+  while (in >> step_s >> prefill >> decodes >> pairs >> keys >> rows >> attention_s) {
     EXPECT_GT(step_s, 0.0);
     EXPECT_LE(prefill, 16);
+    EXPECT_GT(attention_s, 0.0);  // every step attends
+    EXPECT_LT(attention_s, step_s);
+    total_rows += rows;
     total_prefill += prefill;
     total_decodes += decodes;
     total_pairs += pairs;
@@ -263,6 +266,7 @@ TEST(Engine, StepTraceRecordsEachStepsWork) {
   EXPECT_DOUBLE_EQ(total_pairs, static_cast<double>(n * (n + 1) / 2));
   EXPECT_DOUBLE_EQ(total_keys, static_cast<double>(4 * n + 1 + 2 + 3 + 4));  // keys n+1 .. n+4
   EXPECT_EQ(lines, static_cast<int>((n + 15) / 16) + 4);
+  EXPECT_EQ(total_rows, 5);  // the prompt's last chunk and the four decodes
   std::remove(path.c_str());
 
   const auto& sm = default_model();

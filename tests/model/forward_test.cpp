@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "base/clock.h"
 #include "kv/kv_arena.h"
 #include "model/model.h"
 #include "model/reference_forward.h"
@@ -195,8 +196,14 @@ TEST(Forward, SequencesInOneBatchMatchSequencesAlone) {
       b.add(seqs[static_cast<size_t>(s)][i], static_cast<int32_t>(i), s, true);
     }
   }
+  const Stopwatch sw;
   auto out = m.forward(b, view, ws, pool);
+  const double forward_s = sw.elapsed_s();
   ASSERT_TRUE(out.ok()) << out.status().message();
+  // The attention phases are timed (the step cost fit prices them apart): a part of the
+  // forward pass, not all of it.
+  EXPECT_GT(out->attention_s, 0.0);
+  EXPECT_LT(out->attention_s, forward_s);
   int row = 0;
   for (int s = 0; s < 3; ++s) {
     auto alone = run(m, seqs[static_cast<size_t>(s)], 64);
