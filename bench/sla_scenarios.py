@@ -21,7 +21,8 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
    backlogged (each has a prompt waiting for its first token), and while it is still sending.
 
 "Capacity" is measured first in each scenario: requests/s the server completes with the
-scenario's mix when offered everything at once (FCFS, admission off). Every figure printed is
+scenario's mix when offered everything at once (FCFS, admission off); the median of
+--capacity-runs such runs (default 3: one run moved 1.42-1.74 req/s within an hour). Every figure printed is
 a measurement of this run; JSON of every bench-serve run goes to --out.
 """
 
@@ -224,8 +225,8 @@ def scenario2_mix(args, title, mix_args, mix_name):
     # Near capacity one run says little (this host's speed drifts between minutes), so
     # --rounds2 runs the policies in turn, round after round, and reports every round;
     # --load2 repeats that at several loads (the capacity measured first is itself an
-    # estimate: it moved 1.28-1.64 req/s between runs of one hour, and FCFS's mean TTFT
-    # moves 4x between 80% and 90% of it).
+    # estimate: it moved 1.42-1.74 req/s between runs of one hour, and FCFS's mean TTFT
+    # moved 4.5x between 1.27 and 1.42 req/s in that hour).
     for load in loads:
         rate = args.rate2 if load is None else load * cap
         rows = []  # (round, name, overall)

@@ -7,11 +7,12 @@ predicts the steps (docs/scheduling.md, "Step cost model").
 Models (least squares over the whole trace, and fitted on each half to predict the other):
   3-term  fixed + per prompt token + per decode          (the engine's model before 2026-12-01)
   4-term  fixed + per token (prompt or decode) + per prompt attention pair + per decode key
-          (sched::StepCostFit until 2026-12-03)
+          (sched::StepCostFit, what the engine fits now)
   split   traces with the attention time of each step (their 6th and 7th columns, logit rows
           and attention seconds; metro writes them since 2026-12-03): attention fitted alone
           on prompt pairs and decode keys, the rest on fixed + per token + per logit row
-          (a decode's lm_head row and its draw), summed (what the engine fits now)
+          (a decode's lm_head row and its draw), summed; a check on the 4-term model's one
+          shared per-token term (docs/scheduling.md, "Step cost model")
 Also prints where engine time went by the 4-term model (matmuls, prompt attention, decode
 attention) and how many steps took longer than --over seconds. Plain Python, no numpy.
 """
