@@ -6,6 +6,7 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
                                    [--scenarios 1,2,3,4] [--scale 1.0] [--out DIR]
                                    [--mix2 lognormal,loguniform,bimodal] [--seed2 2] [--rounds2 1]
                                    [--rate2 R] [--load2 0.9] [--capacity-runs 3]
+                                   [--capacity-def measured|model] [--requests2 N] [--variants2 sla]
                                    [--slack2] [--strict2] [--quiet4 1.5]
                                    [--serve-args "--kv-type q8_0"]
 
@@ -22,8 +23,11 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
 
 "Capacity" is measured first in each scenario: requests/s the server completes with the
 scenario's mix when offered everything at once (FCFS, admission off); the median of
---capacity-runs such runs (default 3: one run moved 1.42-1.74 req/s within an hour). Every figure printed is
-a measurement of this run; JSON of every bench-serve run goes to --out.
+--capacity-runs such runs (default 3: one run moved 1.42-1.74 req/s within an hour). With
+--capacity-def model it is instead the rate at which the engine's own step-cost fit (read
+from /metrics after each capacity run) says the mix's tokens fill its time, the fixed cost
+per step left out: the simulator's definition of load. Every figure printed is a
+measurement of this run; JSON of every bench-serve run goes to --out.
 """
 
 import argparse
@@ -100,22 +104,51 @@ def load(path):
         return json.load(f)
 
 
+def step_cost(url):
+    """The engine's fitted step cost (metro_engine_step_cost_seconds on /metrics)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'^metro_engine_step_cost_seconds\{term="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def model_capacity(cost, reqs):
+    """Requests/s at which the engine's fitted per-token and attention costs of these
+    requests fill its time: one over their mean compute, the fixed cost per step left out
+    (it depends on how full steps are, the policies' business). The simulator's definition
+    (tests/sched/sim/scenarios.h, capacity_rate), so loads mean the same in both."""
+    tok, dec = cost["per_prefill_token"], cost["per_decode_seq"]
+    pair, key = cost["per_attention_pair"], cost["per_decode_ctx"]
+    total, n = 0.0, 0
+    for q in reqs:
+        if q.get("prompt_tokens") is None or q.get("completion_tokens") is None:
+            continue
+        p, o = q["prompt_tokens"], q["completion_tokens"]
+        total += p * tok + o * dec + pair * p * (p + 1) / 2 + key * (o * p + o * (o + 1) / 2)
+        n += 1
+    return n / total if total > 0 else float("nan")
+
+
 def capacity(args, mix_args, n):
     """Requests/s completed with everything offered at once (FCFS, no admission); with
-    --capacity-runs K the median of K such runs, each on a fresh server."""
-    rates = []
+    --capacity-runs K the median of K such runs, each on a fresh server. With
+    --capacity-def model: the rate at which the step-cost fit of each such run's engine
+    says the mix's tokens fill the engine's time (model_capacity)."""
+    rates, models = [], []
     for k in range(max(1, args.capacity_runs)):
         srv = Server(args, "fcfs", "off")
         try:
             r = bench(args, srv.url, f"capacity-{abs(hash(tuple(mix_args))) % 10000}-{k}",
                       mix_args + ["--rate", "inf", "--max-concurrency", "32", "--num-requests", str(n)])
+            cost = step_cost(srv.url)
         finally:
             srv.stop()
         run = r["runs"][0]
         rates.append(run["overall"]["ok"] / run["duration_s"])
-    if len(rates) > 1:
-        print("capacity runs: " + ", ".join(f"{x:.3f}" for x in rates) + " req/s", flush=True)
-    return statistics.median(rates)
+        models.append(model_capacity(cost, run.get("requests") or []))
+    print("capacity runs: " + ", ".join(f"{x:.3f}" for x in rates) + " req/s measured; by the step-cost fit "
+          "(fixed cost left out): " + ", ".join(f"{x:.3f}" for x in models) + " req/s", flush=True)
+    return statistics.median(models if args.capacity_def == "model" else rates)
 
 
 def write_mix(path, rng, n, realtime_frac):
@@ -201,7 +234,7 @@ def scenario2(args):
 
 
 def scenario2_mix(args, title, mix_args, mix_name):
-    n = int(100 * args.scale)
+    n = args.requests2 or int(100 * args.scale)
     if mix_args is None:
         path = os.path.join(args.out, f"mix2-{mix_name}-{args.seed2}.jsonl")
         write_bimodal(path, random.Random(args.seed2), n)
@@ -210,7 +243,7 @@ def scenario2_mix(args, title, mix_args, mix_name):
     if args.rate2 > 0:
         cap, loads = None, [None]
     else:
-        cap = capacity(args, mixed, n)
+        cap = capacity(args, mixed, int(100 * args.scale))
         loads = [float(x) for x in args.load2.split(",")]
     # sla: the default (--tpot-cap all); sla-lower: steps capped by TPOT against lower
     # classes only, so one class gets FCFS-sized steps (docs/scheduling.md, "Step cap").
@@ -222,6 +255,9 @@ def scenario2_mix(args, title, mix_args, mix_name):
         # kept from seats (docs/scheduling.md, "On the engine as measured").
         variants.append(("sla-strict", "sla", ("--tpot-slack", "off", "--decode-share", "0.75")))
     variants.append(("fcfs", "fcfs", ()))
+    if args.variants2:
+        keep = args.variants2.split(",") + ["fcfs"]
+        variants = [v for v in variants if v[0] in keep]
     # Near capacity one run says little (this host's speed drifts between minutes), so
     # --rounds2 runs the policies in turn, round after round, and reports every round;
     # --load2 repeats that at several loads (the capacity measured first is itself an
@@ -383,6 +419,14 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies request counts")
     ap.add_argument("--capacity-runs", type=int, default=3,
                     help="capacity: the median of this many runs (each scenario's first measurement)")
+    ap.add_argument("--capacity-def", choices=("measured", "model"), default="measured",
+                    help="capacity: req/s measured with everything offered at once, or (model) the rate at "
+                         "which the engine's step-cost fit says the mix fills its time, fixed cost left out "
+                         "(the simulator's definition)")
+    ap.add_argument("--requests2", type=int, default=0,
+                    help="scenario 2: requests per run (default 100 x --scale; its capacity runs keep 100 x --scale)")
+    ap.add_argument("--variants2", default="",
+                    help="scenario 2: the sla variants to run besides fcfs, e.g. \"sla\" (default: all)")
     ap.add_argument("--load2", default="0.9",
                     help="scenario 2: loads as fractions of the capacity, comma-separated (e.g. 0.8,0.9,1)")
     ap.add_argument("--out", default=None)

@@ -722,11 +722,13 @@ void Engine::Impl::observe_cost(const StepReport& rep) {
   }
   cost_fit.observe(rep.step_s, rep.prefill_tokens, rep.decode_seqs, rep.prefill_pairs, rep.decode_ctx);
   // Every step until the terms can be told apart (the first steps after start are timed
-  // too), then every 32.
-  if (!sla || (cost_fit.steps() > sched::StepCostFit::kMinStepsForTerms && cost_fit.steps() % 32 != 0)) return;
+  // too), then every 32. Fitted under every policy: the SLA policy cuts its steps with it,
+  // and /metrics shows it whichever runs (what a load's capacity is computed from,
+  // bench/sla_scenarios.py --capacity-def model).
+  if (cost_fit.steps() > sched::StepCostFit::kMinStepsForTerms && cost_fit.steps() % 32 != 0) return;
   const std::optional<sched::StepCostModel> cost = cost_fit.fit();
   if (!cost) return;
-  sla->set_step_cost(*cost);
+  if (sla) sla->set_step_cost(*cost);
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.cost_fixed_s = cost->fixed_s;
   stats.cost_per_prefill_token_s = cost->per_prefill_token_s;

@@ -99,8 +99,9 @@ struct EngineStats {
   double last_step_ms = 0.0;
   int last_batch_tokens = 0;
   int last_batch_seqs = 0;
-  // The SLA policy's step budget (tokens) of the last step, and the step cost model it is
-  // cut with (seconds; all zero until the engine has fitted one, or under FCFS).
+  // The SLA policy's step budget (tokens) of the last step, and the step cost model the
+  // engine fitted to its steps (seconds; all zero until it has one), which the SLA policy
+  // cuts steps with (fitted under FCFS too, where nothing uses it but /metrics).
   int step_budget_tokens = 0;
   double cost_fixed_s = 0.0;
   double cost_per_prefill_token_s = 0.0;

@@ -277,6 +277,24 @@ TEST(Engine, StepTraceRecordsEachStepsWork) {
   EXPECT_NE(e.status().message().find("--step-trace"), std::string::npos);
 }
 
+// The engine fits its step cost under FCFS too (nothing schedules by it there; /metrics and
+// bench/sla_scenarios.py --capacity-def model read it).
+TEST(Engine, FitsItsStepCostUnderEveryPolicy) {
+  REQUIRE_MODEL();
+  EngineConfig cfg;
+  cfg.sched = "fcfs";
+  cfg.max_batch_tokens = 16;
+  auto eng = make_engine(cfg);
+  EXPECT_EQ(eng->stats().cost_per_prefill_token_s, 0.0);  // nothing timed yet
+  const auto p = prompts(3)[2];
+  ASSERT_EQ(collect(*eng->submit(greedy_request(p, 8))).tokens.size(), 8u);
+  const EngineStats st = eng->stats();
+  EXPECT_GT(st.cost_per_prefill_token_s, 0.0);
+  EXPECT_EQ(st.cost_per_decode_seq_s, st.cost_per_prefill_token_s);  // one per-token term
+  // A token costs less than the slowest step took (a step is at least one token).
+  EXPECT_LT(st.cost_per_prefill_token_s, st.step_seconds_total);
+}
+
 TEST(Engine, RefusesWhatCanNeverFit) {
   REQUIRE_MODEL();
   auto eng = make_engine({.ctx_total = 256});
