@@ -59,14 +59,20 @@ ScenarioResult scenario_mixed(uint64_t seed);      // 2: mixed lengths at 90% lo
 // target when the sample changes (one seed says little for a heavy-tailed mix).
 // `lower_floor`: the mean TTFT gain `--tpot-cap lower` must reach on every bimodal sample;
 // `median_floor`: the median TTFT gain the default must reach on every sample.
+// `default_floor`: the mean TTFT gain the default must reach on every bimodal sample (0: none).
 ScenarioResult scenario_mixed_seeds(const std::vector<uint64_t>& seeds, const CostModel& cost = {},
-                                    double lower_floor = 2.0, double median_floor = 2.0);
+                                    double lower_floor = 2.0, double median_floor = 2.0, double default_floor = 0.0);
 // Where scenario 2's mean TTFT comes from, per policy: mean TTFT of the shortest half of
 // the prompts, of the next 40% and of the longest tenth, and how the steps run while prompt
 // work is left split their time (fixed cost, decodes, prompt). Asserted: shortest-first
 // gives the short half a mean TTFT at least 2x below FCFS's on every sample, and the three
 // groups' means weigh up to the whole mean.
 ScenarioResult scenario_mixed_breakdown(const std::vector<uint64_t>& seeds, const CostModel& cost);
+// Scenario 2's bimodal mix at 90% load by run length (85 s, 255 s, 1800 s): the gain a run
+// of the server benchmark's length can show against the steady state's. Asserted: the
+// default holds TPOT, its mean gain over the seeds grows with the run and reaches 2x in the
+// half-hour runs.
+ScenarioResult scenario_mixed_horizon(const std::vector<uint64_t>& seeds, const CostModel& cost);
 ScenarioResult scenario_overload(uint64_t seed);   // 3: 2x overload with admission control
 ScenarioResult scenario_tenants(uint64_t seed);    // 4: two tenants, one at 10x the rate
 
