@@ -112,29 +112,50 @@ def step_cost(url):
             for m in re.finditer(r'^metro_engine_step_cost_seconds\{term="(\w+)"\} (\S+)$', text, re.M)}
 
 
-def model_capacity(cost, reqs):
-    """Requests/s at which the engine's fitted per-token and attention costs of these
-    requests fill its time: one over their mean compute, the fixed cost per step left out
-    (it depends on how full steps are, the policies' business). The simulator's definition
-    (tests/sched/sim/scenarios.h, capacity_rate), so loads mean the same in both."""
-    tok, dec = cost["per_prefill_token"], cost["per_decode_seq"]
-    pair, key = cost["per_attention_pair"], cost["per_decode_ctx"]
-    total, n = 0.0, 0
-    for q in reqs:
-        if q.get("prompt_tokens") is None or q.get("completion_tokens") is None:
-            continue
-        p, o = q["prompt_tokens"], q["completion_tokens"]
-        total += p * tok + o * dec + pair * p * (p + 1) / 2 + key * (o * p + o * (o + 1) / 2)
-        n += 1
-    return n / total if total > 0 else float("nan")
+def request_compute(cost, p, o):
+    """Seconds of engine time the fit gives a request of p prompt and o output tokens: every
+    token's matmuls, the prompt's (query, key) pairs, each decode's keys."""
+    return (p * cost["per_prefill_token"] + o * cost["per_decode_seq"] + cost["per_attention_pair"] * p * (p + 1) / 2
+            + cost["per_decode_ctx"] * (o * p + o * (o + 1) / 2))
 
 
-def capacity(args, mix_args, n):
+def model_capacity(cost, shapes):
+    """Requests/s at which the engine's fitted per-token and attention costs of requests of
+    these (prompt tokens, output tokens) fill its time: one over their mean compute, the
+    fixed cost per step left out (it depends on how full steps are, the policies' business).
+    The simulator's definition (tests/sched/sim/scenarios.h, capacity_rate), so loads mean
+    the same in both."""
+    total = sum(request_compute(cost, p, o) for p, o in shapes)
+    return len(shapes) / total if total > 0 else float("nan")
+
+
+def served_shapes(reqs):
+    return [(q["prompt_tokens"], q["completion_tokens"]) for q in reqs
+            if q.get("prompt_tokens") is not None and q.get("completion_tokens") is not None]
+
+
+def dataset_shapes(path, n, reqs):
+    """(prompt tokens, output tokens) of the first n requests of a JSONL dataset, prompt
+    tokens estimated from its words at the tokens per word the served requests `reqs` (the
+    dataset's first ones) measured, outputs at max_tokens (bench-serve ignores EOS)."""
+    with open(path) as f:
+        recs = [json.loads(line) for line, _ in zip(f, range(n))]
+    words = [len(r["prompt"].split()) for r in recs]
+    served = [(w, q["prompt_tokens"]) for w, q in zip(words, reqs) if q.get("prompt_tokens")]
+    per_word = sum(t for _, t in served) / max(1, sum(w for w, _ in served))
+    return [(w * per_word, r["max_tokens"]) for w, r in zip(words, recs)]
+
+
+def capacity(args, mix_args, n, sample=None):
     """Requests/s completed with everything offered at once (FCFS, no admission); with
     --capacity-runs K the median of K such runs, each on a fresh server. With
     --capacity-def model: the rate at which the step-cost fit of each such run's engine
-    says the mix's tokens fill the engine's time (model_capacity)."""
-    rates, models = [], []
+    says the scenario's requests fill the engine's time (model_capacity): `sample` (the
+    dataset file and its request count) when given, as a capacity run's first requests can
+    be lighter than the whole run's (the first 100 of scenario 2's bimodal sample of 2000
+    need 10% less compute than all 2000), else the capacity run's own requests. Returns
+    (capacity, the median run's fit)."""
+    rates, models, fits = [], [], []
     for k in range(max(1, args.capacity_runs)):
         srv = Server(args, "fcfs", "off")
         try:
@@ -144,11 +165,26 @@ def capacity(args, mix_args, n):
         finally:
             srv.stop()
         run = r["runs"][0]
+        reqs = run.get("requests") or []
         rates.append(run["overall"]["ok"] / run["duration_s"])
-        models.append(model_capacity(cost, run.get("requests") or []))
+        shapes = dataset_shapes(sample[0], sample[1], reqs) if sample else served_shapes(reqs)
+        models.append(model_capacity(cost, shapes))
+        fits.append(cost)
+    over = "the scenario's requests" if sample else "the capacity run's requests"
     print("capacity runs: " + ", ".join(f"{x:.3f}" for x in rates) + " req/s measured; by the step-cost fit "
-          "(fixed cost left out): " + ", ".join(f"{x:.3f}" for x in models) + " req/s", flush=True)
-    return statistics.median(models if args.capacity_def == "model" else rates)
+          f"(fixed cost left out, over {over}): " + ", ".join(f"{x:.3f}" for x in models) + " req/s", flush=True)
+    chosen = models if args.capacity_def == "model" else rates
+    mid = sorted(range(len(chosen)), key=lambda i: chosen[i])[len(chosen) // 2]
+    return chosen[mid], fits[mid]
+
+
+def offered_load(cost, reqs):
+    """The load a run offered by the fit: its requests' compute over the span of their
+    sending (what the simulator calls load)."""
+    sent = [q["sent_s"] for q in reqs if q.get("sent_s") is not None]
+    span = max(sent) - min(sent) if len(sent) > 1 else 0.0
+    total = sum(request_compute(cost, p, o) for p, o in served_shapes(reqs))
+    return total / span if span > 0 else float("nan")
 
 
 def write_mix(path, rng, n, realtime_frac):
@@ -169,7 +205,7 @@ def scenario1(args):
     n = int(120 * args.scale)
     mix = os.path.join(args.out, "mix1.jsonl")
     write_mix(mix, rng, n, 0.2)
-    cap = capacity(args, ["--dataset", mix], n)
+    cap, _ = capacity(args, ["--dataset", mix], n)
     rate = 1.5 * cap
     rows = {}
     for sched in ("sla", "fcfs"):
@@ -235,15 +271,18 @@ def scenario2(args):
 
 def scenario2_mix(args, title, mix_args, mix_name):
     n = args.requests2 or int(100 * args.scale)
+    sample = None
     if mix_args is None:
         path = os.path.join(args.out, f"mix2-{mix_name}-{args.seed2}.jsonl")
         write_bimodal(path, random.Random(args.seed2), n)
         mix_args = ["--dataset", path]
+        sample = (path, n)
     mixed = mix_args + ["--seed", str(args.seed2)]
+    fit = None
     if args.rate2 > 0:
         cap, loads = None, [None]
     else:
-        cap = capacity(args, mixed, int(100 * args.scale))
+        cap, fit = capacity(args, mixed, int(100 * args.scale), sample)
         loads = [float(x) for x in args.load2.split(",")]
     # sla: the default (--tpot-cap all); sla-lower: steps capped by TPOT against lower
     # classes only, so one class gets FCFS-sized steps (docs/scheduling.md, "Step cap").
@@ -265,7 +304,7 @@ def scenario2_mix(args, title, mix_args, mix_name):
     # moved 4.5x between 1.27 and 1.42 req/s in that hour).
     for load in loads:
         rate = args.rate2 if load is None else load * cap
-        rows = []  # (round, name, overall)
+        rows = []  # (round, name, overall, load offered by the capacity run's step-cost fit)
         for rd in range(args.rounds2):
             for name, sched, extra in variants:
                 srv = Server(args, sched, "off", extra)
@@ -276,29 +315,31 @@ def scenario2_mix(args, title, mix_args, mix_name):
                               mixed + ["--rate", f"{rate:.3f}", "--num-requests", str(n), "--slo", SLO])
                 finally:
                     srv.stop()
-                rows.append((rd, name, r["runs"][0]["overall"]))
+                run = r["runs"][0]
+                load_fit = offered_load(fit, run.get("requests") or []) if fit else float("nan")
+                rows.append((rd, name, run["overall"], load_fit))
         where = f"at {load:.0%} load" if load is not None else f"at {rate:.3f} req/s (--rate2)"
         print(f"\n## 2. Mixed lengths, {title}, one class, {where}")
         cap_s = f"capacity {cap:.3f} req/s; " if cap is not None else "capacity not measured (--rate2); "
         print(f"{cap_s}offered {rate:.3f} req/s, {n} requests, seed {args.seed2}, {args.rounds2} round(s)")
         print("| round | sched | TTFT mean s | TTFT p50 s | TTFT p99 s | TPOT mean s | TPOT p99 s | E2E mean s "
-              "| output tok/s | SLO met (TTFT <= 2 s and TPOT <= 0.2 s) |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for rd, s, g in rows:
+              "| output tok/s | SLO met (TTFT <= 2 s and TPOT <= 0.2 s) | load offered (by the fit) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for rd, s, g, lf in rows:
             print(f"| {rd} | {s} | {g['ttft_s']['mean']:.3f} | {g['ttft_s']['p50']:.3f} | {g['ttft_s']['p99']:.3f} | "
                   f"{g['tpot_s']['mean']:.3f} | {g['tpot_s']['p99']:.3f} | "
                   f"{g['e2e_s']['mean']:.2f} | {g['throughput']['output_tokens_per_s']:.1f} | "
-                  f"{g['goodput']['fraction']:.0%} |")
-        fcfs = {rd: g["ttft_s"]["mean"] for rd, s, g in rows if s == "fcfs"}
+                  f"{g['goodput']['fraction']:.0%} | {lf:.0%} |")
+        fcfs = {rd: g["ttft_s"]["mean"] for rd, s, g, _ in rows if s == "fcfs"}
         for name, _, _ in variants[:-1]:
-            ratios = [fcfs[rd] / g["ttft_s"]["mean"] for rd, s, g in rows if s == name]
+            ratios = [fcfs[rd] / g["ttft_s"]["mean"] for rd, s, g, _ in rows if s == name]
             print(f"mean TTFT fcfs/{name} per round: " + ", ".join(f"{x:.2f}x" for x in ratios) +
                   f" (median {statistics.median(ratios):.2f}x)", flush=True)
 
 
 def scenario3(args):
     n = int(100 * args.scale)
-    cap = capacity(args, MIXED, n)
+    cap, _ = capacity(args, MIXED, n)
     rows = []
     for sched, adm in (("sla", "auto"), ("fcfs", "off")):
         for load in (1.0, 2.0):
@@ -373,7 +414,7 @@ def tokens_over(reqs, spans):
 def scenario4(args):
     common = ["--dataset", "synthetic", "--input-len", "128", "--output-len", "64", "--seed", "4"]
     n_quiet = int(30 * args.scale)
-    cap = capacity(args, common, int(60 * args.scale))
+    cap, _ = capacity(args, common, int(60 * args.scale))
     qr = args.quiet4 * cap
     print(f"\n## 4. Two tenants, the loud one at 10x the quiet one's rate")
     print(f"capacity {cap:.2f} req/s; quiet offers {qr:.2f} req/s, loud {10 * qr:.2f} req/s")

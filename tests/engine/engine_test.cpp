@@ -291,7 +291,7 @@ TEST(Engine, FitsItsStepCostUnderEveryPolicy) {
   const EngineStats st = eng->stats();
   EXPECT_GT(st.cost_per_prefill_token_s, 0.0);
   EXPECT_EQ(st.cost_per_decode_seq_s, st.cost_per_prefill_token_s);  // one per-token term
-  // A token costs less than the slowest step took (a step is at least one token).
+  // A token costs less than all the steps took together (each step computes one or more).
   EXPECT_LT(st.cost_per_prefill_token_s, st.step_seconds_total);
 }
 
