@@ -25,8 +25,9 @@ against a real `metro serve` with the default model, driven by `metro bench-serv
 scenario's mix when offered everything at once (FCFS, admission off); the median of
 --capacity-runs such runs (default 3: one run moved 1.42-1.74 req/s within an hour). With
 --capacity-def model it is instead the rate at which the engine's own step-cost fit (read
-from /metrics after each capacity run) says the mix's tokens fill its time, the fixed cost
-per step left out: the simulator's definition of load. Every figure printed is a
+from /metrics after each capacity run) says the scenario's requests fill its time, the fixed
+cost per step left out: the simulator's definition of load (scenario 2 also prints each run's
+load offered by that fit). Every figure printed is a
 measurement of this run; JSON of every bench-serve run goes to --out.
 """
 
