@@ -1,5 +1,7 @@
 #include "kv/kv_cache_manager.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "base/hash.h"
 
@@ -27,8 +29,7 @@ uint64_t KvCacheManager::block_hash(uint64_t parent, std::span<const int32_t> to
 
 int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens) {
   SeqBlocks& s = seqs_[seq];
-  METRO_CHECK(s.blocks.empty());
-  s.last_hash = root_hash();
+  METRO_CHECK(s.blocks.empty() && s.chain.empty());
   if (!cfg_.prefix_cache || tokens.empty()) return 0;
   const int bs = cfg_.block_size;
   const int usable = static_cast<int>(tokens.size()) - 1;  // keep the last token to compute
@@ -36,13 +37,13 @@ int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens) 
   int n = 0;
   while (n + bs <= usable) {
     auto blk = tokens.subspan(static_cast<size_t>(n), static_cast<size_t>(bs));
-    const uint64_t h = block_hash(s.last_hash, blk);
-    auto hit = pool_.lookup(h, s.last_hash, blk);
+    const uint64_t parent = last_hash(s);
+    const uint64_t h = block_hash(parent, blk);
+    auto hit = pool_.lookup(h, parent, blk);
     if (!hit) break;
     pool_.ref(*hit);
     s.blocks.push_back(*hit);
-    s.last_hash = h;
-    ++s.n_hashed;
+    s.chain.push_back(h);
     n += bs;
   }
   s.n_tokens = n;
@@ -50,45 +51,71 @@ int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens) 
   return n;
 }
 
-int32_t KvCacheManager::blocks_needed(SeqId seq, int n_new) const {
+int32_t KvCacheManager::blocks_needed(SeqId seq, int n_new, int n_lookahead) const {
+  METRO_CHECK(n_new >= 0 && n_lookahead >= 0);
   auto it = seqs_.find(seq);
   const int have_tokens = it == seqs_.end() ? 0 : it->second.n_tokens;
   const int have_blocks = it == seqs_.end() ? 0 : static_cast<int>(it->second.blocks.size());
   const int bs = cfg_.block_size;
-  const int need = (have_tokens + n_new + bs - 1) / bs;
+  const int need = (have_tokens + n_new + n_lookahead + bs - 1) / bs;
   return need > have_blocks ? need - have_blocks : 0;
 }
 
-std::optional<std::span<const BlockId>> KvCacheManager::allocate(SeqId seq, int n_new) {
-  METRO_CHECK(n_new >= 0);
-  const int32_t need = blocks_needed(seq, n_new);
+std::optional<std::span<const BlockId>> KvCacheManager::allocate(SeqId seq, int n_new, int n_lookahead) {
+  METRO_CHECK(n_new >= 0 && n_lookahead >= 0);
+  const int32_t need = blocks_needed(seq, n_new, n_lookahead);
   if (need > pool_.n_free()) return std::nullopt;
   SeqBlocks& s = seqs_[seq];
-  if (s.blocks.empty() && s.n_hashed == 0) s.last_hash = root_hash();
   for (int32_t i = 0; i < need; ++i) {
     auto b = pool_.allocate();
     METRO_CHECK(b.has_value());
     s.blocks.push_back(*b);
   }
-  s.n_tokens += n_new;
+  s.n_tokens += n_new + n_lookahead;
   return std::span<const BlockId>(s.blocks);
 }
 
-void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_computed) {
-  if (!cfg_.prefix_cache) return;
+void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_committed) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   SeqBlocks& s = it->second;
-  const int bs = cfg_.block_size;
-  const int full = std::min<int>(n_computed, static_cast<int>(tokens.size())) / bs;
-  while (s.n_hashed < full && s.n_hashed < static_cast<int>(s.blocks.size())) {
-    auto blk = tokens.subspan(static_cast<size_t>(s.n_hashed) * static_cast<size_t>(bs),
-                              static_cast<size_t>(bs));
-    const uint64_t h = block_hash(s.last_hash, blk);
-    pool_.set_hash(s.blocks[static_cast<size_t>(s.n_hashed)], h, s.last_hash, blk);
-    s.last_hash = h;
-    ++s.n_hashed;
+  METRO_CHECK(n_committed >= 0 && static_cast<size_t>(n_committed) <= tokens.size());
+  METRO_CHECK_MSG(n_committed <= s.n_tokens, "commit past the slots the sequence reserved");
+  if (!cfg_.prefix_cache) return;
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
+  // Every full block among the first n_committed tokens lies inside the reserved slots, so
+  // it is in the table.
+  const size_t full = static_cast<size_t>(n_committed) / bs;
+  while (s.chain.size() < full) {
+    const size_t i = s.chain.size();
+    auto blk = tokens.subspan(i * bs, bs);
+    const uint64_t parent = last_hash(s);
+    const uint64_t h = block_hash(parent, blk);
+    pool_.set_hash(s.blocks[i], h, parent, blk);
+    s.chain.push_back(h);
   }
+}
+
+void KvCacheManager::truncate(SeqId seq, int n_tokens) {
+  auto it = seqs_.find(seq);
+  METRO_CHECK_MSG(it != seqs_.end(), "truncate of an unknown sequence");
+  SeqBlocks& s = it->second;
+  const int bs = cfg_.block_size;
+  METRO_CHECK_MSG(n_tokens >= static_cast<int>(s.chain.size()) * bs,
+                  "truncate below the tokens committed to the prefix cache");
+  METRO_CHECK_MSG(n_tokens <= s.n_tokens, "truncate past the reserved slots");
+  const size_t keep = static_cast<size_t>((n_tokens + bs - 1) / bs);
+  if (n_tokens % bs != 0) {
+    // The kept partial block gets its slots from n_tokens on overwritten by later tokens.
+    const BlockId last = s.blocks[keep - 1];
+    METRO_CHECK_MSG(pool_.ref_count(last) == 1 && !pool_.is_cached(last),
+                    "truncate into a block shared with another sequence or the prefix cache");
+  }
+  while (s.blocks.size() > keep) {
+    pool_.unref(s.blocks.back());
+    s.blocks.pop_back();
+  }
+  s.n_tokens = n_tokens;
 }
 
 void KvCacheManager::free(SeqId seq) {
@@ -104,7 +131,7 @@ std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId
   METRO_CHECK(pit != seqs_.end() && !seqs_.count(child));
   const SeqBlocks& p = pit->second;
   const int bs = cfg_.block_size;
-  METRO_CHECK(n_tokens <= p.n_tokens);
+  METRO_CHECK(n_tokens >= 0 && n_tokens <= p.n_tokens);
   const int n_full = n_tokens / bs;
   const bool partial = n_tokens % bs != 0;
   std::optional<BlockId> copy_dst;
@@ -117,12 +144,9 @@ std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId
     pool_.ref(p.blocks[static_cast<size_t>(i)]);
     c.blocks.push_back(p.blocks[static_cast<size_t>(i)]);
   }
-  c.n_hashed = std::min(p.n_hashed, n_full);
-  c.last_hash = root_hash();
-  // The chained hash of the shared prefix equals the parent's at that depth; recompute it
-  // lazily on the child's first commit by restarting from the root when it is not known.
-  if (c.n_hashed == p.n_hashed) c.last_hash = p.last_hash;
-  else c.n_hashed = 0;
+  // The shared prefix has the same chained hashes as the parent's at that depth.
+  const size_t n_chain = std::min(p.chain.size(), static_cast<size_t>(n_full));
+  c.chain.assign(p.chain.begin(), p.chain.begin() + static_cast<long>(n_chain));
   std::optional<BlockCopy> copy;
   if (partial) {
     c.blocks.push_back(*copy_dst);
@@ -142,6 +166,11 @@ std::span<const BlockId> KvCacheManager::table(SeqId seq) const {
 int KvCacheManager::n_slots(SeqId seq) const {
   auto it = seqs_.find(seq);
   return it == seqs_.end() ? 0 : it->second.n_tokens;
+}
+
+int KvCacheManager::n_committed(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : static_cast<int>(it->second.chain.size()) * cfg_.block_size;
 }
 
 KvCacheStats KvCacheManager::stats() const {

@@ -1,10 +1,25 @@
 // KvCacheManager: the only door from the scheduler to KV memory.
 //
-//   computed_blocks(seq, tokens)  prefix-cache hits for a sequence that holds no blocks yet
-//   allocate(seq, n_new_tokens)   room for the next n_new tokens, all or nothing
-//   free(seq)                     gives every block back
-// plus commit() to publish newly full blocks to the prefix cache after a step computed them,
-// and fork() to let a sibling sample (n > 1) share a parent's prompt blocks.
+//   computed_blocks(seq, tokens)           prefix-cache hits for a sequence that holds no blocks yet
+//   allocate(seq, n_new, n_lookahead)      room for the next n_new (+ draft) tokens, all or nothing
+//   free(seq)                              gives every block back
+// plus commit() to publish newly full blocks of accepted tokens to the prefix cache after a
+// step computed them, truncate() to give back the slots of rejected draft tokens, and fork()
+// to let a sibling sample (n > 1) share a parent's prompt blocks.
+//
+// Speculative decoding treats drafts as just more tokens: a step reserves slots for them
+// with allocate(..., n_lookahead), computes them, commits only the accepted ones and
+// truncates the sequence back to its accepted length. A sequence's slots therefore fall in
+// two parts, front to back:
+//
+//   [0, n_committed)          full blocks committed to the prefix cache (or taken from it):
+//                             possibly shared with other sequences, never written again,
+//                             never truncated
+//   [n_committed, n_slots)    the rest of the reserved slots (computed or not, accepted or
+//                             draft); truncate() may give them back
+//
+// Slots a sequence has yet to write always lie in blocks it holds alone: fork() shares only
+// full blocks and copies a partial one, and truncate() refuses to end inside a shared block.
 //
 // Full blocks are keyed by a chained hash of (parent hash, the block's tokens, model
 // variant), so equal prefixes map to the same blocks whatever request computed them.
@@ -56,12 +71,31 @@ class KvCacheManager {
   // from the cache (it must be computed to yield logits).
   int computed_blocks(SeqId seq, std::span<const int32_t> tokens);
 
-  // Reserves slots for the next n_new tokens of `seq`. All or nothing: nullopt (and no
-  // change) when the pool cannot supply the blocks. Returns the sequence's block table.
-  std::optional<std::span<const BlockId>> allocate(SeqId seq, int n_new);
+  // Reserves slots for the next n_new + n_lookahead tokens of `seq` (n_lookahead: draft
+  // tokens a speculative step computes ahead of the accepted ones; the manager reserves
+  // them exactly like new tokens, and truncate() gives back those that are rejected). All or
+  // nothing: nullopt (and no change) when the pool cannot supply the blocks. Returns the
+  // sequence's block table. Call only with n_new >= 0 and n_lookahead >= 0.
+  std::optional<std::span<const BlockId>> allocate(SeqId seq, int n_new, int n_lookahead = 0);
 
-  // Publishes every full block among the first n_computed of `tokens` to the prefix cache.
-  void commit(SeqId seq, std::span<const int32_t> tokens, int n_computed);
+  // Publishes every full block among the first n_committed of `tokens` to the prefix cache.
+  // Call only with accepted tokens: `tokens` is the sequence's token ids (never a draft
+  // that may still be rejected) and their KV is computed for the first n_committed; a
+  // published block is shared by later prompts that match it and is never written again.
+  // Precondition (checked): n_committed <= tokens.size() and n_committed <= n_slots(seq),
+  // so no block is published whose slots the sequence has not reserved. Blocks already
+  // committed are not hashed again, so `tokens` must keep their ids unchanged. Unknown ids
+  // are ignored.
+  void commit(SeqId seq, std::span<const int32_t> tokens, int n_committed);
+
+  // The sequence keeps KV slots for its first n_tokens only: whole blocks past them go back
+  // to the pool (later blocks first). A partially filled last block stays in the table; its
+  // slots from n_tokens on hold stale KV (rejected drafts) that the next tokens allocated
+  // overwrite, which is why it must belong to this sequence alone.
+  // Precondition (checked): seq is known; n_committed(seq) <= n_tokens <= n_slots(seq); and
+  // when n_tokens ends inside a block, that block is held by no other sequence and is not
+  // in the prefix cache (a shared or published block is never written again).
+  void truncate(SeqId seq, int n_tokens);
 
   // Returns all of seq's blocks to the pool (later blocks first, so a prefix outlives its
   // tail in the cache). Unknown ids are ignored.
@@ -69,15 +103,21 @@ class KvCacheManager {
 
   // Makes `child` share parent's blocks holding its first n_tokens: full blocks by
   // reference, a partial last block by copy (returned for the caller to perform on memory).
-  // nullopt (no change) when no block is free for the copy.
+  // The child inherits the parent's committed blocks among the shared ones, with their
+  // chained hashes. nullopt (no change) when no block is free for the copy.
   std::optional<std::optional<BlockCopy>> fork(SeqId parent, SeqId child, int n_tokens);
 
   std::span<const BlockId> table(SeqId seq) const;
-  int n_slots(SeqId seq) const;  // tokens the sequence's blocks can hold so far
+  int n_slots(SeqId seq) const;  // tokens the sequence has reserved slots for
+  // Leading tokens whose full blocks the sequence has committed (or took from the prefix
+  // cache): truncate() never goes below it.
+  int n_committed(SeqId seq) const;
   bool has(SeqId seq) const { return seqs_.count(seq) != 0; }
   int32_t n_free_blocks() const { return pool_.n_free(); }
-  // Blocks needed to hold n more tokens for seq (0 if they fit).
-  int32_t blocks_needed(SeqId seq, int n_new) const;
+  // Read-only view of the block pool (ref counts, cached flags), for invariant checks.
+  const KvBlockPool& pool() const { return pool_; }
+  // Blocks allocate(seq, n_new, n_lookahead) would take from the pool (0 if they fit).
+  int32_t blocks_needed(SeqId seq, int n_new, int n_lookahead = 0) const;
   KvCacheStats stats() const;
   // A thread-safe mirror of the cached block hashes (null with the prefix cache off), for
   // estimates made off the engine thread.
@@ -88,13 +128,16 @@ class KvCacheManager {
   static uint64_t root_hash_of(uint64_t variant);  // the parent hash of a prompt's first block
 
  private:
+  // blocks.size() == ceil(n_tokens / block_size) at all times.
   struct SeqBlocks {
     std::vector<BlockId> blocks;
-    int n_tokens = 0;          // slots reserved
-    int n_hashed = 0;          // leading blocks already committed to the cache
-    uint64_t last_hash = 0;    // chained hash of block n_hashed - 1
+    int n_tokens = 0;              // slots reserved
+    // chain[i]: chained hash of blocks[i], for the leading blocks already committed; its
+    // size is the number of committed blocks and its back() the parent of the next one.
+    std::vector<uint64_t> chain;
   };
   uint64_t root_hash() const;
+  uint64_t last_hash(const SeqBlocks& s) const { return s.chain.empty() ? root_hash() : s.chain.back(); }
   uint64_t block_hash(uint64_t parent, std::span<const int32_t> tokens) const;
 
   KvCacheConfig cfg_;
