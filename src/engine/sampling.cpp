@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <random>
 
 #include "kernels/ops.h"
 
@@ -226,112 +228,243 @@ size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float m
   return keep;
 }
 
-Sampler::Sampler(SamplingParams params, uint64_t seed) : p_(std::move(params)), rng_(seed) {}
-
-// Temperature alone (the API's default): one draw over every token's weight, found through
-// sums of blocks of kSampleBlock.
-int32_t Sampler::draw_plain(SamplerScratch& s) {
-  int32_t chosen = -1;
-  const float* w = s.weights.data();
-  const size_t n = s.weights.size();
-  const size_t n_blocks = (n + kSampleBlock - 1) / kSampleBlock;
-  s.block_sums.resize(n_blocks);
-  double sum = 0.0;
-  for (size_t b = 0; b < n_blocks; ++b) {
-    const size_t begin = b * kSampleBlock;
-    s.block_sums[b] = sum_weights(w + begin, std::min(kSampleBlock, n - begin));
-    sum += s.block_sums[b];
+std::span<float> SamplingState::mutable_logits() {
+  if (logits.data() != scratch->logits.data() || logits.size() != scratch->logits.size()) {
+    scratch->logits.assign(raw.begin(), raw.end());
+    logits = scratch->logits;
   }
-  std::uniform_real_distribution<double> u(0.0, sum);
-  double r = u(rng_);
-  size_t b = 0;
-  while (b + 1 < n_blocks && r >= s.block_sums[b]) r -= s.block_sums[b++];
-  // Rounding can leave r above the weights left in the block: then its last token of any
-  // weight wins, or, in a block of none, the last such token of all.
-  const size_t end = std::min(n, (b + 1) * kSampleBlock);
-  for (size_t j = b * kSampleBlock; j < end; ++j) {
-    if (w[j] <= 0.0f) continue;
-    chosen = static_cast<int32_t>(j);
-    r -= w[j];
-    if (r < 0.0) break;
-  }
-  for (size_t j = n; chosen < 0 && j-- > 0;) {
-    if (w[j] > 0.0f) chosen = static_cast<int32_t>(j);
-  }
-  return chosen;
+  return scratch->logits;
 }
 
-// Top-k, top-p, min-p (keep_candidates), then a draw over what is left.
-int32_t Sampler::draw_kept(SamplerScratch& s) {
-  const size_t keep = keep_candidates(s.weights, p_.top_k, p_.top_p, p_.min_p, s);
-  const auto& c = s.cand;
-  double sum = 0.0;
-  for (size_t j = 0; j < keep; ++j) sum += c[j].first;
-  std::uniform_real_distribution<double> u(0.0, sum);
-  double r = u(rng_);
-  for (size_t j = 0; j < keep; ++j) {
-    r -= c[j].first;
-    if (r <= 0.0) return c[j].second;
+double Distribution::prob(int32_t id) const {
+  if (token >= 0) return id == token ? 1.0 : 0.0;
+  if (!(total > 0.0) || id < 0) return 0.0;
+  if (!weights.empty()) return static_cast<size_t>(id) < weights.size() ? weights[static_cast<size_t>(id)] / total : 0.0;
+  for (const auto& [w, c] : candidates) {
+    if (c == id) return w / total;
   }
-  return c[keep - 1].second;  // rounding left r above the last weight
+  return 0.0;
 }
 
-SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& history,
-                             SamplerScratch& s) {
-  SampleResult res;
-  const size_t n = raw.size();
-  // The raw row is read as is unless something changes logits (a copy costs as much as the
-  // rest of a plain draw over a 49k vocabulary).
-  const bool adjusts = !p_.logit_bias.empty() || p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f ||
-                       p_.frequency_penalty != 0.0f;
-  std::span<const float> lv = raw;
-  if (adjusts) {
-    s.logits.assign(raw.begin(), raw.end());
-    lv = s.logits;
+namespace {
+
+class LogitBias final : public SamplerStep {
+ public:
+  explicit LogitBias(std::vector<std::pair<int32_t, float>> bias) : bias_(std::move(bias)) {}
+  const char* name() const override { return "logit_bias"; }
+  void apply(SamplingState& s) override {
+    std::span<float> l = s.mutable_logits();
+    for (const auto& [id, b] : bias_) l[static_cast<size_t>(id)] += b;
   }
-  std::vector<float>& l = s.logits;
 
-  // 1. logit bias
-  for (const auto& [id, bias] : p_.logit_bias) l[static_cast<size_t>(id)] += bias;
+ private:
+  std::vector<std::pair<int32_t, float>> bias_;
+};
 
-  // 2. penalties. Repetition (multiplicative, CTRL-style) over prompt and generated tokens;
-  //    presence and frequency (additive, OpenAI-style) over generated tokens only.
-  if (p_.repetition_penalty != 1.0f) {
+// Multiplicative (CTRL-style) over prompt and generated tokens.
+class RepetitionPenalty final : public SamplerStep {
+ public:
+  explicit RepetitionPenalty(float penalty) : penalty_(penalty) {}
+  const char* name() const override { return "repetition_penalty"; }
+  void apply(SamplingState& s) override {
+    std::span<float> l = s.mutable_logits();
     auto penalize = [&](int32_t id) {
       float& v = l[static_cast<size_t>(id)];
-      v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
+      v = v > 0 ? v / penalty_ : v * penalty_;
     };
-    for (const auto& [id, count] : history.generated()) {
-      if (!history.in_prompt(id)) penalize(id);
+    for (const auto& [id, count] : s.history->generated()) {
+      if (!s.history->in_prompt(id)) penalize(id);
     }
-    for (int32_t id : history.prompt_tokens()) {
-      if (id >= 0 && static_cast<size_t>(id) < n) penalize(id);
-    }
-  }
-  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
-    for (const auto& [id, count] : history.generated()) {
-      l[static_cast<size_t>(id)] -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(count);
+    for (int32_t id : s.history->prompt_tokens()) {
+      if (id >= 0 && static_cast<size_t>(id) < l.size()) penalize(id);
     }
   }
 
-  // 3. greedy: argmax (first index on ties, deterministic)
-  int32_t chosen = -1;
-  if (p_.temperature == 0.0f) {
-    chosen = static_cast<int32_t>(kernels::argmax(lv.data(), static_cast<int64_t>(n)));
-  } else {
-    // 4. temperature: unnormalised probabilities exp((l - max) / T), so every later step
-    //    works on weights without recomputing exponentials.
-    s.weights.resize(n);
-    kernels::softmax_weights(lv.data(), s.weights.data(), static_cast<int64_t>(n), 1.0f / p_.temperature);
-    // 5-7. a draw over every token, or over what top-k, top-p and min-p keep.
-    chosen = p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f ? draw_plain(s) : draw_kept(s);
+ private:
+  float penalty_;
+};
+
+// Additive (OpenAI-style) over generated tokens only.
+class PresenceFrequencyPenalty final : public SamplerStep {
+ public:
+  PresenceFrequencyPenalty(float presence, float frequency) : presence_(presence), frequency_(frequency) {}
+  const char* name() const override { return "presence_frequency_penalty"; }
+  void apply(SamplingState& s) override {
+    std::span<float> l = s.mutable_logits();
+    for (const auto& [id, count] : s.history->generated()) {
+      l[static_cast<size_t>(id)] -= presence_ + frequency_ * static_cast<float>(count);
+    }
   }
-  res.token = chosen;
+
+ private:
+  float presence_, frequency_;
+};
+
+// Temperature 0: the first largest logit (deterministic on ties).
+class Greedy final : public SamplerStep {
+ public:
+  const char* name() const override { return "greedy"; }
+  void apply(SamplingState& s) override {
+    s.token = static_cast<int32_t>(kernels::argmax(s.logits.data(), static_cast<int64_t>(s.logits.size())));
+    s.form = SamplingState::Form::kToken;
+  }
+};
+
+// Unnormalized probabilities exp((l - max) / T), so later steps work on weights without
+// recomputing exponentials.
+class Softmax final : public SamplerStep {
+ public:
+  explicit Softmax(float temperature) : inv_t_(1.0f / temperature) {}
+  const char* name() const override { return "softmax"; }
+  void apply(SamplingState& s) override {
+    std::vector<float>& w = s.scratch->weights;
+    w.resize(s.logits.size());
+    kernels::softmax_weights(s.logits.data(), w.data(), static_cast<int64_t>(w.size()), inv_t_);
+    s.form = SamplingState::Form::kWeights;
+  }
+
+ private:
+  float inv_t_;
+};
+
+// Top-k, then top-p, then min-p (keep_candidates).
+class Truncate final : public SamplerStep {
+ public:
+  Truncate(int top_k, float top_p, float min_p) : top_k_(top_k), top_p_(top_p), min_p_(min_p) {}
+  const char* name() const override { return "truncate"; }
+  void apply(SamplingState& s) override {
+    s.n_candidates = keep_candidates(s.scratch->weights, top_k_, top_p_, min_p_, *s.scratch);
+    s.form = SamplingState::Form::kCandidates;
+  }
+
+ private:
+  int top_k_;
+  float top_p_, min_p_;
+};
+
+// A seeded draw over weights (through block sums: one pass over the blocks, then one
+// block) or over the candidates left.
+class Draw final : public SamplerStep {
+ public:
+  explicit Draw(uint64_t seed) : rng_(seed) {}
+  const char* name() const override { return "draw"; }
+  void apply(SamplingState& s) override {
+    s.token = s.form == SamplingState::Form::kCandidates ? draw_kept(s) : draw_plain(*s.scratch);
+    s.form = SamplingState::Form::kToken;
+  }
+
+ private:
+  int32_t draw_plain(SamplerScratch& s) {
+    int32_t chosen = -1;
+    const float* w = s.weights.data();
+    const size_t n = s.weights.size();
+    const size_t n_blocks = (n + kSampleBlock - 1) / kSampleBlock;
+    s.block_sums.resize(n_blocks);
+    double sum = 0.0;
+    for (size_t b = 0; b < n_blocks; ++b) {
+      const size_t begin = b * kSampleBlock;
+      s.block_sums[b] = sum_weights(w + begin, std::min(kSampleBlock, n - begin));
+      sum += s.block_sums[b];
+    }
+    std::uniform_real_distribution<double> u(0.0, sum);
+    double r = u(rng_);
+    size_t b = 0;
+    while (b + 1 < n_blocks && r >= s.block_sums[b]) r -= s.block_sums[b++];
+    // Rounding can leave r above the weights left in the block: then its last token of any
+    // weight wins, or, in a block of none, the last such token of all.
+    const size_t end = std::min(n, (b + 1) * kSampleBlock);
+    for (size_t j = b * kSampleBlock; j < end; ++j) {
+      if (w[j] <= 0.0f) continue;
+      chosen = static_cast<int32_t>(j);
+      r -= w[j];
+      if (r < 0.0) break;
+    }
+    for (size_t j = n; chosen < 0 && j-- > 0;) {
+      if (w[j] > 0.0f) chosen = static_cast<int32_t>(j);
+    }
+    return chosen;
+  }
+
+  int32_t draw_kept(const SamplingState& st) {
+    const auto& c = st.scratch->cand;
+    const size_t keep = st.n_candidates;
+    double sum = 0.0;
+    for (size_t j = 0; j < keep; ++j) sum += c[j].first;
+    std::uniform_real_distribution<double> u(0.0, sum);
+    double r = u(rng_);
+    for (size_t j = 0; j < keep; ++j) {
+      r -= c[j].first;
+      if (r <= 0.0) return c[j].second;
+    }
+    return c[keep - 1].second;  // rounding left r above the last weight
+  }
+
+  std::mt19937_64 rng_;
+};
+
+}  // namespace
+
+Sampler::Sampler(SamplingParams params, uint64_t seed) : p_(std::move(params)) {
+  if (!p_.logit_bias.empty()) chain_.push_back(std::make_unique<LogitBias>(p_.logit_bias));
+  if (p_.repetition_penalty != 1.0f) chain_.push_back(std::make_unique<RepetitionPenalty>(p_.repetition_penalty));
+  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    chain_.push_back(std::make_unique<PresenceFrequencyPenalty>(p_.presence_penalty, p_.frequency_penalty));
+  }
+  if (p_.temperature == 0.0f) {
+    chain_.push_back(std::make_unique<Greedy>());
+    return;
+  }
+  chain_.push_back(std::make_unique<Softmax>(p_.temperature));
+  if (p_.top_k != 0 || p_.top_p < 1.0f || p_.min_p > 0.0f) {
+    chain_.push_back(std::make_unique<Truncate>(p_.top_k, p_.top_p, p_.min_p));
+  }
+  chain_.push_back(std::make_unique<Draw>(seed));
+}
+
+std::vector<const char*> Sampler::step_names() const {
+  std::vector<const char*> names;
+  for (const auto& s : chain_) names.push_back(s->name());
+  return names;
+}
+
+SamplingState Sampler::run(std::span<const float> raw, const TokenHistory& history, SamplerScratch& scratch,
+                           size_t n_steps) {
+  SamplingState st;
+  st.raw = raw;
+  st.logits = raw;
+  st.history = &history;
+  st.scratch = &scratch;
+  for (size_t i = 0; i < n_steps; ++i) chain_[i]->apply(st);
+  return st;
+}
+
+SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& history, SamplerScratch& scratch) {
+  const SamplingState st = run(raw, history, scratch, chain_.size());
+  SampleResult res;
+  res.token = st.token;
   if (p_.logprobs || p_.top_logprobs > 0) {
-    res.logprob = raw_logprob(raw, chosen);
+    res.logprob = raw_logprob(raw, st.token);
     res.top = top_logprobs(raw, p_.top_logprobs);
   }
   return res;
+}
+
+Distribution Sampler::distribution(std::span<const float> raw, const TokenHistory& history,
+                                   SamplerScratch& scratch) {
+  Distribution d;
+  if (p_.temperature == 0.0f) {  // greedy's "draw" is deterministic: run it
+    d.token = run(raw, history, scratch, chain_.size()).token;
+    return d;
+  }
+  const SamplingState st = run(raw, history, scratch, chain_.size() - 1);
+  if (st.form == SamplingState::Form::kCandidates) {
+    d.candidates = std::span<const std::pair<float, int32_t>>(scratch.cand.data(), st.n_candidates);
+    for (const auto& [w, id] : d.candidates) d.total += w;
+  } else {
+    d.weights = scratch.weights;
+    d.total = sum_weights(scratch.weights.data(), scratch.weights.size());
+  }
+  return d;
 }
 
 }  // namespace metro::engine

@@ -1,7 +1,10 @@
-// Sampling: a chain of small steps that turns one row of logits into a token.
+// Sampling: a chain of small steps (SamplerStep) that turns one row of logits into a token.
 //
 //   logit bias -> repetition / presence / frequency penalties -> temperature
 //   -> top-k -> top-p -> min-p -> greedy (temperature 0) or a seeded draw
+//
+// The chain can also hand back the distribution its last step draws from (Sampler::
+// distribution), which speculative decoding's verification of a draft model needs.
 //
 // Log-probabilities reported to the user are those of the model's raw distribution
 // (log-softmax of the unprocessed logits), as vLLM reports them by default.
@@ -96,21 +99,69 @@ struct SamplerScratch {
 // in no particular order.
 size_t keep_candidates(std::span<const float> w, int top_k, float top_p, float min_p, SamplerScratch& scratch);
 
+// What flows through the sampler chain for one row of logits. Each step leaves it in a more
+// processed form: logits (biased, penalized), then weights (softmax at the temperature,
+// unnormalized), then candidates (what top-k / top-p / min-p keep), then a token.
+struct SamplingState {
+  enum class Form : uint8_t { kLogits, kWeights, kCandidates, kToken };
+
+  std::span<const float> raw;     // the model's row (never modified)
+  std::span<const float> logits;  // raw, or scratch->logits once a step changed them
+  const TokenHistory* history = nullptr;
+  SamplerScratch* scratch = nullptr;
+  Form form = Form::kLogits;
+  size_t n_candidates = 0;  // kCandidates: scratch->cand[0, n_candidates)
+  int32_t token = -1;       // kToken
+
+  // Logits a step may change: the first call copies the raw row (a copy costs as much as
+  // the rest of a plain draw over a large vocabulary, so only steps that change logits ask).
+  std::span<float> mutable_logits();
+};
+
+// One step of the sampler chain: reads the state, leaves it more processed. A step that
+// draws owns its random state. The chain's last step picks the token.
+class SamplerStep {
+ public:
+  virtual ~SamplerStep() = default;
+  virtual const char* name() const = 0;
+  virtual void apply(SamplingState& s) = 0;
+};
+
+// The distribution a chain draws its token from: what every step but the last produced.
+// One of three forms: a single token (greedy), dense weights over the vocabulary, or a set
+// of candidates; weights are unnormalized (`total` is their sum).
+struct Distribution {
+  int32_t token = -1;                                     // greedy: this token, probability 1
+  std::span<const float> weights;                         // dense, by token id
+  std::span<const std::pair<float, int32_t>> candidates;  // (weight, id)
+  double total = 0.0;
+
+  // The probability of `id` (0 outside the support).
+  double prob(int32_t id) const;
+};
+
 class Sampler {
  public:
+  // The chain for these parameters, only the steps that do something:
+  //   logit_bias -> repetition_penalty -> presence/frequency penalties
+  //   -> greedy (temperature 0) | softmax(temperature) -> top-k/top-p/min-p -> draw (seeded)
   Sampler(SamplingParams params, uint64_t seed);
 
   // Picks a token from one row of raw logits (not modified).
-  SampleResult sample(std::span<const float> logits, const TokenHistory& history,
-                      SamplerScratch& scratch);
+  SampleResult sample(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch);
+  // The processed distribution the next sample() of this row would draw from (every step
+  // but the last). Views into `scratch`, valid until its next use. Draws nothing.
+  Distribution distribution(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch);
 
   const SamplingParams& params() const { return p_; }
+  // The steps, in order (e.g. "logit_bias", "softmax", "truncate", "draw").
+  std::vector<const char*> step_names() const;
 
  private:
-  int32_t draw_plain(SamplerScratch& scratch);
-  int32_t draw_kept(SamplerScratch& scratch);
+  SamplingState run(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch,
+                    size_t n_steps);
   SamplingParams p_;
-  std::mt19937_64 rng_;
+  std::vector<std::unique_ptr<SamplerStep>> chain_;
 };
 
 // log-softmax of `logits` at `id` and the top `n` (id, logprob) pairs of the raw row.

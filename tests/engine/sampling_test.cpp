@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -306,6 +307,78 @@ TEST(SamplingParams, ValidationIsNanSafe) {
   SamplingParams tl;
   tl.top_logprobs = 21;
   EXPECT_TRUE(bad(tl));
+}
+
+
+// The chain holds only the steps that do something, in the documented order.
+TEST(SamplerChain, StepsFollowTheParameters) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(Sampler(greedy, 1).step_names(), (std::vector<const char*>{"greedy"}));
+  SamplingParams plain;
+  std::vector<std::string> names;
+  for (const char* n : Sampler(plain, 1).step_names()) names.emplace_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"softmax", "draw"}));
+  SamplingParams all;
+  all.logit_bias = {{1, 2.0f}};
+  all.repetition_penalty = 1.1f;
+  all.frequency_penalty = 0.5f;
+  all.top_k = 5;
+  names.clear();
+  for (const char* n : Sampler(all, 1).step_names()) names.emplace_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"logit_bias", "repetition_penalty", "presence_frequency_penalty",
+                                             "softmax", "truncate", "draw"}));
+}
+
+// distribution() hands back what the last step draws from: the softmax of the processed
+// logits, renormalized over what truncation keeps; a point mass for greedy. It draws nothing.
+TEST(SamplerChain, DistributionIsWhatTheDrawSamplesFrom) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 1.0f};
+  TokenHistory h;
+  SamplerScratch sc;
+  auto softmax = [](std::vector<double> l, double t) {
+    double m = *std::max_element(l.begin(), l.end()), sum = 0.0;
+    for (double& v : l) sum += (v = std::exp((v - m) / t));
+    for (double& v : l) v /= sum;
+    return l;
+  };
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.logit_bias = {{2, 3.0f}};  // token 2: -1 + 3 = 2
+  Sampler dense(p, 3);
+  Distribution d = dense.distribution(logits, h, sc);
+  ASSERT_FALSE(d.weights.empty());
+  const std::vector<double> want = softmax({0.5, 2.0, 2.0, 1.5, 0.0, 1.0}, 0.7);
+  double sum = 0.0;
+  for (int32_t id = 0; id < 6; ++id) {
+    EXPECT_NEAR(d.prob(id), want[static_cast<size_t>(id)], 1e-6) << id;
+    sum += d.prob(id);
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+  EXPECT_EQ(d.prob(6), 0.0);
+  EXPECT_EQ(d.prob(-1), 0.0);
+
+  p.top_k = 3;  // tokens 1, 2, 3 survive
+  Sampler top(p, 3);
+  d = top.distribution(logits, h, sc);
+  ASSERT_EQ(d.candidates.size(), 3u);
+  const std::vector<double> kept = softmax({2.0, 2.0, 1.5}, 0.7);
+  EXPECT_NEAR(d.prob(1), kept[0], 1e-6);
+  EXPECT_NEAR(d.prob(2), kept[1], 1e-6);
+  EXPECT_NEAR(d.prob(3), kept[2], 1e-6);
+  EXPECT_EQ(d.prob(0), 0.0);
+  // Asking for the distribution consumed no randomness: the draws that follow are those of
+  // a fresh sampler with the same seed.
+  Sampler fresh(p, 3);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(top.sample(logits, h, sc).token, fresh.sample(logits, h, sc).token);
+
+  SamplingParams g;
+  g.temperature = 0.0f;
+  Sampler greedy(g, 1);
+  d = greedy.distribution(logits, h, sc);
+  EXPECT_EQ(d.token, 1);
+  EXPECT_EQ(d.prob(1), 1.0);
+  EXPECT_EQ(d.prob(3), 0.0);
 }
 
 }  // namespace
