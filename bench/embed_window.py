@@ -46,7 +46,7 @@ class Server:
         out = {}
         for name in ("metro_engine_step_duration_seconds_sum", "metro_engine_step_duration_seconds_count",
                      "metro_embed_window_batches_total", "metro_embed_window_submitted_total"):
-            m = re.search(r"^" + name + r" ([0-9.e+-]+)$", text, re.M)
+            m = re.search(r"^" + name + r'(?:\{model="[^"]*"\})? ([0-9.e+-]+)$', text, re.M)
             out[name] = float(m.group(1)) if m else 0.0
         return out
 

@@ -110,7 +110,7 @@ def step_cost(url):
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     return {m.group(1): float(m.group(2))
-            for m in re.finditer(r'^metro_engine_step_cost_seconds\{term="(\w+)"\} (\S+)$', text, re.M)}
+            for m in re.finditer(r'^metro_engine_step_cost_seconds\{(?:model="[^"]*",)?term="(\w+)"\} (\S+)$', text, re.M)}
 
 
 def request_compute(cost, p, o):

@@ -1,4 +1,4 @@
-#include "sched/sla_config.h"
+#include "base/sla.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,24 @@
 #include <cstdio>
 #include <vector>
 
-namespace metro::sched {
+namespace metro {
+
+const char* sla_class_name(SlaClass c) {
+  switch (c) {
+    case SlaClass::kRealtime: return "realtime";
+    case SlaClass::kStandard: return "standard";
+    case SlaClass::kBatch: return "batch";
+  }
+  return "standard";
+}
+
+bool parse_sla_class(const std::string& s, SlaClass* out) {
+  if (s == "realtime") *out = SlaClass::kRealtime;
+  else if (s == "standard") *out = SlaClass::kStandard;
+  else if (s == "batch") *out = SlaClass::kBatch;
+  else return false;
+  return true;
+}
 
 namespace {
 
@@ -170,4 +187,4 @@ std::string format_sla_spec(const SlaConfig& cfg) {
   return out;
 }
 
-}  // namespace metro::sched
+}  // namespace metro

@@ -1,4 +1,5 @@
-// Service-level objectives per SLA class, and the `--sla` option that sets them.
+// The request vocabulary every layer may include: the SLA class a request runs in, the
+// service-level objectives of each class, and the `--sla` option that sets them.
 //
 // Grammar (docs/scheduling.md has the long form):
 //
@@ -17,13 +18,22 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
-#include "sched/seq_state.h"
 
-namespace metro::sched {
+namespace metro {
+
+// Latency classes, best first. A request's class is chosen by its API key (a ceiling) and
+// its headers; every layer from the server down to the scheduler speaks of it.
+enum class SlaClass : uint8_t { kRealtime = 0, kStandard = 1, kBatch = 2 };
+inline constexpr int kNumSlaClasses = 3;
+
+const char* sla_class_name(SlaClass c);
+// "realtime" | "standard" | "batch"; false for anything else.
+bool parse_sla_class(const std::string& s, SlaClass* out);
 
 struct SlaClassConfig {
   double ttft_s = 2.0;   // time to first token objective
@@ -61,4 +71,4 @@ Expected<SlaConfig> parse_sla_spec(std::string_view spec, const SlaConfig& base)
 // The canonical spec of a config (every class, every key); parse_sla_spec() reads it back.
 std::string format_sla_spec(const SlaConfig& cfg);
 
-}  // namespace metro::sched
+}  // namespace metro

@@ -42,6 +42,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_raw(RawFn fn, void* ctx) {
+  std::lock_guard<std::mutex> lock(run_mu_);
   if (n_threads_ == 1) {
     fn(ctx, 0, 1);
     return;

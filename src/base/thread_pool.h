@@ -1,13 +1,17 @@
 // A persistent compute thread pool with a low-latency fork/join and an in-task barrier.
 //
 // The caller of run() is thread 0 and does its share of the work, so a pool of N threads
-// starts N-1 workers. Workers spin briefly on a generation counter after each task (a model
-// step issues hundreds of short parallel regions back to back), then sleep on a futex.
+// starts N-1 workers. Several threads may share one pool (the engines of one process):
+// their run() calls take turns, each running on every thread of the pool, so the engines
+// together never use more compute threads than the pool has. Workers spin briefly on a
+// generation counter after each task (a model step issues hundreds of short parallel
+// regions back to back), then sleep on a futex.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -24,7 +28,8 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Calls fn(thread_index, n_threads) on every thread of the pool, the caller being index 0,
-  // and returns when all calls have returned. Not reentrant: fn must not call run().
+  // and returns when all calls have returned. Calls from several threads run one after the
+  // other. Not reentrant: fn must not call run().
   template <class F>
   void run(F&& fn) {
     auto tramp = [](void* ctx, int ith, int nth) { (*static_cast<F*>(ctx))(ith, nth); };
@@ -61,6 +66,7 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> barrier_phase_{0};
   std::atomic<uint32_t> spin_iters_{200000};
   std::atomic<bool> stop_{false};
+  std::mutex run_mu_;  // one run() at a time
   RawFn fn_ = nullptr;
   void* ctx_ = nullptr;
 };

@@ -15,11 +15,11 @@
 #include "base/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "base/sla.h"
 #include "engine/engine.h"
-#include "gateway/embed_batcher.h"
-#include "gateway/traffic_policy.h"
-#include "sched/sla_config.h"
-#include "sched/sla_scheduler.h"
+#include "engine/step_trace.h"
+#include "gateway/front_door.h"
+#include "sched/scheduler.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 
@@ -93,34 +93,40 @@ int cmd_serve(int argc, char** argv) {
   std::string sla_spec, admission_mode = "auto";
   double ttft_margin = 3.0;
   app.add_option("--sched", ec.sched, "scheduling policy: sla or fcfs")->capture_default_str();
+  std::vector<std::string> sched_opts;
+  app.add_option("--sched-opt", sched_opts,
+                 "an option of the scheduling policy, KEY=VALUE (repeatable; docs/scheduling.md lists each "
+                 "policy's keys)");
   app.add_option("--sla", sla_spec, "per-class objectives (see docs/scheduling.md)");
   app.add_option("--admission", admission_mode,
-                 "refuse (503) requests that would miss their class's TTFT: on, off, or auto (on with "
-                 "--sched sla, off with fcfs)")
+                 "refuse (503) requests that would miss their class's TTFT: on, off, or auto (on when the "
+                 "scheduling policy serves classes in priority order, as sla does; off for fcfs)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--ttft-margin", ttft_margin, "refuse when predicted TTFT > margin x the class objective")
       ->check(CLI::Range(0.1, 100.0))
       ->capture_default_str();
-  std::string tpot_slack = sched::SlaSchedulerConfig{}.tpot_slack ? "on" : "off";  // shown by --help
+  std::string tpot_slack = "on";
   app.add_option("--tpot-slack", tpot_slack,
-                 "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off")
+                 "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off "
+                 "(--sched-opt tpot_slack=...)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  app.add_option("--step-trace", ec.step_trace,
+  std::string step_trace;
+  app.add_option("--step-trace", step_trace,
                  "write one line per engine step to this file: seconds, prompt tokens, decodes, prompt attention "
                  "pairs, keys read by decodes (the step cost model's inputs), logit rows, seconds of attention "
                  "(bench/step_cost_fit.py fits them)");
   std::string tpot_cap = "all";
   app.add_option("--tpot-cap", tpot_cap,
                  "with --sched sla: a class's TPOT objective caps the step length when prompts of any class "
-                 "are planned (all) or only prompts of lower classes (lower)")
+                 "are planned (all) or only prompts of lower classes (lower) (--sched-opt tpot_cap=...)")
       ->check(CLI::IsMember({"all", "lower"}))
       ->capture_default_str();
-  ec.decode_share = sched::SlaSchedulerConfig{}.decode_share;  // shown by --help
-  app.add_option("--decode-share", ec.decode_share,
+  double decode_share = 1.0;
+  app.add_option("--decode-share", decode_share,
                  "with --sched sla: share of a step's time the running requests' decodes may fill before new "
-                 "requests wait for a seat (the rest is left to prompts)")
+                 "requests wait for a seat (the rest is left to prompts) (--sched-opt decode_share=...)")
       ->check(CLI::Range(0.05, 1.0))
       ->capture_default_str();
   std::string embed_window = "off";
@@ -160,7 +166,8 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--max-n", sc.limits.max_n, "largest n per request")->check(CLI::Range(1, 128))->capture_default_str();
-  app.add_option("--max-inflight-choices", sc.max_inflight_choices, "choices over all concurrent requests (503 beyond)")
+  int max_inflight_choices = gateway::FrontDoorConfig{}.max_inflight_choices;
+  app.add_option("--max-inflight-choices", max_inflight_choices, "choices over all concurrent requests (503 beyond)")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   app.add_option("--idle-timeout", sc.idle_timeout_s, "seconds a connection may stall a read or a write")
@@ -187,7 +194,7 @@ int cmd_serve(int argc, char** argv) {
     return app.exit(e);
   }
   sc.port = static_cast<uint16_t>(port);
-  sc.model_name = model_name.empty() ? default_model_name(model_path) : model_name;
+  const std::string name = model_name.empty() ? default_model_name(model_path) : model_name;
   auto body_bytes = parse_size(max_body);
   if (!body_bytes.ok()) return fail("serve", body_bytes.status());
   if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
@@ -201,78 +208,58 @@ int cmd_serve(int argc, char** argv) {
   if (!kv_dtype.ok()) return fail("serve", kv_dtype.status());
   ec.kv_type = *kv_dtype;
   if (!sla_spec.empty()) {
-    auto sla = sched::parse_sla_spec(sla_spec);
+    auto sla = parse_sla_spec(sla_spec);
     if (!sla.ok()) return fail("serve", sla.status());
     ec.sla = *sla;
   }
   ec.n_threads = threads;
   ec.prefix_cache = !no_prefix_cache;
-  ec.tpot_slack = tpot_slack == "on";
-  ec.tpot_cap_own_class = tpot_cap == "all";
   ec.max_n = sc.limits.max_n;
+  // The policy's options: what --sched-opt names, and the flags that map onto them when given.
+  if (app.count("--tpot-slack")) ec.sched_options.emplace_back("tpot_slack", tpot_slack);
+  if (app.count("--tpot-cap")) ec.sched_options.emplace_back("tpot_cap", tpot_cap);
+  if (app.count("--decode-share")) ec.sched_options.emplace_back("decode_share", std::to_string(decode_share));
+  for (const std::string& kv : sched_opts) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fail("serve", invalid_argument("--sched-opt takes KEY=VALUE, got '" + kv + "'"));
+    }
+    ec.sched_options.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  {
+    sched::SchedulerOptions so;
+    so.objectives = ec.sla;
+    so.policy = ec.sched_options;
+    if (Status s = sched::check_scheduler_options(ec.sched, so); !s.ok()) return fail("serve", s);
+  }
   if (!api_key_file.empty()) {
     auto keys = server::ApiKeys::load(api_key_file);
     if (!keys.ok()) return fail("serve", keys.status());
     sc.api_keys = std::move(*keys);
   }
-  // The gateway: tenant quotas from the key file, admission control on the class queues.
-  gateway::TrafficPolicyConfig tp;
-  tp.admission = admission_mode == "on" || (admission_mode == "auto" && ec.sched == "sla");
-  tp.admission_cfg.sla = ec.sla;
-  tp.admission_cfg.ttft_margin = ttft_margin;
-  tp.admission_cfg.class_priority = tp.admission_cfg.shortest_first = tp.admission_cfg.tenant_fair_share =
-      ec.sched == "sla";
+  std::shared_ptr<engine::StepTraceWriter> trace;
+  if (!step_trace.empty()) {
+    auto t = engine::StepTraceWriter::open(step_trace);
+    if (!t.ok()) return fail("serve", t.status());
+    trace = *t;
+  }
+  // The gateway: tenant quotas from the key file, admission control on each model's queues.
+  gateway::FrontDoorConfig fd;
+  fd.admission = admission_mode == "on"    ? gateway::AdmissionMode::kOn
+                 : admission_mode == "off" ? gateway::AdmissionMode::kOff
+                                           : gateway::AdmissionMode::kAuto;
+  fd.sla = ec.sla;
+  fd.admission_cfg.ttft_margin = ttft_margin;
+  fd.max_inflight_choices = max_inflight_choices;
   for (const auto& [tenant, ts] : sc.api_keys.tenants()) {
     gateway::TenantQuota q;
     q.tokens_per_minute = ts.tokens_per_minute;
     q.burst_tokens = ts.burst_tokens;
     q.max_concurrent = ts.max_concurrent;
-    tp.tenant_quotas.emplace_back(tenant, q);
+    fd.tenant_quotas.emplace_back(tenant, q);
   }
-  if (Status s = gateway::validate(tp); !s.ok()) return fail("serve", s);
-  auto policy = std::make_shared<gateway::TrafficPolicy>(tp);
-  auto traffic = [](const server::AdmissionRequest& ar) {
-    gateway::TrafficRequest tr;
-    tr.tenant = ar.tenant;
-    tr.sla_class = ar.sla_class;
-    tr.prompt_tokens = ar.prompt_tokens;
-    tr.cached_prompt_tokens = ar.cached_prompt_tokens;
-    tr.max_new_tokens = static_cast<int64_t>(ar.max_tokens) * ar.n_choices;
-    tr.deadline_ns = ar.deadline_ns;
-    return tr;
-  };
-  sc.admission = [policy, traffic](const server::AdmissionRequest& ar) {
-    const gateway::Decision d = policy->admit(traffic(ar), now_ns());
-    if (d.admit) return server::AdmissionDecision::accept();
-    const int retry = static_cast<int>(gateway::retry_after_seconds(d.retry_after_s));
-    std::string msg;
-    if (d.reason == gateway::kReasonTenantRate) {
-      msg = "your key is over its tokens-per-minute quota; retry after " + std::to_string(retry) + " s";
-    } else if (d.reason == gateway::kReasonTenantConcurrency) {
-      msg = "your key has as many requests in flight as its quota allows; retry after " + std::to_string(retry) + " s";
-    } else if (d.reason == gateway::kReasonDeadline) {
-      msg = "the request cannot start before its deadline (metro_deadline_ms)";
-    } else if (d.reason == gateway::kReasonTtft) {
-      msg = std::string("the ") + sched::sla_class_name(ar.sla_class) +
-            " queue is too long to start this request within its time-to-first-token objective; retry after " +
-            std::to_string(retry) + " s";
-    } else {
-      msg = std::string("the ") + sched::sla_class_name(ar.sla_class) + " queue is full; retry after " +
-            std::to_string(retry) + " s";
-    }
-    return server::AdmissionDecision::reject(d.http_status, d.reason, std::move(msg), retry);
-  };
-  sc.admission_release = [policy, traffic](const server::AdmissionRequest& ar) { policy->first_token(traffic(ar)); };
-  sc.admission_done = [policy, traffic](const server::AdmissionRequest& ar, const server::AdmissionOutcome& o) {
-    const int64_t now = now_ns();
-    const double duration = ar.start_ns > 0 ? static_cast<double>(now - ar.start_ns) * 1e-9 : -1.0;
-    policy->done(traffic(ar), static_cast<int64_t>(o.prompt_tokens) + o.completion_tokens, duration, now);
-  };
-  ec.on_step = [policy](const engine::StepReport& rep) { policy->observe_step(rep); };
-  if (embed_window == "on") {
-    if (Status s = gateway::validate(window_cfg); !s.ok()) return fail("serve", s);
-    sc.embed_window = std::make_shared<gateway::EmbedBatcher>(window_cfg, ec.sla);
-  }
+  if (embed_window == "on") fd.embed_window = window_cfg;
+  if (Status s = gateway::validate(fd); !s.ok()) return fail("serve", s);
 
   std::optional<tokenizer::ChatTemplate> template_override;
   if (!chat_template_file.empty()) {
@@ -285,11 +272,8 @@ int cmd_serve(int argc, char** argv) {
   }
   raise_fd_limit();
 
-  const server::RequestLimits limits = sc.limits;
-  const std::string name = sc.model_name;
   const int64_t t_start = now_ns();
-  auto calibrated_rate = std::make_shared<std::atomic<double>>(0.0);
-  auto loader = [=]() -> Expected<std::shared_ptr<server::ModelContext>> {
+  auto loader = [=](gateway::FrontDoor& door) -> Status {
     METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
@@ -304,31 +288,32 @@ int cmd_serve(int argc, char** argv) {
       }
     }
     METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, ec));
-    policy->attach_metrics(&eng->sched_metrics());
-    // One timed prefill: admission starts from this machine's real speed, and the weights are
-    // paged in before the first client.
-    auto rate = policy->calibrate(*eng);
-    if (!rate.ok()) return rate.status();
-    calibrated_rate->store(*rate);
-    auto ctx = std::make_shared<server::ModelContext>(name, std::shared_ptr<engine::Engine>(std::move(eng)),
-                                                      *lm.tokenizer, std::move(tmpl), limits);
-    ctx->created_unix_s = unix_time_seconds();
-    ctx->load_seconds = static_cast<double>(now_ns() - t_start) * 1e-9;
-    return ctx;
+    if (trace) eng->add_observer(trace);
+    auto served = std::make_shared<gateway::ServedModel>();
+    served->name = name;
+    served->engine = std::shared_ptr<engine::Engine>(std::move(eng));
+    served->chat_template = std::move(tmpl);
+    served->created_unix_s = unix_time_seconds();
+    METRO_RETURN_IF_ERROR(door.add_model(served));
+    served->load_seconds = static_cast<double>(now_ns() - t_start) * 1e-9;
+    return Status();
   };
+  auto door = std::make_shared<gateway::FrontDoor>(fd);
+  sc.front_door = door;
   server::Server::Callbacks cb;
-  const bool admission_on = tp.admission;
-  cb.on_loaded = [threads, admission_on, calibrated_rate](const server::ModelContext& m) {
-    const engine::Engine& e = *m.engine;
-    std::printf(
-        "metro serve: model '%s' ready in %.2f s | context %d tokens | KV capacity %lld tokens "
-        "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s | scheduler %s, admission %s "
-        "(measured prefill %.0f tokens/s)%s\n",
-        m.name.c_str(), m.load_seconds, e.n_ctx(), static_cast<long long>(e.kv_capacity_tokens()),
-        static_cast<double>(e.kv_bytes()) / (1 << 20), e.config().kv_type == kernels::DType::kQ8_0 ? "q8_0" : "f16",
-        e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off", e.scheduler_name(),
-        admission_on ? "on" : "off", calibrated_rate->load(),
-        m.chat_template ? "" : " | no chat template");
+  cb.on_loaded = [threads](const gateway::FrontDoor& d) {
+    for (const auto& m : d.models().all()) {
+      const engine::Engine& e = *m->engine;
+      std::printf(
+          "metro serve: model '%s' ready in %.2f s | context %d tokens | KV capacity %lld tokens "
+          "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s | scheduler %s, admission %s "
+          "(measured prefill %.0f tokens/s)%s\n",
+          m->id().c_str(), m->load_seconds, e.n_ctx(), static_cast<long long>(e.kv_capacity_tokens()),
+          static_cast<double>(e.kv_bytes()) / (1 << 20), e.config().kv_type == kernels::DType::kQ8_0 ? "q8_0" : "f16",
+          e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off", e.scheduler_name(),
+          m->admission ? "on" : "off", m->calibrated_prefill_tokens_per_s,
+          m->chat_template ? "" : " | no chat template");
+    }
     std::fflush(stdout);
   };
   cb.on_load_failed = [](const Status& s) {

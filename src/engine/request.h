@@ -28,7 +28,7 @@ struct Request {
   SamplingParams sampling;
   StopConditions stop;
   int n = 1;  // choices sampled from the same prompt (they share its KV blocks)
-  sched::SlaClass sla_class = sched::SlaClass::kStandard;
+  SlaClass sla_class = SlaClass::kStandard;
   std::string tenant;
   int64_t deadline_ns = 0;  // steady-clock deadline; 0 for none
   uint64_t prefix_hash = 0;  // hash of the template / system prompt (length prediction)

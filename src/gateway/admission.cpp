@@ -6,7 +6,6 @@
 
 namespace metro::gateway {
 
-using sched::SlaClass;
 
 Decision Decision::reject(int status, std::string reason, double retry_after_s) {
   Decision d;
@@ -24,10 +23,10 @@ double retry_after_seconds(double estimate_s) {
 
 Status validate(const AdmissionConfig& cfg) {
   auto bad = [](const std::string& m) { return invalid_argument("admission config: " + m); };
-  for (int c = 0; c < sched::kNumSlaClasses; ++c) {
+  for (int c = 0; c < kNumSlaClasses; ++c) {
     const ClassQueueLimits& l = cfg.limits[static_cast<size_t>(c)];
     if (l.max_requests < 0 || l.max_prompt_tokens < 0) {
-      return bad(std::string(sched::sla_class_name(static_cast<SlaClass>(c))) + ": queue bounds must be >= 0");
+      return bad(std::string(sla_class_name(static_cast<SlaClass>(c))) + ": queue bounds must be >= 0");
     }
   }
   if (!(std::isfinite(cfg.ttft_margin) && cfg.ttft_margin > 0.0)) return bad("ttft_margin must be > 0");
@@ -39,7 +38,8 @@ Status validate(const AdmissionConfig& cfg) {
   return Status();
 }
 
-AdmissionController::AdmissionController(const AdmissionConfig& cfg) : cfg_(cfg) {
+AdmissionController::AdmissionController(const AdmissionConfig& cfg, std::shared_ptr<const sched::QueueOrder> order)
+    : cfg_(cfg), order_(order ? std::move(order) : sched::fifo_queue_order()) {
   METRO_CHECK_MSG(validate(cfg_).ok(), "AdmissionController: invalid config (call validate())");
   q_.prefill_tokens_per_s = cfg_.initial_prefill_tokens_per_s;
   q_.drain_tokens_per_s.fill(cfg_.initial_prefill_tokens_per_s);
@@ -53,69 +53,41 @@ namespace {
 constexpr double kMinRate = 1e-3;
 }  // namespace
 
-int64_t AdmissionController::shorter_or_equal(const std::map<int, int>& prompts, int64_t all,
-                                              int prompt_tokens) const {
-  if (!cfg_.shortest_first) return all;
-  int64_t n = 0;
-  for (const auto& [len, count] : prompts) {
-    if (len > prompt_tokens) break;
-    n += static_cast<int64_t>(len) * count;
-  }
-  return n;
-}
-
-int64_t AdmissionController::tokens_ahead_locked(SlaClass c, int prompt_tokens, const std::string& tenant) const {
-  // Of its own class: all queued prompts (FIFO) or those no longer than its own.
-  const size_t i = static_cast<size_t>(c);
-  const auto& tenants = tenants_[i];
-  if (!cfg_.tenant_fair_share) return shorter_or_equal(prompts_[i], q_.prompt_tokens[i], prompt_tokens);
-  // Fair share interleaves tenants: another tenant's queue is ahead only up to what this
-  // tenant has ahead of the request plus the request itself.
-  int64_t own = 0;
-  if (auto it = tenants.find(tenant); it != tenants.end()) {
-    own = shorter_or_equal(it->second.prompts, it->second.prompt_tokens, prompt_tokens);
-  }
-  int64_t n = own;
-  for (const auto& [name, tq] : tenants) {
-    if (name == tenant) continue;
-    n += std::min(shorter_or_equal(tq.prompts, tq.prompt_tokens, prompt_tokens), own + std::max(0, prompt_tokens));
-  }
-  return n;
-}
-
 bool AdmissionController::below_share_locked(SlaClass c, const std::string& tenant, double used, double bound,
                                              bool by_tokens) const {
-  if (!cfg_.tenant_fair_share) return false;
-  const auto& tenants = tenants_[static_cast<size_t>(c)];
+  if (!order_->shares_between_tenants()) return false;
+  const auto& tenants = queues_[static_cast<size_t>(c)].tenants;
   auto it = tenants.find(tenant);
   const size_t n = tenants.size() + (it == tenants.end() ? 1 : 0);
   if (n < 2) return false;
   const double mine = it == tenants.end() ? 0.0
-                      : by_tokens         ? static_cast<double>(it->second.prompt_tokens)
+                      : by_tokens         ? static_cast<double>(it->second.tokens)
                                           : static_cast<double>(it->second.requests);
   return mine + used <= bound / static_cast<double>(n);
 }
 
 int AdmissionController::requests_ahead_locked(SlaClass c) const {
   int n = 0;
-  for (int k = 0; k < sched::kNumSlaClasses; ++k) {
-    if (!cfg_.class_priority || k <= static_cast<int>(c)) n += q_.requests[static_cast<size_t>(k)];
+  for (int k = 0; k < kNumSlaClasses; ++k) {
+    if (!order_->by_class() || k <= static_cast<int>(c)) n += q_.requests[static_cast<size_t>(k)];
   }
   return n;
 }
 
 double AdmissionController::predicted_ttft_locked(SlaClass c, int prompt_tokens, const std::string& tenant) const {
   const double own = std::max(0, prompt_tokens);
-  if (!cfg_.class_priority) {
-    int64_t all = 0;
-    for (int64_t t : q_.prompt_tokens) all += t;
-    return (static_cast<double>(all) + own) / std::max(kMinRate, q_.fifo_drain_tokens_per_s) + q_.step_s;
+  if (!order_->by_class()) {
+    int64_t ahead = 0;
+    for (const sched::ClassQueue& q : queues_) ahead += order_->tokens_ahead(q, prompt_tokens, tenant);
+    return (static_cast<double>(ahead) + own) / std::max(kMinRate, q_.fifo_drain_tokens_per_s) + q_.step_s;
   }
   int64_t above = 0;
   for (int k = 0; k < static_cast<int>(c); ++k) above += q_.prompt_tokens[static_cast<size_t>(k)];
   const double drain = std::max(kMinRate, q_.drain_tokens_per_s[static_cast<size_t>(c)]);
   return static_cast<double>(above) / std::max(kMinRate, q_.prefill_tokens_per_s) +
-         (static_cast<double>(tokens_ahead_locked(c, prompt_tokens, tenant)) + own) / drain + q_.step_s;
+         (static_cast<double>(order_->tokens_ahead(queues_[static_cast<size_t>(c)], prompt_tokens, tenant)) + own) /
+             drain +
+         q_.step_s;
 }
 
 double AdmissionController::predicted_ttft_s(SlaClass c, int prompt_tokens, const std::string& tenant) const {
@@ -123,72 +95,55 @@ double AdmissionController::predicted_ttft_s(SlaClass c, int prompt_tokens, cons
   return predicted_ttft_locked(c, prompt_tokens, tenant);
 }
 
-Decision AdmissionController::refuse(SlaClass c, const char* reason, double retry_s) {
-  if (cfg_.metrics != nullptr) cfg_.metrics->observe_rejection(c, reason);
+Decision AdmissionController::refuse(const char* reason, double retry_s) {
   return Decision::reject(503, reason, retry_s);
 }
 
-Decision AdmissionController::admit(const AdmissionRequest& r, int64_t now_ns) {
+Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::string& tenant, int64_t deadline_ns,
+                                    int64_t now_ns) {
   std::lock_guard lock(mu_);
-  const size_t k = static_cast<size_t>(r.sla_class);
+  const size_t k = static_cast<size_t>(cls);
   const ClassQueueLimits& lim = cfg_.limits[k];
-  const int prompt = std::max(0, r.prompt_tokens);
-  const double drain = std::max(kMinRate, cfg_.class_priority ? q_.drain_tokens_per_s[k] : q_.fifo_drain_tokens_per_s);
+  const int prompt = std::max(0, prompt_tokens);
+  const double drain = std::max(kMinRate, order_->by_class() ? q_.drain_tokens_per_s[k] : q_.fifo_drain_tokens_per_s);
 
   // A full class still takes a tenant that holds less than its share of the bound, so one
   // tenant's flood cannot fill the queue for everybody (the overshoot is at most a share).
   if (q_.requests[k] >= lim.max_requests &&
-      !below_share_locked(r.sla_class, r.tenant, 1.0, lim.max_requests, /*by_tokens=*/false)) {
+      !below_share_locked(cls, tenant, 1.0, lim.max_requests, /*by_tokens=*/false)) {
     // A seat frees when the request at the head gets its first token: about the time the
     // queue ahead takes to drain, over the requests in it.
-    const int n = std::max(1, requests_ahead_locked(r.sla_class));
-    return refuse(r.sla_class, kReasonQueueFull, predicted_ttft_locked(r.sla_class, 0, r.tenant) / n);
+    const int n = std::max(1, requests_ahead_locked(cls));
+    return refuse(kReasonQueueFull, predicted_ttft_locked(cls, 0, tenant) / n);
   }
   if (q_.prompt_tokens[k] + prompt > lim.max_prompt_tokens &&
-      !below_share_locked(r.sla_class, r.tenant, prompt, static_cast<double>(lim.max_prompt_tokens),
+      !below_share_locked(cls, tenant, prompt, static_cast<double>(lim.max_prompt_tokens),
                           /*by_tokens=*/true)) {
     const double excess = static_cast<double>(q_.prompt_tokens[k] + prompt - lim.max_prompt_tokens);
-    return refuse(r.sla_class, kReasonQueueTokens, excess / drain);
+    return refuse(kReasonQueueTokens, excess / drain);
   }
-  const double ttft = predicted_ttft_locked(r.sla_class, prompt, r.tenant);
-  const double limit = cfg_.ttft_margin * cfg_.sla.of(r.sla_class).ttft_s;
+  const double ttft = predicted_ttft_locked(cls, prompt, tenant);
+  const double limit = cfg_.ttft_margin * cfg_.sla.of(cls).ttft_s;
   if (ttft > limit) {
     // When the queue ahead has drained by (ttft - limit) seconds of prefill, it would fit.
-    return refuse(r.sla_class, kReasonTtft, ttft - limit);
+    return refuse(kReasonTtft, ttft - limit);
   }
-  if (r.deadline_ns > 0 && static_cast<double>(now_ns) + ttft * 1e9 > static_cast<double>(r.deadline_ns)) {
-    const double late_s = (static_cast<double>(now_ns) + ttft * 1e9 - static_cast<double>(r.deadline_ns)) * 1e-9;
-    return refuse(r.sla_class, kReasonDeadline, late_s);
+  if (deadline_ns > 0 && static_cast<double>(now_ns) + ttft * 1e9 > static_cast<double>(deadline_ns)) {
+    const double late_s = (static_cast<double>(now_ns) + ttft * 1e9 - static_cast<double>(deadline_ns)) * 1e-9;
+    return refuse(kReasonDeadline, late_s);
   }
-  ++q_.requests[k];
-  q_.prompt_tokens[k] += prompt;
-  ++prompts_[k][prompt];
-  TenantQueue& tq = tenants_[k][r.tenant];
-  ++tq.requests;
-  tq.prompt_tokens += prompt;
-  ++tq.prompts[prompt];
+  queues_[k].add(tenant, prompt);
+  q_.requests[k] = queues_[k].requests;
+  q_.prompt_tokens[k] = queues_[k].tokens;
   return Decision::admitted();
 }
 
 void AdmissionController::release(SlaClass c, int prompt_tokens, const std::string& tenant) {
   std::lock_guard lock(mu_);
   const size_t k = static_cast<size_t>(c);
-  const int prompt = std::max(0, prompt_tokens);
-  // Clamped: a caller's miscount must not drive the queue negative and admit forever.
-  q_.requests[k] = std::max(0, q_.requests[k] - 1);
-  q_.prompt_tokens[k] = std::max<int64_t>(0, q_.prompt_tokens[k] - prompt);
-  auto it = prompts_[k].find(prompt);
-  if (it != prompts_[k].end() && --it->second == 0) prompts_[k].erase(it);
-  if (q_.requests[k] == 0) prompts_[k].clear();
-  if (auto t = tenants_[k].find(tenant); t != tenants_[k].end()) {
-    TenantQueue& tq = t->second;
-    tq.requests = std::max(0, tq.requests - 1);
-    tq.prompt_tokens = std::max<int64_t>(0, tq.prompt_tokens - prompt);
-    auto p = tq.prompts.find(prompt);
-    if (p != tq.prompts.end() && --p->second == 0) tq.prompts.erase(p);
-    if (tq.requests == 0) tenants_[k].erase(t);
-  }
-  if (q_.requests[k] == 0) tenants_[k].clear();
+  queues_[k].remove(tenant, prompt_tokens);
+  q_.requests[k] = queues_[k].requests;
+  q_.prompt_tokens[k] = queues_[k].tokens;
 }
 
 void AdmissionController::observe_step(const StepObservation& o) {

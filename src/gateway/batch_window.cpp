@@ -8,13 +8,12 @@
 
 namespace metro::gateway {
 
-using sched::SlaClass;
 
 Status validate(const BatchWindowConfig& cfg) {
-  for (int c = 0; c < sched::kNumSlaClasses; ++c) {
+  for (int c = 0; c < kNumSlaClasses; ++c) {
     if (cfg.max_batch[static_cast<size_t>(c)] < 1) {
       return invalid_argument(std::string("batch window: max_batch for ") +
-                              sched::sla_class_name(static_cast<SlaClass>(c)) + " must be >= 1");
+                              sla_class_name(static_cast<SlaClass>(c)) + " must be >= 1");
     }
   }
   if (cfg.max_batch_tokens < 1) return invalid_argument("batch window: max_batch_tokens must be >= 1");
@@ -27,9 +26,9 @@ Status validate(const BatchWindowConfig& cfg) {
   return Status();
 }
 
-BatchWindow::BatchWindow(const BatchWindowConfig& cfg, const sched::SlaConfig& sla) : cfg_(cfg) {
+BatchWindow::BatchWindow(const BatchWindowConfig& cfg, const SlaConfig& sla) : cfg_(cfg) {
   METRO_CHECK_MSG(validate(cfg_).ok(), "BatchWindow: invalid config (call validate())");
-  for (int c = 0; c < sched::kNumSlaClasses; ++c) {
+  for (int c = 0; c < kNumSlaClasses; ++c) {
     max_wait_s_[static_cast<size_t>(c)] =
         std::min(cfg_.max_wait_cap_s, cfg_.wait_fraction * sla.of(static_cast<SlaClass>(c)).ttft_s);
     max_wait_ns_[static_cast<size_t>(c)] = std::llround(max_wait_s_[static_cast<size_t>(c)] * 1e9);
@@ -62,7 +61,7 @@ size_t BatchWindow::size() const {
 
 std::optional<SlaClass> BatchWindow::due_class(int64_t now_ns) const {
   const bool tokens_full = queued_tokens_ >= cfg_.max_batch_tokens;
-  for (int c = 0; c < sched::kNumSlaClasses; ++c) {
+  for (int c = 0; c < kNumSlaClasses; ++c) {
     const auto& q = queues_[static_cast<size_t>(c)];
     if (q.empty()) continue;
     if (tokens_full || static_cast<int>(q.size()) >= cfg_.max_batch[static_cast<size_t>(c)] ||
@@ -95,7 +94,7 @@ std::vector<uint64_t> BatchWindow::take_ready(int64_t now_ns) {
 
 std::optional<int64_t> BatchWindow::next_deadline_ns() const {
   std::optional<int64_t> next;
-  for (int c = 0; c < sched::kNumSlaClasses; ++c) {
+  for (int c = 0; c < kNumSlaClasses; ++c) {
     const auto& q = queues_[static_cast<size_t>(c)];
     if (q.empty()) continue;
     const int64_t d = q.front().enqueued_ns + max_wait_ns_[static_cast<size_t>(c)];

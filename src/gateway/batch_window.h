@@ -21,13 +21,12 @@
 #include <vector>
 
 #include "base/status.h"
-#include "sched/seq_state.h"
-#include "sched/sla_config.h"
+#include "base/sla.h"
 
 namespace metro::gateway {
 
 struct BatchWindowConfig {
-  std::array<int, sched::kNumSlaClasses> max_batch = {16, 32, 64};
+  std::array<int, kNumSlaClasses> max_batch = {16, 32, 64};
   int max_batch_tokens = 8192;
   double wait_fraction = 0.05;
   double max_wait_cap_s = 0.5;
@@ -37,11 +36,11 @@ Status validate(const BatchWindowConfig& cfg);
 
 class BatchWindow {
  public:
-  BatchWindow(const BatchWindowConfig& cfg, const sched::SlaConfig& sla);  // cfg must pass validate()
+  BatchWindow(const BatchWindowConfig& cfg, const SlaConfig& sla);  // cfg must pass validate()
 
-  double max_wait_s(sched::SlaClass c) const { return max_wait_s_[static_cast<size_t>(c)]; }
+  double max_wait_s(SlaClass c) const { return max_wait_s_[static_cast<size_t>(c)]; }
 
-  void push(uint64_t id, sched::SlaClass c, int n_tokens, int64_t now_ns);
+  void push(uint64_t id, SlaClass c, int n_tokens, int64_t now_ns);
   // Drops a queued request (its client went away); false if it is not queued.
   bool cancel(uint64_t id);
   // The ids of a batch to run now, or an empty vector when none is due.
@@ -56,12 +55,12 @@ class BatchWindow {
     int n_tokens;
     int64_t enqueued_ns;
   };
-  std::optional<sched::SlaClass> due_class(int64_t now_ns) const;
+  std::optional<SlaClass> due_class(int64_t now_ns) const;
 
   BatchWindowConfig cfg_;
-  std::array<double, sched::kNumSlaClasses> max_wait_s_{};
-  std::array<int64_t, sched::kNumSlaClasses> max_wait_ns_{};
-  std::array<std::deque<Item>, sched::kNumSlaClasses> queues_;
+  std::array<double, kNumSlaClasses> max_wait_s_{};
+  std::array<int64_t, kNumSlaClasses> max_wait_ns_{};
+  std::array<std::deque<Item>, kNumSlaClasses> queues_;
   int64_t queued_tokens_ = 0;
 };
 

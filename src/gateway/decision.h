@@ -1,6 +1,8 @@
-// What a gateway policy answers for one request, before any work is done for it.
+// What the gateway answers for one request, before any work is done for it: the one
+// decision type of every gateway policy (quotas, admission, the front door).
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace metro::gateway {
@@ -12,12 +14,18 @@ inline constexpr const char* kReasonTtft = "predicted_ttft_over_slo";      // 50
 inline constexpr const char* kReasonDeadline = "deadline_unreachable";     // 503: would miss its own deadline
 inline constexpr const char* kReasonTenantRate = "tenant_tokens_per_minute"; // 429: over the token quota
 inline constexpr const char* kReasonTenantConcurrency = "tenant_concurrency"; // 429: too many in flight
+inline constexpr const char* kReasonOverloaded = "overloaded";              // 503: the server's bound on choices
+
+class Call;
 
 struct Decision {
   bool admit = true;
   int http_status = 200;     // 429 (the tenant is over its quota) or 503 (the server is full)
   std::string reason;        // one of the codes above when refused
   double retry_after_s = 0;  // whole seconds >= 1 when refused (the Retry-After header)
+  std::string message;       // for the client, when refused (the front door writes it)
+  // The admitted request, from the front door (FrontDoor::admit); null from lower policies.
+  std::shared_ptr<Call> call;
 
   static Decision admitted() { return {}; }
   static Decision reject(int status, std::string reason, double retry_after_s);

@@ -10,7 +10,7 @@
 
 namespace metro::gateway {
 
-EmbedBatcher::EmbedBatcher(const BatchWindowConfig& cfg, const sched::SlaConfig& sla, bool own_thread)
+EmbedBatcher::EmbedBatcher(const BatchWindowConfig& cfg, const SlaConfig& sla, bool own_thread)
     : window_(cfg, sla) {
   if (own_thread) thread_ = std::thread([this] { loop(); });
 }
@@ -27,7 +27,7 @@ void EmbedBatcher::stop() {
   for (auto& batch : take_due(std::numeric_limits<int64_t>::max(), /*flush=*/true)) run(std::move(batch));
 }
 
-uint64_t EmbedBatcher::hold(const void* target, sched::SlaClass c, int n_tokens, Submit submit,
+uint64_t EmbedBatcher::hold(uint64_t group, SlaClass c, int n_tokens, Submit submit,
                             std::vector<engine::Request> requests, Done done, int64_t now) {
   METRO_CHECK(!requests.empty() && submit && done);
   uint64_t ticket = 0;
@@ -39,7 +39,7 @@ uint64_t EmbedBatcher::hold(const void* target, sched::SlaClass c, int n_tokens,
       return 0;
     }
     ticket = next_ticket_++;
-    items_.emplace(ticket, Item{target, std::move(submit), std::move(requests), std::move(done)});
+    items_.emplace(ticket, Item{group, std::move(submit), std::move(requests), std::move(done)});
     window_.push(ticket, c, n_tokens, now < 0 ? now_ns() : now);
     ++stats_.held;
   }
@@ -83,13 +83,13 @@ std::vector<std::vector<EmbedBatcher::Item>> EmbedBatcher::take_due(int64_t now,
       items_.erase(it);
     }
     // One submission per engine the batch spans (in practice one).
-    std::vector<const void*> targets;
+    std::vector<uint64_t> groups;
     for (const Item& it : batch) {
       bool seen = false;
-      for (const void* t : targets) seen = seen || t == it.target;
-      if (!seen) targets.push_back(it.target);
+      for (uint64_t g : groups) seen = seen || g == it.group;
+      if (!seen) groups.push_back(it.group);
     }
-    stats_.batches += targets.size();
+    stats_.batches += groups.size();
     out.push_back(std::move(batch));
   }
   return out;
@@ -103,7 +103,7 @@ void EmbedBatcher::run(std::vector<Item> batch) {
     std::vector<std::pair<size_t, size_t>> members;  // item, its number of requests
     std::vector<engine::Request> requests;
     for (size_t i = first; i < batch.size(); ++i) {
-      if (taken[i] || batch[i].target != batch[first].target) continue;
+      if (taken[i] || batch[i].group != batch[first].group) continue;
       taken[i] = true;
       members.emplace_back(i, batch[i].requests.size());
       for (engine::Request& r : batch[i].requests) requests.push_back(std::move(r));

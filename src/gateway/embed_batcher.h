@@ -4,13 +4,13 @@
 // that an idle engine computes them in one step instead of one step each.
 //
 //   EmbedBatcher b(window_cfg, sla);                    // starts its timer thread
-//   uint64_t t = b.hold(engine.get(), SlaClass::kBatch, n_tokens,
+//   uint64_t t = b.hold(group, SlaClass::kBatch, n_tokens,
 //                       [&](std::vector<Request> rs) { return engine->submit_all(std::move(rs)); },
 //                       std::move(requests), [](std::vector<Expected<Handle>> hs) { ... });
 //   b.cancel(t);  // the client left: true if it was still held (done is then never called)
 //
 // `submit` and `done` run on the batcher's thread (or the caller of poll()), outside its
-// lock; `done` gets one result per request, in order. Items with the same `target` (an
+// lock; `done` gets one result per request, in order. Items of the same `group` (one per
 // engine) are submitted in one call. Thread-safe.
 #pragma once
 
@@ -42,7 +42,7 @@ class EmbedBatcher {
   using Done = std::function<void(std::vector<Expected<engine::Handle>>)>;
 
   // cfg must pass validate(). With own_thread false nothing runs until poll() (tests).
-  EmbedBatcher(const BatchWindowConfig& cfg, const sched::SlaConfig& sla, bool own_thread = true);
+  EmbedBatcher(const BatchWindowConfig& cfg, const SlaConfig& sla, bool own_thread = true);
   // stop().
   ~EmbedBatcher();
   EmbedBatcher(const EmbedBatcher&) = delete;
@@ -51,7 +51,7 @@ class EmbedBatcher {
   // Holds `requests` (one HTTP call's inputs; at least one) as one window item of
   // `n_tokens` prompt tokens, arriving at `now` (now_ns() clock; < 0: now). Returns a
   // ticket for cancel() (0 after stop(): submitted at once).
-  uint64_t hold(const void* target, sched::SlaClass c, int n_tokens, Submit submit,
+  uint64_t hold(uint64_t group, SlaClass c, int n_tokens, Submit submit,
                 std::vector<engine::Request> requests, Done done, int64_t now = -1);
   bool cancel(uint64_t ticket);
   // Joins the thread and submits whatever is still held (nothing is dropped); later holds
@@ -61,12 +61,12 @@ class EmbedBatcher {
   // Submits every batch due at now_ns; returns how many submissions it made.
   int poll(int64_t now_ns);
 
-  double max_wait_s(sched::SlaClass c) const { return window_.max_wait_s(c); }
+  double max_wait_s(SlaClass c) const { return window_.max_wait_s(c); }
   EmbedBatcherStats stats() const;
 
  private:
   struct Item {
-    const void* target = nullptr;
+    uint64_t group = 0;
     Submit submit;
     std::vector<engine::Request> requests;
     Done done;

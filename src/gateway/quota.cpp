@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/check.h"
+
 namespace metro::gateway {
 
 namespace {
@@ -17,8 +19,7 @@ Status validate(const TenantQuota& q) {
   return Status();
 }
 
-QuotaManager::QuotaManager(TenantQuota default_quota, sched::SchedMetrics* metrics)
-    : default_(default_quota), metrics_(metrics) {
+QuotaManager::QuotaManager(TenantQuota default_quota) : default_(default_quota) {
   METRO_CHECK_MSG(validate(default_).ok(), "QuotaManager: invalid default quota (call validate())");
 }
 
@@ -56,12 +57,11 @@ void QuotaManager::set_quota(const std::string& tenant, const TenantQuota& q) {
   t.level = std::min(t.level, capacity(q));
 }
 
-Decision QuotaManager::admit(const std::string& tenant, sched::SlaClass c, int64_t cost_tokens, int64_t now_ns) {
+Decision QuotaManager::admit(const std::string& tenant, int64_t cost_tokens, int64_t now_ns) {
   std::lock_guard lock(mu_);
   Tenant& t = tenant_locked(tenant);
   refill(t, now_ns);
   auto refuse = [&](const char* reason, double retry_s) {
-    if (metrics_ != nullptr) metrics_->observe_rejection(c, reason);
     return Decision::reject(429, reason, retry_s);
   };
   if (t.quota.max_concurrent > 0 && t.in_flight >= t.quota.max_concurrent) {

@@ -18,8 +18,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/status.h"
 #include "gateway/decision.h"
-#include "sched/sched_metrics.h"
 
 namespace metro::gateway {
 
@@ -34,15 +34,14 @@ Status validate(const TenantQuota& q);
 
 class QuotaManager {
  public:
-  // `metrics` (optional) counts refusals under the request's class.
-  explicit QuotaManager(TenantQuota default_quota = {}, sched::SchedMetrics* metrics = nullptr);
+  explicit QuotaManager(TenantQuota default_quota = {});
 
   // Replaces a tenant's quota; its bucket keeps its level, clamped to the new size.
   void set_quota(const std::string& tenant, const TenantQuota& q);
 
   // Decides; an admitted request holds a concurrency slot and `cost_tokens` of the bucket
   // until release().
-  Decision admit(const std::string& tenant, sched::SlaClass c, int64_t cost_tokens, int64_t now_ns);
+  Decision admit(const std::string& tenant, int64_t cost_tokens, int64_t now_ns);
   // The request ended: frees its slot and refunds charged - used tokens.
   void release(const std::string& tenant, int64_t charged_tokens, int64_t used_tokens, double duration_s,
                int64_t now_ns);
@@ -69,7 +68,6 @@ class QuotaManager {
   static void refill(Tenant& t, int64_t now_ns);
 
   TenantQuota default_;
-  sched::SchedMetrics* metrics_;
   std::mutex mu_;
   std::unordered_map<std::string, Tenant> tenants_;
 };

@@ -47,21 +47,16 @@ int PrefixHint::cached_tokens(std::span<const int32_t> prompt, bool with_pending
   return static_cast<int>(n * static_cast<size_t>(block_size_));
 }
 
-std::shared_ptr<const void> PrefixHint::hold_pending(std::span<const int32_t> prompt) const {
-  struct Hold {
-    std::shared_ptr<const PrefixHint> hint;
-    std::vector<uint64_t> chain;
-    ~Hold() { hint->drop_pending(chain); }
-  };
-  auto h = std::make_shared<Hold>();
-  h->hint = shared_from_this();
-  h->chain = chain(prompt);
+std::shared_ptr<const PendingPrefix> PrefixHint::hold_pending(std::span<const int32_t> prompt) const {
+  std::vector<uint64_t> c = chain(prompt);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (uint64_t x : h->chain) ++pending_[x];
+    for (uint64_t x : c) ++pending_[x];
   }
-  return h;
+  return std::make_shared<const PendingPrefix>(shared_from_this(), std::move(c));
 }
+
+PendingPrefix::~PendingPrefix() { hint_->drop_pending(chain_); }
 
 void PrefixHint::drop_pending(const std::vector<uint64_t>& c) const {
   std::lock_guard<std::mutex> lock(mu_);

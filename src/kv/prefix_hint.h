@@ -18,9 +18,27 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace metro::kv {
+
+class PrefixHint;
+
+// A prompt's full blocks held as pending in a PrefixHint; released when destroyed.
+class PendingPrefix {
+ public:
+  PendingPrefix(std::shared_ptr<const PrefixHint> hint, std::vector<uint64_t> chain)
+      : hint_(std::move(hint)), chain_(std::move(chain)) {}
+  ~PendingPrefix();
+  PendingPrefix(const PendingPrefix&) = delete;
+  PendingPrefix& operator=(const PendingPrefix&) = delete;
+  size_t n_blocks() const { return chain_.size(); }
+
+ private:
+  std::shared_ptr<const PrefixHint> hint_;
+  std::vector<uint64_t> chain_;
+};
 
 class PrefixHint : public std::enable_shared_from_this<PrefixHint> {
  public:
@@ -35,11 +53,12 @@ class PrefixHint : public std::enable_shared_from_this<PrefixHint> {
   int cached_tokens(std::span<const int32_t> prompt, bool with_pending = false) const;
   // Marks the prompt's full blocks pending until the returned handle is dropped (holds of
   // the same block count up). The hint must be owned by a shared_ptr.
-  std::shared_ptr<const void> hold_pending(std::span<const int32_t> prompt) const;
+  std::shared_ptr<const PendingPrefix> hold_pending(std::span<const int32_t> prompt) const;
   size_t size() const;
   size_t pending_size() const;
 
  private:
+  friend class PendingPrefix;
   std::vector<uint64_t> chain(std::span<const int32_t> prompt) const;
   void drop_pending(const std::vector<uint64_t>& chain) const;
 

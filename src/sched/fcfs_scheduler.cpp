@@ -31,13 +31,15 @@ class FcfsScheduler final : public Scheduler {
     // 1. Running sequences, oldest admission first: their next token or prefill chunk.
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       SeqState* s = running_[i];
-      int n = std::min(s->n_uncomputed(), budget);
+      int n = std::min(s->n_to_compute(), budget);
       if (n <= 0 || static_cast<int>(plan.seqs.size()) >= cfg_.max_seqs) {
         ++i;
         continue;
       }
-      const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
-      if (wants_logits && logits >= cfg_.max_logits) {
+      // Drafts beyond the logit cap are left out; the committed token still needs a row.
+      while (n > s->n_uncomputed() && logits + plan_entry(s, n).logit_rows() > cfg_.max_logits) --n;
+      const ScheduledSeq entry = plan_entry(s, n);
+      if (logits + entry.logit_rows() > cfg_.max_logits) {
         ++i;
         continue;
       }
@@ -45,9 +47,9 @@ class FcfsScheduler final : public Scheduler {
         // s itself was the newest running sequence and got preempted; running_ shrank.
         continue;
       }
-      plan.seqs.push_back({s, n});
+      plan.seqs.push_back(entry);
       budget -= n;
-      logits += wants_logits ? 1 : 0;
+      logits += entry.logit_rows();
       ++i;
     }
 
@@ -62,9 +64,9 @@ class FcfsScheduler final : public Scheduler {
         if (s->n_preemptions == 0) s->n_cached_prompt = std::min(cached, s->n_prompt);
       }
       const int n = std::min(s->n_uncomputed(), budget);
-      const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
-      if (wants_logits && logits >= cfg_.max_logits) break;
-      if (!kv_.allocate(s->id, n)) {
+      const ScheduledSeq entry = plan_entry(s, n);
+      if (logits + entry.logit_rows() > cfg_.max_logits) break;
+      if (!reserve_for(kv_, *s, n)) {
         // No room: give back prefix hits so cached blocks stay evictable, retry later.
         kv_.free(s->id);
         s->n_computed = 0;
@@ -75,19 +77,18 @@ class FcfsScheduler final : public Scheduler {
       s->admit_order = ++admit_counter_;
       if (s->first_scheduled_ns == 0) s->first_scheduled_ns = now_ns;
       running_.push_back(s);
-      plan.seqs.push_back({s, n});
+      plan.seqs.push_back(entry);
       budget -= n;
-      logits += wants_logits ? 1 : 0;
+      logits += entry.logit_rows();
     }
     plan.n_tokens = cfg_.max_batch_tokens - budget;
     return plan;
   }
 
-  void update(const StepPlan& plan) override {
-    for (const ScheduledSeq& ss : plan.seqs) {
-      SeqState* s = ss.seq;
-      s->n_computed += ss.n_tokens;
-      kv_.commit(s->id, s->tokens, s->n_computed);
+  using Scheduler::update;
+  void update(const StepPlan& plan, const StepResult& result) override {
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      advance_computed(kv_, plan.seqs[i], i < result.n_accepted.size() ? result.n_accepted[i] : 0);
     }
   }
 
@@ -104,13 +105,19 @@ class FcfsScheduler final : public Scheduler {
     return {static_cast<int>(waiting_.size()), static_cast<int>(running_.size()), preemptions_};
   }
 
+  // FCFS plans by tokens alone; it fits the step cost anyway so that every policy reports
+  // what a step costs.
+  void observe_step(const StepCostSample& sample) override { cost_.observe(sample); }
+  SchedulerStats stats() const override { return {counts(), cfg_.max_batch_tokens, cost_.model()}; }
+  std::shared_ptr<const QueueOrder> queue_order() const override { return fifo_queue_order(); }
+
   const char* name() const override { return "fcfs"; }
 
  private:
   // Allocates n slots for running sequence s, preempting the most recently admitted running
   // sequences until it fits. Returns false if s itself had to be preempted.
   bool allocate_or_preempt(SeqState* s, int n, StepPlan* plan) {
-    while (!kv_.allocate(s->id, n)) {
+    while (!reserve_for(kv_, *s, n)) {
       SeqState* victim = *std::max_element(running_.begin(), running_.end(),
                                            [](const SeqState* a, const SeqState* b) {
                                              return a->admit_order < b->admit_order;
@@ -142,6 +149,7 @@ class FcfsScheduler final : public Scheduler {
   std::deque<SeqState*> waiting_;    // in arrival order, preempted first
   uint64_t admit_counter_ = 0;
   uint64_t preemptions_ = 0;
+  StepCostTracker cost_;
 };
 
 }  // namespace

@@ -76,13 +76,6 @@ void SchedMetrics::set_queue_depth(SlaClass c, int64_t waiting, int64_t running)
   of(c).running = running;
 }
 
-void SchedMetrics::observe_rejection(SlaClass c, std::string_view reason) {
-  std::lock_guard lock(mu_);
-  auto& m = of(c).rejections;
-  auto it = m.find(reason);
-  if (it == m.end()) it = m.emplace(std::string(reason), 0).first;
-  ++it->second;
-}
 
 void SchedMetrics::observe_preemption(SlaClass c, bool fair_share) {
   std::lock_guard lock(mu_);
@@ -112,7 +105,6 @@ SchedMetricsSnapshot SchedMetrics::snapshot() const {
     s.slo_attainment = p.finished == 0 ? 0.0 : static_cast<double>(p.slo_met) / static_cast<double>(p.finished);
     s.waiting = p.waiting;
     s.running = p.running;
-    s.rejections.insert(p.rejections.begin(), p.rejections.end());
     s.preemptions = p.preemptions;
     s.fair_share_preemptions = p.fair_share_preemptions;
     s.predictor = p.accuracy.snapshot();

@@ -1,7 +1,7 @@
-// Per-class serving metrics the server exports: latency histograms, SLO attainment, queue
-// depth, rejections by reason, preemptions, predictor accuracy. A plain registry: the
-// engine, the gateway and the scheduler observe into it, the server formats snapshot().
-// Thread-safe (one short critical section per call); no text format here.
+// Per-class metrics of one engine: latency histograms, SLO attainment, queue depth,
+// preemptions, predictor accuracy. The engine and its scheduler observe into it; the
+// engine's metrics collector formats snapshot(). Thread-safe (one short critical section
+// per call); no text format here.
 #pragma once
 
 #include <array>
@@ -14,7 +14,7 @@
 
 #include "sched/length_predictor.h"
 #include "sched/seq_state.h"
-#include "sched/sla_config.h"
+#include "base/sla.h"
 
 namespace metro::sched {
 
@@ -48,7 +48,6 @@ struct ClassMetricsSnapshot {
   uint64_t ttft_met = 0, tpot_met = 0, slo_met = 0;  // slo_met: both objectives met
   double slo_attainment = 0.0;                        // slo_met / finished (0 when none)
   int64_t waiting = 0, running = 0;                   // the last set_queue_depth()
-  std::map<std::string, uint64_t> rejections;         // by reason code
   uint64_t preemptions = 0;
   uint64_t fair_share_preemptions = 0;  // of which to give a tenant its share of seats
   PredictionAccuracy::Snapshot predictor;
@@ -69,7 +68,6 @@ class SchedMetrics {
   // only TTFT counts towards its SLO).
   void observe_finished(SlaClass c, double ttft_s, double tpot_s, double e2e_s);
   void set_queue_depth(SlaClass c, int64_t waiting, int64_t running);
-  void observe_rejection(SlaClass c, std::string_view reason);
   // fair_share: to give a seat to a tenant below its share (else: for KV space).
   void observe_preemption(SlaClass c, bool fair_share = false);
   // A prediction made at admission and the length the request really produced.
@@ -83,7 +81,6 @@ class SchedMetrics {
     Histogram ttft, tpot, e2e;
     uint64_t finished = 0, ttft_met = 0, tpot_met = 0, slo_met = 0;
     int64_t waiting = 0, running = 0;
-    std::map<std::string, uint64_t, std::less<>> rejections;
     uint64_t preemptions = 0;
     uint64_t fair_share_preemptions = 0;
     PredictionAccuracy accuracy;

@@ -1,26 +1,25 @@
 // The scheduler's view of one sequence. The scheduler thinks in computed vs total tokens,
 // not phases: a sequence is "prefilling" while n_computed < tokens.size() - 1 and decoding
-// when one token (the last sampled one) remains to compute.
+// when one token (the last sampled one) remains to compute. Proposed tokens (drafts of
+// speculative decoding) are kept apart from the committed ones until they are verified.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/sla.h"
+
 namespace metro::sched {
-
-enum class SlaClass : uint8_t { kRealtime = 0, kStandard = 1, kBatch = 2 };
-inline constexpr int kNumSlaClasses = 3;
-
-const char* sla_class_name(SlaClass c);
-// "realtime" | "standard" | "batch"; false for anything else.
-bool parse_sla_class(const std::string& s, SlaClass* out);
 
 enum class SeqStatus : uint8_t { kWaiting, kRunning, kFinished };
 
 struct SeqState {
   uint64_t id = 0;               // unique; the KV cache's key
-  std::vector<int32_t> tokens;   // prompt, then generated tokens (the engine appends)
+  std::vector<int32_t> tokens;   // committed: prompt, then generated tokens (the engine appends)
+  // Proposed continuation after tokens.back(), not yet verified; only while decoding
+  // (n_uncomputed() == 1). The engine sets it before a step and clears it after sampling.
+  std::vector<int32_t> draft;
   int n_prompt = 0;
   int n_computed = 0;            // leading tokens whose K/V are in the cache
   int n_cached_prompt = 0;       // prompt tokens served by the prefix cache
@@ -28,7 +27,7 @@ struct SeqState {
   int64_t arrival_ns = 0;
   bool use_prefix_cache = true;  // off for embeddings (every hidden state must be computed)
 
-  // Traffic policy (issue 8): class, tenant, optional deadline.
+  // Traffic policy: class, tenant, optional deadline.
   SlaClass sla_class = SlaClass::kStandard;
   std::string tenant;
   int64_t deadline_ns = 0;       // 0: none
@@ -45,6 +44,10 @@ struct SeqState {
 
   int n_generated() const { return static_cast<int>(tokens.size()) - n_prompt; }
   int n_uncomputed() const { return static_cast<int>(tokens.size()) - n_computed; }
+  // Tokens a step could compute: the uncomputed committed ones, then the drafts.
+  int n_to_compute() const {
+    return n_uncomputed() + (n_uncomputed() == 1 ? static_cast<int>(draft.size()) : 0);
+  }
 };
 
 }  // namespace metro::sched

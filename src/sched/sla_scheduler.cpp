@@ -13,18 +13,6 @@
 
 namespace metro::sched {
 
-int StepCostModel::max_prefill(double seconds, int64_t pos, int cap) const {
-  if (cap <= 0 || !(seconds > 0.0) || per_prefill_token_s <= 0.0) return 0;
-  const double a = per_prefill_token_s, b = per_attention_pair_s;
-  // prefill_s(n) = (b / 2) n^2 + (a + b (pos + 1/2)) n, increasing in n.
-  const double lin = a + b * (static_cast<double>(pos) + 0.5);
-  double n = b > 0.0 ? (std::sqrt(lin * lin + 2.0 * b * seconds) - lin) / b : seconds / a;
-  n = std::min(n, static_cast<double>(cap));
-  int k = static_cast<int>(std::floor(n));
-  while (k > 0 && prefill_s(k, pos) > seconds) --k;  // rounding of the root
-  return k;
-}
-
 namespace {
 
 constexpr double kNsPerS = 1e9;
@@ -100,7 +88,8 @@ class SlaSchedulerImpl final : public SlaScheduler {
   }
 
   StepPlan schedule(int64_t now_ns) override;
-  void update(const StepPlan& plan) override;
+  using Scheduler::update;
+  void update(const StepPlan& plan, const StepResult& result) override;
 
   void remove(SeqState* seq) override {
     kv_.free(seq->id);
@@ -152,7 +141,12 @@ class SlaSchedulerImpl final : public SlaScheduler {
   }
   int last_step_budget() const override { return last_budget_; }
   const LengthPredictor& predictor() const override { return *predictor_; }
-  void set_step_cost(const StepCostModel& cost) override { cfg_.cost = cost; }
+
+  void observe_step(const StepCostSample& sample) override {
+    if (cost_tracker_.observe(sample)) cfg_.cost = cost_tracker_.model();
+  }
+  SchedulerStats stats() const override { return {counts(), last_budget_, cfg_.cost}; }
+  std::shared_ptr<const QueueOrder> queue_order() const override { return queue_order_; }
 
  private:
   Entry& insert(SeqState* seq) {
@@ -394,8 +388,8 @@ class SlaSchedulerImpl final : public SlaScheduler {
 
   // KV room for n more tokens of e, preempting what e may preempt.
   bool reserve(Entry* e, int n, StepPlan* plan) {
-    if (!could_free(*e, kv_.blocks_needed(e->seq->id, n))) return false;
-    while (!kv_.allocate(e->seq->id, n)) {
+    if (!could_free(*e, blocks_for(kv_, *e->seq, n))) return false;
+    while (!reserve_for(kv_, *e->seq, n)) {
       Entry* v = victim_for(*e);
       if (v == nullptr) return false;
       preempt(v, plan);
@@ -432,6 +426,8 @@ class SlaSchedulerImpl final : public SlaScheduler {
   kv::KvCacheManager& kv_;
   VirtualTokenCounter vtc_;
   std::shared_ptr<LengthPredictor> predictor_;
+  StepCostTracker cost_tracker_;
+  std::shared_ptr<const QueueOrder> queue_order_ = class_queue_order();
   std::unordered_map<const SeqState*, Entry> entries_;
   std::vector<Entry*> running_;
   const SeqState* lane_ = nullptr;  // the starvation lane's holder
@@ -585,10 +581,17 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
       s->n_computed = cached;
       if (s->n_preemptions == 0) s->n_cached_prompt = std::min(cached, s->n_prompt);
     }
-    int n = std::min(s->n_uncomputed(), budget);
+    int n = std::min(s->n_to_compute(), budget);
     if (e->key.tier == 0 && !is_decode(*e)) n = std::min(n, lane_cap);
     const bool decode = is_decode(*e);
-    const double decode_cost = decode ? cost.decode_s(s->n_computed) : 0.0;
+    // A decode with drafts computes them too: each costs about a prompt token.
+    auto decode_cost_of = [&](int k) {
+      return cost.decode_s(s->n_computed) + (k > 1 ? cost.prefill_s(k - 1, s->n_computed + 1) : 0.0);
+    };
+    if (timed && decode) {
+      while (n > 1 && decode_cost_of(n) > time_left) --n;
+    }
+    const double decode_cost = decode ? decode_cost_of(n) : 0.0;
     if (timed) {
       // A paused decode keeps its blocks: its token would push the step past the objective.
       if (decode && decode_cost > time_left) continue;
@@ -599,7 +602,8 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
         n = plan.seqs.empty() ? std::max(fit, std::min(n, cfg_.min_step_tokens)) : fit;
       }
     }
-    const bool wants_logits = s->n_computed + n == static_cast<int>(s->tokens.size());
+    const ScheduledSeq entry = n > 0 ? plan_entry(s, n) : ScheduledSeq{};
+    const int rows = entry.logit_rows();
     const size_t cls_i = static_cast<size_t>(s->sla_class);
     const bool at_share = !was_running && fair_seats_[cls_i] > 0 &&
                           tenant_seats_[cls_i][s->tenant].running >= fair_seats_[cls_i];
@@ -608,7 +612,7 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
       s->n_computed = 0;
       continue;
     }
-    bool fits = n > 0 && !(wants_logits && logits >= cfg_.base.max_logits);
+    bool fits = n > 0 && !(rows > 0 && logits + rows > cfg_.base.max_logits);
     if (fits && !was_running) {
       fits = make_room_to_admit(e, &plan);
       // Smaller requests behind a starving one that does not fit would take the memory it
@@ -634,11 +638,11 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     }
     e->planned = true;
     e->ready_since_ns = now_ns;
-    plan.seqs.push_back({s, n});
+    plan.seqs.push_back(entry);
     if (!is_decode(*e) && e->key.tier != 0) last_class_prefill_ns_[static_cast<size_t>(s->sla_class)] = now_ns;
     budget -= n;
     if (timed) time_left -= decode ? decode_cost : cost.prefill_s(n, s->n_computed);
-    logits += wants_logits ? 1 : 0;
+    logits += rows;
     // Every token in the step delays its end, so a step that prefills a realtime prompt
     // carries nothing of the classes below (their decodes pause for those few steps).
     if (cfg_.realtime_prefill_exclusive && s->sla_class == SlaClass::kRealtime && !is_decode(*e)) {
@@ -649,12 +653,12 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   return plan;
 }
 
-void SlaSchedulerImpl::update(const StepPlan& plan) {
-  for (const ScheduledSeq& ss : plan.seqs) {
+void SlaSchedulerImpl::update(const StepPlan& plan, const StepResult& result) {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& ss = plan.seqs[i];
     SeqState* s = ss.seq;
     const bool sampled = ss.samples();
-    s->n_computed += ss.n_tokens;
-    kv_.commit(s->id, s->tokens, s->n_computed);
+    advance_computed(kv_, ss, i < result.n_accepted.size() ? result.n_accepted[i] : 0);
     auto it = entries_.find(s);
     if (it == entries_.end()) continue;
     Entry& e = it->second;
@@ -721,16 +725,6 @@ Status validate(const SlaSchedulerConfig& cfg) {
 std::unique_ptr<SlaScheduler> make_sla_scheduler(const SlaSchedulerConfig& cfg, kv::KvCacheManager& kv) {
   METRO_CHECK_MSG(validate(cfg).ok(), "make_sla_scheduler: invalid config (call validate())");
   return std::make_unique<SlaSchedulerImpl>(cfg, kv);
-}
-
-Expected<std::unique_ptr<Scheduler>> make_scheduler(std::string_view name, const SlaSchedulerConfig& cfg,
-                                                    kv::KvCacheManager& kv) {
-  if (name == "fcfs") return make_fcfs_scheduler(cfg.base, kv);
-  if (name == "sla") {
-    METRO_RETURN_IF_ERROR(validate(cfg));
-    return std::unique_ptr<Scheduler>(make_sla_scheduler(cfg, kv));
-  }
-  return invalid_argument("--sched: unknown scheduler '" + std::string(name) + "'; expected fcfs or sla");
 }
 
 }  // namespace metro::sched

@@ -66,45 +66,12 @@
 #include "sched/fair_share.h"
 #include "sched/length_predictor.h"
 #include "sched/scheduler.h"
-#include "sched/sla_config.h"
+#include "sched/step_cost_fit.h"
+#include "base/sla.h"
 
 namespace metro::sched {
 
 class SchedMetrics;
-
-// Seconds one step takes: fixed + per_prefill_token x prompt tokens + per_decode_seq x
-// decodes, plus attention, which grows with context: a prompt chunk of n tokens from
-// position p scores n x p + n (n + 1) / 2 (query, key) pairs, a decode reads the keys of
-// its whole context (p + 1). Without the attention terms a chunk late in a 2000-token
-// prompt costs twice what the model says and a chunk of a short prompt less; measured on
-// the server at 90% load, attention was 42% of engine time (docs/scheduling.md, "Step
-// cost model"). All zero: unknown (the budget is max_batch_tokens).
-struct StepCostModel {
-  double fixed_s = 0.0;
-  double per_prefill_token_s = 0.0;
-  double per_decode_seq_s = 0.0;
-  double per_attention_pair_s = 0.0;  // prompt chunks: per (query, key) pair
-  double per_decode_ctx_s = 0.0;      // decodes: per key of the context
-  bool known() const { return per_prefill_token_s > 0.0; }
-  // Context-free form (attention counted at context 0).
-  double step_s(int prefill_tokens, int decode_seqs) const {
-    return fixed_s + per_prefill_token_s * prefill_tokens + per_decode_seq_s * decode_seqs;
-  }
-  static double pairs(int64_t n, int64_t pos) {
-    const double nd = static_cast<double>(n);
-    return nd * static_cast<double>(pos) + nd * (nd + 1.0) / 2.0;
-  }
-  // A chunk of n prompt tokens starting at position pos.
-  double prefill_s(int64_t n, int64_t pos) const {
-    return per_prefill_token_s * static_cast<double>(n) + per_attention_pair_s * pairs(n, pos);
-  }
-  // A decode whose new token sits at position pos (it attends to pos + 1 keys).
-  double decode_s(int64_t pos) const {
-    return per_decode_seq_s + per_decode_ctx_s * static_cast<double>(pos + 1);
-  }
-  // The longest chunk from position pos, at most cap tokens, that fits in `seconds`.
-  int max_prefill(double seconds, int64_t pos, int cap) const;
-};
 
 struct SlaSchedulerConfig {
   SchedulerConfig base;
@@ -129,7 +96,8 @@ struct SlaSchedulerConfig {
   // first costs others theirs, so this is a liveness guarantee, not a latency one.
   double in_class_starve_factor = 4.0;
   VtcWeights vtc;
-  StepCostModel cost;               // for the SLO-driven step budget; see set_step_cost()
+  // The step cost model the SLO-driven budget starts from; refitted from observe_step().
+  StepCostModel cost;
   double step_per_ttft = 0.25;      // a step may take at most this fraction of a class's TTFT
   // ... and this fraction of the TPOT of a class that is decoding: the rest is margin for
   // the cost model's error (attention grows with context) and for steps a decode sits out.
@@ -171,15 +139,9 @@ class SlaScheduler : public Scheduler {
   // The budget the last schedule() used (max_batch_tokens unless the SLOs cut it).
   virtual int last_step_budget() const = 0;
   virtual const LengthPredictor& predictor() const = 0;
-  // The engine feeds its measured step cost (EWMA of its step times) here.
-  virtual void set_step_cost(const StepCostModel& cost) = 0;
 };
 
 // `cfg` must pass validate().
 std::unique_ptr<SlaScheduler> make_sla_scheduler(const SlaSchedulerConfig& cfg, kv::KvCacheManager& kv);
-
-// `--sched fcfs|sla`: the FCFS policy takes cfg.base only.
-Expected<std::unique_ptr<Scheduler>> make_scheduler(std::string_view name, const SlaSchedulerConfig& cfg,
-                                                    kv::KvCacheManager& kv);
 
 }  // namespace metro::sched

@@ -1,10 +1,24 @@
 #include "sched/step_cost_fit.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <utility>
 
 namespace metro::sched {
+
+int StepCostModel::max_prefill(double seconds, int64_t pos, int cap) const {
+  if (cap <= 0 || !(seconds > 0.0) || per_prefill_token_s <= 0.0) return 0;
+  const double a = per_prefill_token_s, b = per_attention_pair_s;
+  // prefill_s(n) = (b / 2) n^2 + (a + b (pos + 1/2)) n, increasing in n.
+  const double lin = a + b * (static_cast<double>(pos) + 0.5);
+  double n = b > 0.0 ? (std::sqrt(lin * lin + 2.0 * b * seconds) - lin) / b : seconds / a;
+  n = std::min(n, static_cast<double>(cap));
+  int k = static_cast<int>(std::floor(n));
+  while (k > 0 && prefill_s(k, pos) > seconds) --k;  // rounding of the root
+  return k;
+}
+
 
 void StepCostFit::observe(double step_s, int prefill_tokens, int decode_seqs, double prefill_pairs,
                           double decode_ctx) {
@@ -97,6 +111,15 @@ std::optional<StepCostModel> StepCostFit::fit() const {
   m.per_attention_pair_s = c[2];
   m.per_decode_ctx_s = c[3];
   return m;
+}
+
+bool StepCostTracker::observe(const StepCostSample& s) {
+  fit_.observe(s.step_s, s.prefill_tokens, s.decode_seqs, s.prefill_pairs, s.decode_ctx);
+  if (fit_.steps() > StepCostFit::kMinStepsForTerms && fit_.steps() % kRefitEvery != 0) return false;
+  const std::optional<StepCostModel> m = fit_.fit();
+  if (!m) return false;
+  model_ = *m;
+  return true;
 }
 
 }  // namespace metro::sched

@@ -17,9 +17,44 @@
 
 #include <optional>
 
-#include "sched/sla_scheduler.h"
+#include <cstdint>
 
 namespace metro::sched {
+
+// Seconds one step takes: fixed + per_prefill_token x prompt tokens + per_decode_seq x
+// decodes, plus attention, which grows with context: a prompt chunk of n tokens from
+// position p scores n x p + n (n + 1) / 2 (query, key) pairs, a decode reads the keys of
+// its whole context (p + 1). Without the attention terms a chunk late in a 2000-token
+// prompt costs twice what the model says and a chunk of a short prompt less (on a loaded
+// server attention is a large share of engine time: docs/scheduling.md, "Step cost
+// model"). All zero: unknown.
+struct StepCostModel {
+  double fixed_s = 0.0;
+  double per_prefill_token_s = 0.0;
+  double per_decode_seq_s = 0.0;
+  double per_attention_pair_s = 0.0;  // prompt chunks: per (query, key) pair
+  double per_decode_ctx_s = 0.0;      // decodes: per key of the context
+  bool known() const { return per_prefill_token_s > 0.0; }
+  // Context-free form (attention counted at context 0).
+  double step_s(int prefill_tokens, int decode_seqs) const {
+    return fixed_s + per_prefill_token_s * prefill_tokens + per_decode_seq_s * decode_seqs;
+  }
+  static double pairs(int64_t n, int64_t pos) {
+    const double nd = static_cast<double>(n);
+    return nd * static_cast<double>(pos) + nd * (nd + 1.0) / 2.0;
+  }
+  // A chunk of n prompt tokens starting at position pos.
+  double prefill_s(int64_t n, int64_t pos) const {
+    return per_prefill_token_s * static_cast<double>(n) + per_attention_pair_s * pairs(n, pos);
+  }
+  // A decode whose new token sits at position pos (it attends to pos + 1 keys).
+  double decode_s(int64_t pos) const {
+    return per_decode_seq_s + per_decode_ctx_s * static_cast<double>(pos + 1);
+  }
+  // The longest chunk from position pos, at most cap tokens, that fits in `seconds`.
+  int max_prefill(double seconds, int64_t pos, int cap) const;
+};
+
 
 class StepCostFit {
  public:
@@ -43,6 +78,29 @@ class StepCostFit {
   double xtx_[kN][kN] = {};
   double xty_[kN] = {};
   int64_t steps_ = 0;
+};
+
+// What one step did, in the step cost model's terms.
+struct StepCostSample {
+  double step_s = 0.0;
+  int prefill_tokens = 0;      // tokens of prompt chunks (and of drafts being verified)
+  int decode_seqs = 0;
+  double prefill_pairs = 0.0;  // sum of StepCostModel::pairs over the chunks
+  double decode_ctx = 0.0;     // keys the decodes read (sum of pos + 1)
+};
+
+// A StepCostFit refitted on a cadence: every step until the terms can be told apart, then
+// every kRefitEvery steps (a fit is a small least-squares solve).
+class StepCostTracker {
+ public:
+  static constexpr int64_t kRefitEvery = 32;
+  // Returns true when the model changed.
+  bool observe(const StepCostSample& s);
+  const StepCostModel& model() const { return model_; }
+
+ private:
+  StepCostFit fit_;
+  StepCostModel model_;
 };
 
 }  // namespace metro::sched

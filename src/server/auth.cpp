@@ -45,8 +45,8 @@ Status parse_setting(std::string_view field, TenantSettings* ts, bool* explicit_
     return Status();
   };
   if (name == "class") {
-    sched::SlaClass c;
-    if (!sched::parse_sla_class(std::string(value), &c)) {
+    SlaClass c;
+    if (!parse_sla_class(std::string(value), &c)) {
       return invalid_argument("`class` must be realtime, standard or batch");
     }
     ts->default_class = c;

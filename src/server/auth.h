@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "sched/seq_state.h"
+#include "base/sla.h"
 
 namespace metro::server {
 
@@ -27,7 +27,7 @@ namespace metro::server {
 bool constant_time_equal(std::string_view a, std::string_view b);
 
 struct TenantSettings {
-  std::optional<sched::SlaClass> default_class;
+  std::optional<SlaClass> default_class;
   double tokens_per_minute = 0.0;  // 0: unlimited
   double burst_tokens = 0.0;       // 0: tokens_per_minute
   int max_concurrent = 0;          // 0: unlimited

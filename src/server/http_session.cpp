@@ -244,184 +244,131 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
   phase_ = Phase::kPrepare;
   preparing_ = true;
   core_.metrics().inflight_requests.fetch_add(1);
-  std::shared_ptr<const ModelContext> model = core_.model();
   const int64_t start = request_start_ns_;
   arm_read();  // notice a client that leaves while its request is prepared or generated
   asio::post(core_.prep_pool(), [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
-                                 model = std::move(model), label = std::move(endpoint_label), start]() mutable {
-    ApiResult<PreparedCall> result = prepare_request(endpoint, body, model->prompt, call);
-    std::optional<AdmissionRequest> admitted;
-    const AdmissionHook& admission = self->core_.config().admission;
-    if (result.ok() && admission) {
-      AdmissionRequest ar;
-      ar.endpoint = endpoint_path(endpoint);
-      ar.tenant = call.tenant;
-      ar.prompt_tokens = result->prompt_tokens;
-      for (const engine::Request& r : result->requests) {
-        // Embeddings compute every position (no prefix cache); generation reuses blocks.
-        if (r.kind == engine::RequestKind::kGenerate) {
-          ar.cached_prompt_tokens += model->engine->cached_prefix_tokens(r.prompt, /*with_pending=*/true);
-        }
-      }
-      ar.start_ns = now_ns();
-      if (!result->requests.empty()) {
-        ar.sla_class = result->requests.front().sla_class;
-        ar.deadline_ns = result->requests.front().deadline_ns;
-        ar.max_tokens = result->requests.front().stop.max_tokens;
-      }
-      ar.n_choices = static_cast<int>(result->requests.size()) * std::max(1, result->spec.n);
-      const AdmissionDecision dec = admission(ar);
-      if (!dec.admit) {
-        ApiError e;
-        e.status = dec.status == 429 ? 429 : 503;
-        e.type = dec.status == 429 ? "rate_limit_error" : "server_error";
-        e.code = dec.code.empty() ? (dec.status == 429 ? "rate_limit_exceeded" : "overloaded") : dec.code;
-        e.message = dec.message.empty() ? "the server cannot take this request now" : dec.message;
-        e.retry_after_seconds = std::max(1, dec.retry_after_seconds);
-        result = std::move(e);
-      } else {
-        // Requests behind it that share its prefix are credited with it from now on.
-        for (const engine::Request& r : result->requests) {
-          if (r.kind == engine::RequestKind::kGenerate) {
-            if (auto hold = model->engine->hold_pending_prefix(r.prompt)) ar.pending_prefixes.push_back(std::move(hold));
-          }
-        }
-        admitted = std::move(ar);
-      }
-    }
-    asio::post(self->strand_, [self, result = std::move(result), admitted = std::move(admitted),
-                               model = std::move(model), label = std::move(label), start]() mutable {
-      self->on_prepared(std::move(result), std::move(admitted), std::move(model), std::move(label), start);
+                                 label = std::move(endpoint_label), start]() mutable {
+    Prepared p = self->prepare_on_worker(endpoint, body, call);
+    asio::post(self->strand_, [self, p = std::move(p), label = std::move(label), start]() mutable {
+      self->on_prepared(std::move(p), std::move(label), start);
     });
   });
 }
 
-void HttpSession::on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
-                              std::shared_ptr<const ModelContext> model, std::string label, int64_t start_ns) {
+// On a prep thread: parse, pick the model, validate, tokenize, then the front door decides.
+HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::string_view body,
+                                                     const CallContext& call) {
+  Prepared p;
+  gateway::FrontDoor& door = core_.front_door();
+  auto json = parse_body(body);
+  if (!json.ok()) {
+    p.result = json.error();
+    return p;
+  }
+  auto name = requested_model(*json);
+  if (!name.ok()) {
+    p.result = name.error();
+    return p;
+  }
+  p.model = door.resolve(*name);
+  if (!p.model) {
+    std::vector<std::string> served;
+    for (const auto& m : door.models().all()) {
+      if (m->variant.empty()) served.push_back(m->name);
+    }
+    p.result = detail::unknown_model_error(*name, served);
+    return p;
+  }
+  const PromptContext ctx = prompt_context(*p.model, core_.config().limits);
+  p.result = prepare_parsed_request(endpoint, *json, ctx, call);
+  if (!p.result.ok()) return p;
+  PreparedCall& pc = *p.result;
+  gateway::CallRequest r;
+  r.model = p.model;
+  r.tenant = call.tenant;
+  r.prompt_tokens = pc.prompt_tokens;
+  r.n_choices = static_cast<int>(pc.requests.size()) * std::max(1, pc.spec.n);
+  if (!pc.requests.empty()) {
+    r.sla_class = pc.requests.front().sla_class;
+    r.deadline_ns = pc.requests.front().deadline_ns;
+    r.max_tokens = pc.requests.front().stop.max_tokens;
+  }
+  r.requests = pc.requests;
+  gateway::Decision d = door.admit(r);
+  if (!d.admit) {
+    ApiError e;
+    e.status = d.http_status == 429 ? 429 : 503;
+    e.type = d.http_status == 429 ? "rate_limit_error" : "server_error";
+    e.code = d.reason.empty() ? (d.http_status == 429 ? "rate_limit_exceeded" : "overloaded") : d.reason;
+    e.message = d.message.empty() ? "the server cannot take this request now" : d.message;
+    e.retry_after_seconds = std::max(1, static_cast<int>(d.retry_after_s));
+    p.result = std::move(e);
+    return p;
+  }
+  p.admitted = std::move(d.call);
+  return p;
+}
+
+void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
   preparing_ = false;
   ServerMetrics& metrics = core_.metrics();
-  const AdmissionOutcome refused{result.ok() ? result->prompt_tokens : 0, 0, false};
   if (phase_ != Phase::kPrepare) {  // the client left meanwhile; nothing was submitted
     metrics.inflight_requests.fetch_sub(1);
-    finish_admission(admitted, refused, false);
-    return;
+    return;  // p.admitted ends here (not completed)
   }
-  if (!result.ok()) {
+  if (!p.result.ok()) {
     metrics.inflight_requests.fetch_sub(1);
-    respond(HttpResponse::error(result.error()), label);
+    respond(HttpResponse::error(p.result.error()), label);
     return;
   }
-  PreparedCall& pc = *result;
-  const int n_choices = static_cast<int>(pc.requests.size()) * std::max(1, pc.spec.n);
-  const int64_t before = metrics.inflight_choices.fetch_add(n_choices);
-  if (before + n_choices > core_.config().max_inflight_choices) {
-    metrics.inflight_choices.fetch_sub(n_choices);
-    metrics.inflight_requests.fetch_sub(1);
-    finish_admission(admitted, refused, false);
-    respond(HttpResponse::error(unavailable_error("the server is at its limit of concurrent choices", "overloaded")),
-            label);
-    return;
-  }
+  PreparedCall& pc = *p.result;
   auto call = std::make_unique<Call>();
-  call->model = model;
+  call->model = std::move(p.model);
+  call->admitted = std::move(p.admitted);
   call->endpoint = label;
   call->start_ns = start_ns;
-  call->n_choices = n_choices;
-  call->admitted = std::move(admitted);
-  const std::shared_ptr<gateway::EmbedBatcher>& window = core_.config().embed_window;
-  if (window && pc.spec.endpoint == Endpoint::kEmbeddings) {
-    // Held in the batching window: submitted with the others of its batch, on the window's
-    // thread; the session stays in kPrepare (a client that leaves cancels it). What the
-    // engine would refuse is refused now, not after the wait.
-    for (engine::Request& r : pc.requests) {
-      if (Status s = model->engine->validate(r); !s.ok()) {
-        fail_submit(*call, s, pc.spec.endpoint);
-        return;
-      }
-    }
-    const sched::SlaClass cls = pc.requests.front().sla_class;
-    std::shared_ptr<engine::Engine> eng = model->engine;
-    std::weak_ptr<HttpSession> weak = weak_from_this();
-    call->held_spec = std::move(pc.spec);
-    call_ = std::move(call);
-    preparing_ = true;
-    const uint64_t seq = ++held_seq_;
-    call_->held_seq = seq;
-    call_->held_ticket = window->hold(
-        eng.get(), cls, pc.prompt_tokens,
-        [eng](std::vector<engine::Request> rs) { return eng->submit_all(std::move(rs)); }, std::move(pc.requests),
-        [weak, eng, seq](std::vector<Expected<engine::Handle>> hs) {
-          if (auto s = weak.lock()) {
-            asio::post(s->strand_, [s, eng, seq, hs = std::move(hs)]() mutable {
-              s->on_released(seq, *eng, std::move(hs));
-            });
-            return;
-          }
-          for (const auto& h : hs) {
-            if (h.ok()) eng->abort(h->id);
-          }
-        });
-    return;
-  }
-  for (engine::Request& r : pc.requests) {
-    auto h = model->engine->submit(std::move(r));
-    if (!h.ok()) {
-      for (const engine::Handle& prev : call->handles) model->engine->abort(prev.id);
-      fail_submit(*call, h.status(), pc.spec.endpoint);
-      return;
-    }
-    call->handles.push_back(std::move(*h));
-  }
+  call->n_choices = static_cast<int>(pc.requests.size()) * std::max(1, pc.spec.n);
+  call->spec = std::move(pc.spec);
+  call->seq = ++call_seq_;
   call_ = std::move(call);
-  start_call(std::move(pc.spec));
-}
-
-void HttpSession::end_unstarted(Call& call) {
-  ServerMetrics& metrics = core_.metrics();
-  metrics.inflight_choices.fetch_sub(call.n_choices);
-  metrics.inflight_requests.fetch_sub(1);
-  finish_admission(call.admitted, AdmissionOutcome{call.admitted ? call.admitted->prompt_tokens : 0, 0, false},
-                   false);
-}
-
-void HttpSession::fail_submit(Call& call, const Status& status, Endpoint endpoint) {
-  end_unstarted(call);
-  const std::string param = endpoint == Endpoint::kChatCompletions ? "messages"
-                            : endpoint == Endpoint::kCompletions   ? "prompt"
-                                                                   : "input";
-  respond(HttpResponse::error(error_from_status(status, param)), call.endpoint);
-}
-
-void HttpSession::on_released(uint64_t seq, engine::Engine& eng, std::vector<Expected<engine::Handle>> handles) {
-  auto abort_all = [&] {
-    for (const auto& h : handles) {
-      if (h.ok()) eng.abort(h->id);
+  // The front door submits at once or, for embeddings in a batching window, with the rest of
+  // their batch; either way the handles come back on this strand. Meanwhile the session
+  // stays in kPrepare (a client that leaves ends the call).
+  preparing_ = true;
+  std::weak_ptr<HttpSession> weak = weak_from_this();
+  const uint64_t seq = call_->seq;
+  call_->admitted->submit(std::move(pc.requests), [weak, seq](Expected<std::vector<engine::Handle>> handles) {
+    if (auto s = weak.lock()) {
+      asio::post(s->strand_, [s, seq, handles = std::move(handles)]() mutable {
+        s->on_submitted(seq, std::move(handles));
+      });
     }
-  };
-  if (!call_ || call_->held_seq != seq) {  // the client left while held; accounting is done
-    abort_all();
-    return;
-  }
+    // A session that is gone has ended its call, which aborts what started.
+  });
+}
+
+void HttpSession::on_submitted(uint64_t seq, Expected<std::vector<engine::Handle>> handles) {
+  if (!call_ || call_->seq != seq || phase_ != Phase::kPrepare) return;  // ended meanwhile
   preparing_ = false;
-  std::unique_ptr<Call> call = std::move(call_);
-  call->held_seq = 0;
-  for (auto& h : handles) {
-    if (!h.ok()) {  // one input refused: the others must not run
-      abort_all();
-      fail_submit(*call, h.status(), Endpoint::kEmbeddings);
-      return;
-    }
-    call->handles.push_back(std::move(*h));
+  if (!handles.ok()) {
+    const Endpoint endpoint = call_->spec->endpoint;
+    const std::string param = endpoint == Endpoint::kChatCompletions ? "messages"
+                              : endpoint == Endpoint::kCompletions   ? "prompt"
+                                                                     : "input";
+    const std::string label = call_->endpoint;
+    end_call(/*client_gone=*/false);
+    respond(HttpResponse::error(error_from_status(handles.status(), param)), label);
+    return;
   }
-  call_ = std::move(call);
-  start_call(std::move(*call_->held_spec));
+  call_->handles = std::move(*handles);
+  start_call(std::move(*call_->spec));
 }
 
 void HttpSession::start_call(ResponseSpec spec) {
   ServerMetrics& metrics = core_.metrics();
   Call& call = *call_;
   const Endpoint endpoint = spec.endpoint;
-  call.formatter = std::make_unique<ResponseFormatter>(std::move(spec), call.model->tokenizer, call.handles.size(),
+  call.formatter = std::make_unique<ResponseFormatter>(std::move(spec), call.model->tokenizer(), call.handles.size(),
                                                        make_response_id(endpoint), unix_time_seconds());
   const bool stream = call.formatter->spec().stream;
   phase_ = Phase::kGenerate;
@@ -460,7 +407,7 @@ void HttpSession::pump_events() {
     for (const engine::Event& e : events) fmt.on_event(i, e, &sse);
   }
   if (fmt.spec().stream && !sse.empty()) append_chunk(sse);
-  if (fmt.first_token_ns() > 0) release_admission(*call_);
+  if (fmt.first_token_ns() > 0) call_->admitted->first_token();
   if (fmt.all_done()) {
     complete_call();
     return;
@@ -494,44 +441,20 @@ void HttpSession::complete_call() {
   respond(r, label);
 }
 
-void HttpSession::release_admission(Call& call) {
-  if (call.released || !call.admitted) return;
-  call.released = true;
-  call.admitted->pending_prefixes.clear();  // computed and cached by now
-  if (const auto& hook = core_.config().admission_release) hook(*call.admitted);
-}
-
-void HttpSession::finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
-                                   bool released) {
-  if (!admitted) return;
-  const ServerConfig& cfg = core_.config();
-  if (!released && cfg.admission_release) cfg.admission_release(*admitted);
-  if (cfg.admission_done) cfg.admission_done(*admitted, outcome);
-}
-
 void HttpSession::end_call(bool client_gone) {
   if (!call_) return;
-  if (call_->held_seq != 0) {
-    // Still in the batching window: take it out (if it was already submitted, on_released
-    // aborts the handles when it finds the call gone).
-    if (const auto& window = core_.config().embed_window) window->cancel(call_->held_ticket);
-    preparing_ = false;
-    end_unstarted(*call_);
-    call_.reset();
-    return;
-  }
-  for (const engine::Handle& h : call_->handles) {
-    h.stream->set_notify(nullptr);
-    if (client_gone) call_->model->engine->abort(h.id);
-  }
-  if (call_->admitted) {
+  gateway::CallOutcome outcome;
+  for (const engine::Handle& h : call_->handles) h.stream->set_notify(nullptr);
+  if (call_->formatter) {
     const ResponseFormatter& fmt = *call_->formatter;
     const engine::Usage& u = fmt.usage();
-    const bool completed = !client_gone && fmt.all_done() && !fmt.failure();
-    finish_admission(call_->admitted, AdmissionOutcome{u.prompt_tokens, u.completion_tokens, completed},
-                     call_->released);
+    outcome.completed = !client_gone && fmt.all_done() && !fmt.failure();
+    outcome.prompt_tokens = u.prompt_tokens;
+    outcome.completion_tokens = u.completion_tokens;
   }
-  core_.metrics().inflight_choices.fetch_sub(call_->n_choices);
+  // Aborts in the engine whatever did not complete, and settles quotas and queues.
+  call_->admitted->finish(outcome);
+  preparing_ = false;
   core_.metrics().inflight_requests.fetch_sub(1);
   call_.reset();
 }

@@ -4,7 +4,8 @@
 // that are posted back here, and output is written as the client takes it.
 //
 // Everything a session does runs on its strand. Life cycle of a model request:
-//   read request -> prepare (prep pool) -> submit to the engine -> stream events -> done
+//   read request -> prepare (prep pool: parse, tokenize, the gateway's front door admits)
+//   -> submit (through the front door's Call) -> stream events -> done (Call::finish)
 // While a request runs the socket is still read (bounded), so a client that goes away is
 // noticed at once and its engine requests are aborted. Engine events are drained only when
 // no write is pending: a client that stops reading leaves them in the engine's bounded
@@ -45,19 +46,21 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // A model request in flight.
   struct Call {
-    std::shared_ptr<const ModelContext> model;
+    std::shared_ptr<const gateway::ServedModel> model;
+    std::shared_ptr<gateway::Call> admitted;  // the front door's side of it
     std::vector<engine::Handle> handles;
     std::unique_ptr<ResponseFormatter> formatter;
+    std::optional<ResponseSpec> spec;  // until the handles are back
     std::string endpoint;
     int64_t start_ns = 0;
     int n_choices = 0;
-    std::optional<AdmissionRequest> admitted;  // when an admission hook admitted it
-    bool released = false;                     // admission_release called
-    // While the embeddings batching window holds it (held_seq != 0): what the response
-    // needs once it is submitted, and the window's ticket.
-    std::optional<ResponseSpec> held_spec;
-    uint64_t held_seq = 0;
-    uint64_t held_ticket = 0;
+    uint64_t seq = 0;  // matches the front door's submit callback to this call
+  };
+  // What a prep thread hands back: the prepared request and, when admitted, its Call.
+  struct Prepared {
+    ApiResult<PreparedCall> result = ApiError{};
+    std::shared_ptr<const gateway::ServedModel> model;
+    std::shared_ptr<gateway::Call> admitted;
   };
 
   // Reading and parsing.
@@ -72,19 +75,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Model requests.
   void prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label);
-  void on_prepared(ApiResult<PreparedCall> result, std::optional<AdmissionRequest> admitted,
-                   std::shared_ptr<const ModelContext> model, std::string endpoint_label, int64_t start_ns);
+  Prepared prepare_on_worker(Endpoint endpoint, std::string_view body, const CallContext& call);
+  void on_prepared(Prepared p, std::string endpoint_label, int64_t start_ns);
+  // The front door submitted call `seq`: its handles, or the engine's refusal.
+  void on_submitted(uint64_t seq, Expected<std::vector<engine::Handle>> handles);
   // The call's engine requests are submitted: build its formatter and start streaming.
   void start_call(ResponseSpec spec);
-  // A call that never started in the engine ends: in-flight counts and admission let go.
-  void end_unstarted(Call& call);
-  void fail_submit(Call& call, const Status& status, Endpoint endpoint);
-  // The batching window submitted call `seq` (results in request order).
-  void on_released(uint64_t seq, engine::Engine& eng, std::vector<Expected<engine::Handle>> handles);
-  // Tells the admission policy that an admitted request left its queue / ended.
-  void release_admission(Call& call);
-  void finish_admission(const std::optional<AdmissionRequest>& admitted, const AdmissionOutcome& outcome,
-                        bool released);
   void pump_events();
   void complete_call();
   void end_call(bool client_gone);
@@ -129,7 +125,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   std::unique_ptr<Call> call_;
   bool preparing_ = false;
-  uint64_t held_seq_ = 0;  // calls this session gave the batching window
+  uint64_t call_seq_ = 0;
   std::atomic<bool> notify_pending_{false};
   size_t linger_bytes_ = 0;
 };

@@ -1,8 +1,6 @@
-// Server metrics and their Prometheus text exposition (format 0.0.4) at GET /metrics.
-//
-// HTTP-side series (requests by endpoint and status, TTFT / TPOT / end-to-end latency) are
-// kept here; engine-side ones (queues, KV blocks, prefix cache, tokens, steps) are read from
-// engine::EngineStats at scrape time. Every method is thread-safe.
+// The HTTP layer's series on GET /metrics: requests by endpoint and status, connections,
+// TTFT / TPOT / end-to-end latency as clients saw them. Engines and the gateway register
+// their own series in the same registry (base/metrics.h). Every method is thread-safe.
 #pragma once
 
 #include <atomic>
@@ -14,9 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/engine.h"
-#include "gateway/embed_batcher.h"
-#include "sched/sched_metrics.h"
+#include "base/metrics.h"
 
 namespace metro::server {
 
@@ -41,19 +37,6 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Writers for the text format. `name` must be a valid metric name; label values are escaped.
-void write_metric_header(std::string* out, std::string_view name, std::string_view type, std::string_view help);
-void write_sample(std::string* out, std::string_view name, std::string_view labels, double value);
-void write_histogram(std::string* out, std::string_view name, std::string_view help, const std::vector<double>& bounds,
-                     const std::vector<uint64_t>& cumulative, const double* sum, uint64_t count);
-std::string escape_label_value(std::string_view v);
-// Per-SLA-class series (label class="realtime|standard|batch").
-void write_class_metrics(std::string* out, const sched::SchedMetricsSnapshot& s);
-
-// The embeddings batching window (--embed-window): held / batches / submitted / cancelled
-// counters, requests waiting, and each class's maximum wait.
-void write_embed_window_metrics(std::string* out, const gateway::EmbedBatcher& window);
-
 class ServerMetrics {
  public:
   ServerMetrics();
@@ -67,14 +50,11 @@ class ServerMetrics {
 
   std::atomic<int64_t> connections{0};        // open HTTP connections
   std::atomic<int64_t> inflight_requests{0};  // model requests between parse and last byte
-  std::atomic<int64_t> inflight_choices{0};   // their choices (bounded by max_inflight_choices)
   std::atomic<uint64_t> rejected_connections{0};
   std::atomic<uint64_t> client_disconnects{0};  // requests aborted because the client left
 
-  // The whole exposition. `stats` is null while the model loads; `per_class` (the
-  // scheduler's SLA-class metrics) may be null.
-  std::string render(const engine::EngineStats* stats, bool model_loaded, int64_t kv_capacity_tokens,
-                     const sched::SchedMetricsSnapshot* per_class = nullptr) const;
+  // Writes the series at scrape time (register it with metrics::Registry::add).
+  void collect(metrics::Exposition& e) const;
 
  private:
   mutable std::mutex mu_;

@@ -92,6 +92,13 @@ std::optional<ApiError> parse_logit_bias(const nlohmann::json& body, const Promp
 
 }  // namespace
 
+ApiError unknown_model_error(const std::string& name, const std::vector<std::string>& served) {
+  std::string list;
+  for (const std::string& m : served) list += (list.empty() ? "" : ", ") + quote_short(m);
+  return not_found_error("The model " + quote_short(name) + " does not exist; this server serves " + list, "model",
+                         "model_not_found");
+}
+
 std::optional<ApiError> check_model(const nlohmann::json& body, const PromptContext& ctx) {
   std::optional<ApiError> err;
   auto model = get_string(body, "model", 4096, &err);
@@ -177,14 +184,14 @@ std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endp
 }
 
 std::optional<ApiError> parse_traffic_fields(const nlohmann::json& body, const CallContext& call,
-                                             sched::SlaClass* cls, int64_t* deadline_ns) {
+                                             SlaClass* cls, int64_t* deadline_ns) {
   std::optional<ApiError> err;
   // SLA class: the header wins over the body field, which wins over the key's default.
-  *cls = call.default_class.value_or(sched::SlaClass::kStandard);
+  *cls = call.default_class.value_or(SlaClass::kStandard);
   std::optional<std::string> name = call.class_header;
   if (auto v = get_string(body, "metro_class", 64, &err); v && !name) name = v;
   if (err) return err;
-  if (name && !sched::parse_sla_class(*name, cls)) {
+  if (name && !parse_sla_class(*name, cls)) {
     return bad_request("metro_class (X-Metro-Class) must be realtime, standard or batch", "metro_class");
   }
   constexpr double kMaxDeadlineMs = 86400.0 * 1000.0;

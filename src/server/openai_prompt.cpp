@@ -113,44 +113,6 @@ namespace {
 using detail::GenerationFields;
 using detail::Prompt;
 
-// Deepest [ / { nesting outside strings. Bounded before parsing: nested values reach the
-// chat template, whose conversion of JSON is recursive.
-int nesting_depth(std::string_view s) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : s) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-constexpr int kMaxNesting = 32;
-
-ApiResult<nlohmann::json> parse_body(std::string_view body) {
-  if (body.empty()) return bad_request("the request body is empty; send a JSON object");
-  if (nesting_depth(body) > kMaxNesting) {
-    return bad_request("the request body nests arrays/objects deeper than " + std::to_string(kMaxNesting));
-  }
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return bad_request("the request body is not valid JSON (UTF-8 text; NaN and Infinity are not JSON)");
-  }
-  if (!j.is_object()) return bad_request("the request body must be a JSON object");
-  return j;
-}
 
 // Fills requests for generation endpoints from prompts and shared fields; checks context.
 std::optional<ApiError> build_generation(std::vector<Prompt>& prompts, const GenerationFields& g,
@@ -275,7 +237,7 @@ ApiResult<PreparedCall> prepare_embeddings(const nlohmann::json& body, const Pro
   if (err) return *err;
   get_string(body, "user", 1024, &err);
   if (err) return *err;
-  sched::SlaClass cls = sched::SlaClass::kStandard;
+  SlaClass cls = SlaClass::kStandard;
   int64_t deadline_ns = 0;
   if (auto e = detail::parse_traffic_fields(body, call, &cls, &deadline_ns)) return *e;
   auto it = body.find("input");
@@ -304,10 +266,77 @@ ApiResult<PreparedCall> prepare_embeddings(const nlohmann::json& body, const Pro
 
 }  // namespace
 
+namespace {
+
+// Deepest [ / { nesting outside strings. Bounded before parsing: nested values reach the
+// chat template, whose conversion of JSON is recursive.
+int nesting_depth(std::string_view s) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+constexpr int kMaxNesting = 32;
+
+}  // namespace
+
+ApiResult<nlohmann::json> parse_body(std::string_view body) {
+  if (body.empty()) return bad_request("the request body is empty; send a JSON object");
+  if (nesting_depth(body) > kMaxNesting) {
+    return bad_request("the request body nests arrays/objects deeper than " + std::to_string(kMaxNesting));
+  }
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return bad_request("the request body is not valid JSON (UTF-8 text; NaN and Infinity are not JSON)");
+  }
+  if (!j.is_object()) return bad_request("the request body must be a JSON object");
+  return j;
+}
+
 ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body, const PromptContext& ctx,
                                         const CallContext& call) {
   auto j = parse_body(body);
   if (!j.ok()) return j.error();
+  return prepare_parsed_request(endpoint, *j, ctx, call);
+}
+
+ApiResult<std::string> requested_model(const nlohmann::json& body) {
+  std::optional<ApiError> err;
+  auto model = get_string(body, "model", 4096, &err);
+  if (err) return *err;
+  return model ? *model : std::string();
+}
+
+PromptContext prompt_context(const gateway::ServedModel& m, const RequestLimits& limits) {
+  PromptContext p;
+  p.tokenizer = &m.tokenizer();
+  p.chat_template = m.chat_template ? &*m.chat_template : nullptr;
+  p.model_name = m.name;
+  p.n_ctx = m.engine->n_ctx();
+  p.n_embd = static_cast<int>(m.engine->model().hparams().n_embd);
+  p.limits = limits;
+  return p;
+}
+
+ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann::json& j_in, const PromptContext& ctx,
+                                        const CallContext& call) {
+  const nlohmann::json* j = &j_in;
   if (auto e = detail::check_model(*j, ctx)) return *e;
   ApiResult<PreparedCall> r = [&]() -> ApiResult<PreparedCall> {
     switch (endpoint) {

@@ -1,4 +1,4 @@
-// OpenAI request bodies -> engine requests (RELIABILITY.md 7-18).
+// OpenAI request bodies -> engine requests (the request items of docs/reliability.md).
 //
 // prepare_request() parses and validates a body for one endpoint, renders the chat template,
 // tokenizes, and checks every bound before anything reaches the engine. Any byte string is
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "gateway/model_registry.h"
 #include "server/api_error.h"
 #include "server/server_config.h"
 #include "tokenizer/tokenizer.h"
@@ -46,7 +47,7 @@ struct CallContext {
   std::optional<std::string> class_header;  // X-Metro-Class
   std::optional<std::string> deadline_header;  // X-Metro-Deadline-Ms
   // The class of requests that name none: the API key's `class=` (standard without one).
-  std::optional<sched::SlaClass> default_class;
+  std::optional<SlaClass> default_class;
 };
 
 // How to shape the answer.
@@ -75,6 +76,16 @@ struct PreparedCall {
 
 ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body, const PromptContext& ctx,
                                         const CallContext& call);
+// The same over a body already parsed with parse_body().
+ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann::json& body, const PromptContext& ctx,
+                                        const CallContext& call);
+
+// A request body as JSON: 400 for an empty body, invalid JSON, deep nesting, not an object.
+ApiResult<nlohmann::json> parse_body(std::string_view body);
+// The body's `model`: "" when absent; 400 when it is not a string.
+ApiResult<std::string> requested_model(const nlohmann::json& body);
+// What preparing a request for a served model needs of it.
+PromptContext prompt_context(const gateway::ServedModel& m, const RequestLimits& limits);
 
 // Pieces of prepare_request, exposed for tests.
 namespace detail {
@@ -88,7 +99,7 @@ struct GenerationFields {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
-  sched::SlaClass sla_class = sched::SlaClass::kStandard;
+  SlaClass sla_class = SlaClass::kStandard;
   int64_t deadline_ns = 0;  // 0: none
 };
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
@@ -99,10 +110,12 @@ std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endp
 // deadline (X-Metro-Deadline-Ms header, else `metro_deadline_ms`: milliseconds from now by
 // which the first token must be out; admission refuses what cannot make it).
 std::optional<ApiError> parse_traffic_fields(const nlohmann::json& body, const CallContext& call,
-                                             sched::SlaClass* cls, int64_t* deadline_ns);
+                                             SlaClass* cls, int64_t* deadline_ns);
 
 // `model` must be absent or name the served model (404 model_not_found otherwise).
 std::optional<ApiError> check_model(const nlohmann::json& body, const PromptContext& ctx);
+// 404 model_not_found for a name no served model has.
+ApiError unknown_model_error(const std::string& name, const std::vector<std::string>& served);
 
 // Prompts of /v1/completions and inputs of /v1/embeddings: a string, an array of strings,
 // an array of token ids, or an array of arrays of token ids.
@@ -117,8 +130,7 @@ ApiResult<std::vector<Prompt>> parse_prompts(const nlohmann::json& value, const 
 // content kept as text).
 ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const PromptContext& ctx);
 
-// Message content that spells a control token (`<|im_end|>`) must stay text (RELIABILITY.md
-// 18). Such content is rendered as a random placeholder; the rendered prompt is then
+// Message content that spells a control token (`<|im_end|>`) must stay text. Such content is rendered as a random placeholder; the rendered prompt is then
 // tokenized with special tokens parsed in the template's own text and the content spliced
 // back in as plain text. Each placeholder must appear exactly once in `rendered`.
 struct ProtectedContent {

@@ -45,16 +45,22 @@ bool is_json_content_type(std::string ct) {
   return base == "application/json";
 }
 
-HttpResponse models_list(const ModelContext& m) {
-  Json data = Json::object();
-  data["id"] = m.name;
-  data["object"] = "model";
-  data["created"] = m.created_unix_s;
-  data["owned_by"] = "metro";
-  data["max_model_len"] = m.engine->n_ctx();
+// Every served name once (variants of a name are one model to clients).
+HttpResponse models_list(const gateway::ModelRegistry& registry) {
+  Json list = Json::array();
+  for (const auto& m : registry.all()) {
+    if (!m->variant.empty()) continue;
+    Json data = Json::object();
+    data["id"] = m->name;
+    data["object"] = "model";
+    data["created"] = m->created_unix_s;
+    data["owned_by"] = "metro";
+    data["max_model_len"] = m->engine->n_ctx();
+    list.push_back(std::move(data));
+  }
   Json j = Json::object();
   j["object"] = "list";
-  j["data"] = Json::array({std::move(data)});
+  j["data"] = std::move(list);
   return HttpResponse::json(200, dump_json(j));
 }
 
@@ -93,7 +99,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     }
     if (core.draining()) {
       d.response = HttpResponse::error(unavailable_error("the server is shutting down", "server_draining"));
-    } else if (!core.model()) {
+    } else if (!core.loaded()) {
       d.response = HttpResponse::error(unavailable_error("the model is loading", "model_loading"));
     } else {
       d.response = HttpResponse::json(200, R"({"status":"ready"})");
@@ -105,17 +111,9 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
       d.response = not_allowed("GET");
       return d;
     }
-    auto m = core.model();
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    if (m) {
-      const engine::EngineStats st = m->engine->stats();
-      const sched::SchedMetricsSnapshot per_class = m->engine->sched_metrics().snapshot();
-      r.body = core.metrics().render(&st, true, m->engine->kv_capacity_tokens(), &per_class);
-      if (const auto& window = core.config().embed_window) write_embed_window_metrics(&r.body, *window);
-    } else {
-      r.body = core.metrics().render(nullptr, false, 0);
-    }
+    r.body = core.front_door().metrics().render();
     d.response = std::move(r);
     return d;
   }
@@ -163,13 +161,12 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     d.response = HttpResponse::error(unavailable_error("the server is shutting down", "server_draining"));
     return d;
   }
-  auto m = core.model();
-  if (!m) {
+  if (!core.loaded()) {
     d.response = HttpResponse::error(unavailable_error("the model is loading; retry shortly", "model_loading", 2));
     return d;
   }
   if (models) {
-    d.response = models_list(*m);
+    d.response = models_list(core.front_door().models());
     return d;
   }
   if (!is_json_content_type(head.content_type)) {

@@ -32,7 +32,25 @@ constexpr std::string_view kBusyResponse =
     "Retry-After: 1\r\nConnection: close\r\n\r\n"
     R"({"error":{"message":"too many open connections","type":"server_error","param":null,"code":"too_many_connections"}})";
 
+// Stops every engine (running requests end with reason abort), then the embeddings window
+// (what it holds goes to the stopped engines and is refused).
+void stop_engines(ServerCore& core) {
+  for (const auto& m : core.front_door().models().all()) m->engine->shutdown();
+  if (gateway::EmbedBatcher* window = core.front_door().embed_window()) window->stop();
+}
+
 }  // namespace
+
+ServerCore::ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool)
+    : config_(std::move(config)), front_door_(config_.front_door), prep_pool_(prep_pool) {
+  if (!front_door_) {
+    gateway::FrontDoorConfig fd;
+    fd.admission = gateway::AdmissionMode::kOff;
+    fd.calibrate = false;
+    front_door_ = std::make_shared<gateway::FrontDoor>(fd);
+  }
+  metrics_registration_ = front_door_->metrics().add([this](metrics::Exposition& e) { metrics_.collect(e); });
+}
 
 struct Server::Impl {
   explicit Impl(int prep_threads)
@@ -146,9 +164,7 @@ struct Server::Impl {
       METRO_LOG_WARN("drain timeout: aborting %lld request(s) still in flight",
                      static_cast<long long>(core->metrics().inflight_requests.load()));
       // Every request still running ends with reason abort; its client gets an error.
-      if (auto m = core->model()) m->engine->shutdown();
-      // Calls the embeddings window holds go to the stopped engine now and are refused.
-      if (const auto& window = core->config().embed_window) window->stop();
+      stop_engines(*core);
     }
     if (engine_stopped && now >= abort_deadline_ns) {
       finish(0);
@@ -180,11 +196,9 @@ Server::~Server() {
     im.accept_retry_timer.cancel();
   });
   if (im.loader_thread.joinable()) im.loader_thread.join();
-  // Requests still running end with reason abort; sessions then close.
-  if (auto m = core_->model()) m->engine->shutdown();
-  // Calls held by the embeddings window are submitted now (and refused by the stopped
-  // engine) while the I/O threads still run to answer them.
-  if (const auto& window = core_->config().embed_window) window->stop();
+  // Requests still running end with reason abort, and calls held by the embeddings window
+  // are refused, while the I/O threads still run to answer them; sessions then close.
+  stop_engines(*core_);
   im.work.reset();
   im.ioc.stop();
   for (std::thread& t : im.io_threads) t.join();
@@ -218,15 +232,15 @@ Status Server::start() {
     im.io_threads.emplace_back([&im] { im.ioc.run(); });
   }
   im.loader_thread = std::thread([&im, core = core_.get()] {
-    auto m = im.loader();
-    if (!m.ok()) {
-      if (im.callbacks.on_load_failed) im.callbacks.on_load_failed(m.status());
+    Status s = im.loader(core->front_door());
+    if (s.ok() && core->front_door().models().empty()) s = internal_error("the loader served no model");
+    if (!s.ok()) {
+      if (im.callbacks.on_load_failed) im.callbacks.on_load_failed(s);
       im.finish(1);
       return;
     }
-    std::shared_ptr<ModelContext> ctx = std::move(*m);
-    core->set_model(ctx);
-    if (im.callbacks.on_loaded) im.callbacks.on_loaded(*ctx);
+    core->set_loaded();
+    if (im.callbacks.on_loaded) im.callbacks.on_loaded(core->front_door());
   });
   return {};
 }

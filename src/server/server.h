@@ -1,7 +1,7 @@
 // `metro serve`: an OpenAI-compatible HTTP/1.1 server over one engine.
 //
 //   Server server(config, loader);
-//   METRO_RETURN_IF_ERROR(server.start());   // listening; the model loads in the background
+//   METRO_RETURN_IF_ERROR(server.start());   // listening; the models load in the background
 //   int code = server.wait();                // 0 after a drain, 1 if loading failed
 //
 // Threads: `http_threads` Asio I/O threads (connections, timers, signals), `prep_threads`
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "server/model_context.h"
+#include "gateway/front_door.h"
 #include "server/server_config.h"
 
 namespace metro::server {
@@ -32,10 +32,11 @@ class ServerCore;
 
 class Server {
  public:
-  // Builds the model context (runs on the loader thread; may take seconds).
-  using Loader = std::function<Expected<std::shared_ptr<ModelContext>>()>;
+  // Loads the models and adds them to the front door (runs on the loader thread; may take
+  // seconds). Model routes answer 503 until it returns.
+  using Loader = std::function<Status(gateway::FrontDoor&)>;
   struct Callbacks {
-    std::function<void(const ModelContext&)> on_loaded;
+    std::function<void(const gateway::FrontDoor&)> on_loaded;
     std::function<void(const Status&)> on_load_failed;
     std::function<void(const char* what)> on_drain;  // "SIGTERM", "SIGINT" or "request"
   };

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "gateway/front_door.h"
 #include "server/metrics.h"
-#include "server/model_context.h"
 #include "server/server_config.h"
 
 namespace boost::asio {
@@ -19,22 +19,18 @@ namespace metro::server {
 
 class ServerCore {
  public:
-  ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool)
-      : config_(std::move(config)), prep_pool_(prep_pool) {}
+  ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool);
 
   const ServerConfig& config() const { return config_; }
   ServerMetrics& metrics() { return metrics_; }
   boost::asio::thread_pool& prep_pool() { return *prep_pool_; }
+  // Quotas, admission and the served models (never null).
+  gateway::FrontDoor& front_door() { return *front_door_; }
+  const gateway::FrontDoor& front_door() const { return *front_door_; }
 
-  // Null while the model loads.
-  std::shared_ptr<const ModelContext> model() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return model_;
-  }
-  void set_model(std::shared_ptr<const ModelContext> m) {
-    std::lock_guard<std::mutex> lock(mu_);
-    model_ = std::move(m);
-  }
+  // True once the loader has finished: model routes are served.
+  bool loaded() const { return loaded_.load(std::memory_order_acquire); }
+  void set_loaded() { loaded_.store(true, std::memory_order_release); }
 
   bool draining() const { return draining_.load(std::memory_order_acquire); }
   void set_draining() { draining_.store(true, std::memory_order_release); }
@@ -61,11 +57,13 @@ class ServerCore {
 
  private:
   const ServerConfig config_;
+  std::shared_ptr<gateway::FrontDoor> front_door_;
   ServerMetrics metrics_;
+  metrics::Registration metrics_registration_;
   boost::asio::thread_pool* prep_pool_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const ModelContext> model_;
+  std::atomic<bool> loaded_{false};
   std::atomic<bool> draining_{false};
+  mutable std::mutex mu_;
   uint64_t next_connection_id_ = 1;
   std::unordered_map<uint64_t, std::function<void()>> connections_;
 };

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "base/hash.h"
-#include "sched/sla_config.h"
+#include "base/sla.h"
 
-namespace metro::sched {
+namespace metro {
 namespace {
 
 void expect_error(std::string_view spec, std::string_view must_mention) {
@@ -126,4 +126,4 @@ TEST(SlaConfig, ParsesOverABase) {
 }
 
 }  // namespace
-}  // namespace metro::sched
+}  // namespace metro

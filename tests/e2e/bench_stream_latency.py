@@ -14,6 +14,7 @@ framing, socket, client parsing). Prints the median and the spread over runs.
 import argparse
 import http.client
 import json
+import re
 import statistics
 import time
 import urllib.parse
@@ -29,6 +30,10 @@ def scrape(host, port):
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
+            # The engine's series carry a `model` label; one model is served here.
+            bare = re.sub(r'\{model="[^"]*"\}$', "", name)
+            if bare != name:
+                out[bare] = float(value)
     return out
 
 

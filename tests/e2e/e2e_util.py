@@ -132,15 +132,28 @@ def parse_raw_response(data):
     return status, head.decode("latin-1"), body
 
 
+def without_model_label(sample):
+    """`name{model="m",k="v"}` -> `name{k="v"}` (and `name{model="m"}` -> `name`)."""
+    return re.sub(r'\{model="(?:[^"\\]|\\.)*",?', "{", sample).replace("{}", "")
+
+
 def metrics(port):
+    """Every sample by its full name, and summed over models by its name without the
+    `model` label (one model served: its own values)."""
     status, _, body = request(port, "GET", "/metrics", timeout=30)
     assert status == 200, status
     out = {}
+    summed = {}
     for line in body.decode().splitlines():
         if not line or line.startswith("#"):
             continue
         name, _, value = line.rpartition(" ")
         out[name] = float(value)
+        key = without_model_label(name)
+        if key != name:
+            summed[key] = summed.get(key, 0.0) + float(value)
+    for key, value in summed.items():
+        out.setdefault(key, value)
     return out
 
 

@@ -2,6 +2,7 @@
 // preemption, n > 1, stop conditions, aborts and embeddings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "engine/engine_test_util.h"
+#include "engine/step_trace.h"
 #include "support/test_util.h"
 
 namespace metro::engine {
@@ -229,9 +231,9 @@ TEST(Engine, StopConditionsAndUsage) {
   EXPECT_LE(st.tokens.size(), 4u);
 }
 
-// --step-trace: one line per step with what the cost model is fitted from. A chunked
-// prompt's lines add up to the prompt and its whole causal triangle of (query, key) pairs;
-// each decode reads its context.
+// --step-trace (a StepObserver): one line per step with what the cost model is fitted from.
+// A chunked prompt's lines add up to the prompt and its whole causal triangle of (query,
+// key) pairs; each decode reads its context.
 TEST(Engine, StepTraceRecordsEachStepsWork) {
   REQUIRE_MODEL();
   const std::string path = ::testing::TempDir() + "metro_step_trace.txt";
@@ -239,9 +241,12 @@ TEST(Engine, StepTraceRecordsEachStepsWork) {
   const int64_t n = static_cast<int64_t>(p.size());
   ASSERT_GT(n, 16);
   {
-    auto eng = make_engine({.max_batch_tokens = 16, .step_trace = path});
+    auto trace = StepTraceWriter::open(path);
+    ASSERT_TRUE(trace.ok());
+    auto eng = make_engine({.max_batch_tokens = 16});
+    eng->add_observer(*trace);
     ASSERT_EQ(collect(*eng->submit(greedy_request(p, 5))).tokens.size(), 5u);
-  }  // the engine closes the file
+  }  // the last owner of the writer closes the file
   std::ifstream in(path);
   ASSERT_TRUE(in.good());
   std::string header;
@@ -269,30 +274,30 @@ TEST(Engine, StepTraceRecordsEachStepsWork) {
   EXPECT_EQ(total_rows, 5);  // the prompt's last chunk and the four decodes
   std::remove(path.c_str());
 
-  const auto& sm = default_model();
-  EngineConfig bad;
-  bad.step_trace = "/nonexistent-dir/trace.txt";
-  auto e = Engine::create(sm.model, *sm.tokenizer, bad);
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("--step-trace"), std::string::npos);
+  auto bad = StepTraceWriter::open("/nonexistent-dir/trace.txt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--step-trace"), std::string::npos);
+  EXPECT_EQ(bad.status().message().find("nonexistent"), std::string::npos);  // no paths in errors
 }
 
-// The engine fits its step cost under FCFS too (nothing schedules by it there; /metrics and
-// bench/sla_scenarios.py --capacity-def model read it).
+// Every policy fits the step cost from the engine's step reports (FCFS schedules nothing by
+// it; /metrics and bench/sla_scenarios.py --capacity-def model read it).
 TEST(Engine, FitsItsStepCostUnderEveryPolicy) {
   REQUIRE_MODEL();
   EngineConfig cfg;
   cfg.sched = "fcfs";
   cfg.max_batch_tokens = 16;
   auto eng = make_engine(cfg);
-  EXPECT_EQ(eng->stats().cost_per_prefill_token_s, 0.0);  // nothing timed yet
+  EXPECT_EQ(eng->stats().scheduler.step_cost.per_prefill_token_s, 0.0);  // nothing timed yet
   const auto p = prompts(3)[2];
   ASSERT_EQ(collect(*eng->submit(greedy_request(p, 8))).tokens.size(), 8u);
   const EngineStats st = eng->stats();
-  EXPECT_GT(st.cost_per_prefill_token_s, 0.0);
-  EXPECT_EQ(st.cost_per_decode_seq_s, st.cost_per_prefill_token_s);  // one per-token term
+  const sched::StepCostModel& c = st.scheduler.step_cost;
+  EXPECT_GT(c.per_prefill_token_s, 0.0);
+  EXPECT_EQ(c.per_decode_seq_s, c.per_prefill_token_s);  // one per-token term
   // A token costs less than all the steps took together (each step computes one or more).
-  EXPECT_LT(st.cost_per_prefill_token_s, st.step_seconds_total);
+  EXPECT_LT(c.per_prefill_token_s, st.step_seconds_total);
+  EXPECT_EQ(st.scheduler.step_budget_tokens, 16);
 }
 
 TEST(Engine, RefusesWhatCanNeverFit) {
@@ -429,6 +434,105 @@ TEST(Engine, SubmitAllStartsTogetherAndAnswersEachSlot) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(eng->stats().steps - steps_before, 1u);  // every input in one step
+}
+
+
+// Proposes the tokens of a script (prompt and the continuation the engine gives without
+// speculation), every `wrong_every`-th position made wrong (0: none wrong, 1: all wrong).
+class ScriptProposer final : public speculative::Proposer {
+ public:
+  ScriptProposer(std::vector<std::vector<int32_t>> scripts, int wrong_every)
+      : scripts_(std::move(scripts)), wrong_every_(wrong_every) {}
+  void propose(uint64_t, const sched::SeqState& seq, int k, std::vector<int32_t>& out) override {
+    ++calls;
+    for (const auto& script : scripts_) {
+      if (script.size() < seq.tokens.size() || !std::equal(seq.tokens.begin(), seq.tokens.end(), script.begin())) {
+        continue;
+      }
+      for (size_t p = seq.tokens.size(); p < script.size() && out.size() < static_cast<size_t>(k); ++p) {
+        const bool wrong = wrong_every_ > 0 && p % static_cast<size_t>(wrong_every_) == 0;
+        out.push_back(wrong ? (script[p] + 1) % 1000 : script[p]);
+      }
+      return;
+    }
+  }
+  int calls = 0;
+
+ private:
+  std::vector<std::vector<int32_t>> scripts_;
+  int wrong_every_;
+};
+
+// Speculation-ready step: drafts are computed with the sequence's next token in one step and
+// verified by the sampler row by row, so the output is exactly what the engine gives without
+// them, right drafts save steps, wrong ones only cost compute, and rejected drafts give
+// their KV back.
+TEST(Engine, DraftsAreVerifiedAndNeverChangeTheOutput) {
+  REQUIRE_MODEL();
+  const auto ps = prompts(3);
+  const int n_out = sanitized() ? 12 : 24;
+  auto plain = make_engine({});
+  const auto want = run_all(*plain, ps, n_out, /*together=*/true);
+  const uint64_t plain_steps = plain->stats().steps;
+  std::vector<std::vector<int32_t>> scripts;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    scripts.push_back(ps[i]);
+    scripts.back().insert(scripts.back().end(), want[i].begin(), want[i].end());
+  }
+  for (int wrong_every : {0, 3, 1}) {
+    SCOPED_TRACE("wrong every " + std::to_string(wrong_every));
+    auto proposer = std::make_shared<ScriptProposer>(scripts, wrong_every);
+    EngineConfig cfg;
+    cfg.proposer = proposer;
+    cfg.max_draft_tokens = 4;
+    auto eng = make_engine(cfg);
+    EXPECT_EQ(run_all(*eng, ps, n_out, /*together=*/true), want);
+    const EngineStats st = eng->stats();
+    EXPECT_GT(proposer->calls, 0);
+    EXPECT_GT(st.draft_tokens, 0u);
+    EXPECT_LE(st.accepted_tokens, st.draft_tokens);
+    EXPECT_EQ(st.generated_tokens, static_cast<uint64_t>(3 * n_out));
+    EXPECT_EQ(st.kv_blocks_used, 0);
+    if (wrong_every == 0) {
+      EXPECT_EQ(st.accepted_tokens, st.draft_tokens);
+      EXPECT_LT(st.steps, plain_steps);  // up to five tokens a step instead of one
+    }
+    if (wrong_every == 1) {
+      EXPECT_EQ(st.accepted_tokens, 0u);
+    }
+  }
+}
+
+// With sampling, each row is drawn from the model's processed distribution with the
+// request's own random stream, so a seeded request gives the same tokens with drafts.
+TEST(Engine, DraftsKeepSeededSamplingExact) {
+  REQUIRE_MODEL();
+  const auto p = prompts(2)[1];
+  Request r = greedy_request(p, 20);
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 1234;
+  r.sampling.has_seed = true;
+  r.stop.ignore_eos = true;
+  auto plain = make_engine({});
+  const std::vector<int32_t> want = collect(*plain->submit(r)).tokens;
+  std::vector<int32_t> script = p;
+  script.insert(script.end(), want.begin(), want.end());
+  EngineConfig cfg;
+  cfg.proposer = std::make_shared<ScriptProposer>(std::vector<std::vector<int32_t>>{script}, 0);
+  cfg.max_draft_tokens = 3;
+  auto eng = make_engine(cfg);
+  EXPECT_EQ(collect(*eng->submit(r)).tokens, want);
+  EXPECT_GT(eng->stats().accepted_tokens, 0u);
+  // max_tokens and stop tokens hold with drafts: nothing past them is emitted.
+  Request shorter = r;
+  shorter.stop.max_tokens = 7;
+  EXPECT_EQ(collect(*eng->submit(shorter)).tokens, std::vector<int32_t>(want.begin(), want.begin() + 7));
+  Request stopped = r;
+  stopped.stop.stop_token_ids = {want[5]};
+  const auto got = collect(*eng->submit(stopped)).tokens;
+  const size_t first = static_cast<size_t>(std::find(want.begin(), want.end(), want[5]) - want.begin());
+  EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + static_cast<long>(first) + 1));
 }
 
 }  // namespace

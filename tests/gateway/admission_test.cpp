@@ -7,8 +7,23 @@
 namespace metro::gateway {
 namespace {
 
-using sched::SlaClass;
 constexpr int64_t kS = 1'000'000'000;
+
+// One request as admission sees it.
+struct Ask {
+  SlaClass sla_class = SlaClass::kStandard;
+  int prompt_tokens = 0;
+  int64_t deadline_ns = 0;
+  std::string tenant;
+};
+Decision admit(AdmissionController& a, const Ask& r, int64_t now_ns) {
+  return a.admit(r.sla_class, r.prompt_tokens, r.tenant, r.deadline_ns, now_ns);
+}
+// The SLA policy's order (classes, shortest first, tenants interleaved) unless told otherwise.
+AdmissionController make(const AdmissionConfig& cfg,
+                         std::shared_ptr<const sched::QueueOrder> order = sched::class_queue_order()) {
+  return AdmissionController(cfg, std::move(order));
+}
 
 AdmissionConfig base_cfg() {
   AdmissionConfig c;
@@ -20,77 +35,76 @@ AdmissionConfig base_cfg() {
 TEST(Admission, QueueBoundOnRequests) {
   AdmissionConfig cfg = base_cfg();
   cfg.limits[0] = {.max_requests = 2, .max_prompt_tokens = 100000};
-  AdmissionController a(cfg);
-  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
-  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
-  Decision d = a.admit({SlaClass::kRealtime, 10}, 0);
+  AdmissionController a = make(cfg);
+  EXPECT_TRUE(admit(a, {SlaClass::kRealtime, 100}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kRealtime, 100}, 0).admit);
+  Decision d = admit(a, {SlaClass::kRealtime, 10}, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.http_status, 503);
   EXPECT_EQ(d.reason, kReasonQueueFull);
   // 200 tokens ahead over 2 requests at 1000 tok/s: a seat frees in ~0.15 s -> 1 s.
   EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
   // Other classes have their own queues.
-  EXPECT_TRUE(a.admit({SlaClass::kStandard, 10}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kStandard, 10}, 0).admit);
   a.release(SlaClass::kRealtime, 100);
-  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 10}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kRealtime, 10}, 0).admit);
 }
 
 TEST(Admission, QueueBoundOnPromptTokens) {
   AdmissionConfig cfg = base_cfg();
   cfg.limits[2] = {.max_requests = 100, .max_prompt_tokens = 5000};
   cfg.sla.of(SlaClass::kBatch).ttft_s = 1000.0;
-  AdmissionController a(cfg);
-  EXPECT_TRUE(a.admit({SlaClass::kBatch, 4000}, 0).admit);
-  Decision d = a.admit({SlaClass::kBatch, 3500}, 0);
+  AdmissionController a = make(cfg);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 4000}, 0).admit);
+  Decision d = admit(a, {SlaClass::kBatch, 3500}, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, kReasonQueueTokens);
   EXPECT_EQ(d.http_status, 503);
   EXPECT_DOUBLE_EQ(d.retry_after_s, 3.0);  // 2500 tokens too many at 1000 tok/s = 2.5 s -> 3
-  EXPECT_TRUE(a.admit({SlaClass::kBatch, 1000}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 1000}, 0).admit);
 }
 
 TEST(Admission, PredictedTtftOverTheObjectiveIsRefusedEarly) {
   AdmissionConfig cfg = base_cfg();
-  cfg.shortest_first = false;  // FIFO inside the class keeps the arithmetic plain
-  AdmissionController a(cfg);
+  // FIFO inside the class keeps the arithmetic plain.
+  AdmissionController a = make(cfg, sched::class_queue_order(/*shortest_first=*/false));
   // Standard TTFT objective 2 s. 1500 tokens queued + 400 own = 1.9 s + 0.05 step: fits.
-  EXPECT_TRUE(a.admit({SlaClass::kStandard, 1500}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kStandard, 1500}, 0).admit);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 400), 1.95, 1e-9);
-  EXPECT_TRUE(a.admit({SlaClass::kStandard, 400}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kStandard, 400}, 0).admit);
   // Now 1900 ahead + 1000 own = 2.95 s > 2 s: refused with Retry-After ~ 0.95 s -> 1.
-  Decision d = a.admit({SlaClass::kStandard, 1000}, 0);
+  Decision d = admit(a, {SlaClass::kStandard, 1000}, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, kReasonTtft);
   EXPECT_EQ(d.http_status, 503);
   EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
   // Retry-After grows with the queue.
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a.admit({SlaClass::kBatch, 1000}, 0).admit);  // batch: 30 s
-  Decision far = a.admit({SlaClass::kBatch, 25000}, 0);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(admit(a, {SlaClass::kBatch, 1000}, 0).admit);  // batch: 30 s
+  Decision far = admit(a, {SlaClass::kBatch, 25000}, 0);
   EXPECT_FALSE(far.admit);
   // 1900 + 5000 + 25000 tokens = 31.9 s + 0.05 - 30 s = 1.95 s -> 2.
   EXPECT_DOUBLE_EQ(far.retry_after_s, 2.0);
 }
 
 TEST(Admission, HigherClassesDoNotWaitBehindLowerOnes) {
-  AdmissionController a(base_cfg());
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(a.admit({SlaClass::kBatch, 2000}, 0).admit);
+  AdmissionController a = make(base_cfg());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(admit(a, {SlaClass::kBatch, 2000}, 0).admit);
   // 20 s of batch prompt queued, but realtime is served first: only its own 100 tokens.
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kRealtime, 100), 0.15, 1e-9);
-  EXPECT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  EXPECT_TRUE(admit(a, {SlaClass::kRealtime, 100}, 0).admit);
   // Under FCFS everything queued is ahead.
   AdmissionConfig fcfs = base_cfg();
-  fcfs.class_priority = false;
-  AdmissionController b(fcfs);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(b.admit({SlaClass::kBatch, 2000}, 0).admit);
-  Decision d = b.admit({SlaClass::kRealtime, 100}, 0);
+  AdmissionController b = make(fcfs, sched::fifo_queue_order());
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(admit(b, {SlaClass::kBatch, 2000}, 0).admit);
+  Decision d = admit(b, {SlaClass::kRealtime, 100}, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, kReasonTtft);
 }
 
 TEST(Admission, MeasuredRatesMoveThePrediction) {
-  AdmissionController a(base_cfg());
-  ASSERT_TRUE(a.admit({SlaClass::kStandard, 1000}, 0).admit);
-  ASSERT_TRUE(a.admit({SlaClass::kRealtime, 100}, 0).admit);
+  AdmissionController a = make(base_cfg());
+  ASSERT_TRUE(admit(a, {SlaClass::kStandard, 1000}, 0).admit);
+  ASSERT_TRUE(admit(a, {SlaClass::kRealtime, 100}, 0).admit);
   // Realtime ahead at the prefill rate, then its class's queue and its own 1000 at the
   // class's drain rate, then a step.
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1000), 0.1 + 2.0 + 0.05, 1e-9);
@@ -113,15 +127,15 @@ TEST(Admission, MeasuredRatesMoveThePrediction) {
   // A starved class drains at 0: its requests are refused.
   o.prefill_tokens = {400, 0, 0};
   for (int i = 0; i < 200; ++i) a.observe_step(o);
-  Decision d = a.admit({SlaClass::kStandard, 10}, 0);
+  Decision d = admit(a, {SlaClass::kStandard, 10}, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, kReasonTtft);
 }
 
 TEST(Admission, ShortestFirstCountsOnlyShorterPromptsOfTheClass) {
-  AdmissionController a(base_cfg());
-  ASSERT_TRUE(a.admit({SlaClass::kStandard, 1500}, 0).admit);
-  ASSERT_TRUE(a.admit({SlaClass::kStandard, 100}, 0).admit);
+  AdmissionController a = make(base_cfg());
+  ASSERT_TRUE(admit(a, {SlaClass::kStandard, 1500}, 0).admit);
+  ASSERT_TRUE(admit(a, {SlaClass::kStandard, 100}, 0).admit);
   // A 200-token prompt waits behind the 100-token one only: 0.3 s + step.
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.35, 1e-9);
   // A 1600-token one behind both.
@@ -129,14 +143,13 @@ TEST(Admission, ShortestFirstCountsOnlyShorterPromptsOfTheClass) {
   a.release(SlaClass::kStandard, 100);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.25, 1e-9);
   AdmissionConfig fifo = base_cfg();
-  fifo.shortest_first = false;
-  AdmissionController b(fifo);
-  ASSERT_TRUE(b.admit({SlaClass::kStandard, 1500}, 0).admit);
+  AdmissionController b = make(fifo, sched::class_queue_order(/*shortest_first=*/false));
+  ASSERT_TRUE(admit(b, {SlaClass::kStandard, 1500}, 0).admit);
   EXPECT_NEAR(b.predicted_ttft_s(SlaClass::kStandard, 200), 1.75, 1e-9);
 }
 
-AdmissionRequest of(const std::string& tenant, int prompt, SlaClass c = SlaClass::kStandard) {
-  AdmissionRequest r;
+Ask of(const std::string& tenant, int prompt, SlaClass c = SlaClass::kStandard) {
+  Ask r;
   r.sla_class = c;
   r.prompt_tokens = prompt;
   r.tenant = tenant;
@@ -149,26 +162,25 @@ TEST(Admission, AFloodingTenantDoesNotGetAQuietOneRefused) {
   AdmissionConfig cfg = base_cfg();  // 1000 tok/s, 50 ms step
   cfg.sla.of(SlaClass::kStandard).ttft_s = 10.0;
   cfg.limits[1] = {.max_requests = 10, .max_prompt_tokens = 100000};
-  AdmissionController a(cfg);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(a.admit(of("loud", 300), 0).admit);
+  AdmissionController a = make(cfg);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(admit(a, of("loud", 300), 0).admit);
   // 3000 tokens queued: a loud request would wait ~3.3 s; the class is full.
-  Decision loud = a.admit(of("loud", 300), 0);
+  Decision loud = admit(a, of("loud", 300), 0);
   EXPECT_FALSE(loud.admit);
   EXPECT_EQ(loud.reason, kReasonQueueFull);
   // The quiet tenant holds none of the 10 seats (its share: 5): admitted past the bound,
   // its wait predicted as its own 300 + at most 300 of the flood's, interleaved.
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "quiet"), 0.6 + 0.05, 1e-9);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "loud"), 3.3 + 0.05, 1e-9);
-  EXPECT_TRUE(a.admit(of("quiet", 300), 0).admit);
+  EXPECT_TRUE(admit(a, of("quiet", 300), 0).admit);
   EXPECT_EQ(a.state().requests[1], 11);
   // Its share of the bound (10 / 2 tenants = 5) still binds: not a second flood.
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(a.admit(of("quiet", 10), 0).admit) << i;
-  EXPECT_EQ(a.admit(of("quiet", 10), 0).reason, kReasonQueueFull);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(admit(a, of("quiet", 10), 0).admit) << i;
+  EXPECT_EQ(admit(a, of("quiet", 10), 0).reason, kReasonQueueFull);
   // Without fair share (FCFS, or the option off) the class queue is one queue.
-  cfg.tenant_fair_share = false;
-  AdmissionController fifo(cfg);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(fifo.admit(of("loud", 300), 0).admit);
-  EXPECT_EQ(fifo.admit(of("quiet", 300), 0).reason, kReasonQueueFull);
+  AdmissionController fifo = make(cfg, sched::class_queue_order(true, /*tenant_fair_share=*/false));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(admit(fifo, of("loud", 300), 0).admit);
+  EXPECT_EQ(admit(fifo, of("quiet", 300), 0).reason, kReasonQueueFull);
   EXPECT_NEAR(fifo.predicted_ttft_s(SlaClass::kStandard, 300, "quiet"), 3.3 + 0.05, 1e-9);
   // Releases are per tenant: the quiet tenant's 300 leaves; its four 10-token prompts stay
   // ahead of a loud request (3000 of its own + 40 + 300).
@@ -176,18 +188,13 @@ TEST(Admission, AFloodingTenantDoesNotGetAQuietOneRefused) {
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "loud"), 3.34 + 0.05, 1e-9);
 }
 
-TEST(Admission, DeadlinesAndRejectionMetrics) {
-  sched::SlaConfig sla;
-  sched::SchedMetrics metrics(sla);
-  AdmissionConfig cfg = base_cfg();
-  cfg.metrics = &metrics;
-  AdmissionController a(cfg);
+TEST(Admission, Deadlines) {
+  AdmissionController a = make(base_cfg());
   // 500 tokens: 0.55 s predicted; a deadline 0.3 s away cannot be met.
-  Decision d = a.admit({SlaClass::kBatch, 500, 10 * kS + kS * 3 / 10}, 10 * kS);
+  Decision d = admit(a, {SlaClass::kBatch, 500, 10 * kS + kS * 3 / 10}, 10 * kS);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.reason, kReasonDeadline);
-  EXPECT_TRUE(a.admit({SlaClass::kBatch, 500, 11 * kS}, 10 * kS).admit);
-  EXPECT_EQ(metrics.snapshot().classes[2].rejections.at(kReasonDeadline), 1u);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 500, 11 * kS}, 10 * kS).admit);
   // Releasing more than was queued cannot drive the queue negative.
   a.release(SlaClass::kBatch, 500);
   a.release(SlaClass::kBatch, 500);
@@ -213,60 +220,57 @@ TEST(Admission, ConfigValidation) {
 TEST(Quota, TokenBucketRefusesWith429AndExactRetryAfter) {
   QuotaManager q;
   q.set_quota("acme", {.tokens_per_minute = 600.0});  // 10 tokens/s, bucket 600
-  EXPECT_TRUE(q.admit("acme", SlaClass::kStandard, 500, 0).admit);
-  Decision d = q.admit("acme", SlaClass::kStandard, 250, 0);
+  EXPECT_TRUE(q.admit("acme", 500, 0).admit);
+  Decision d = q.admit("acme", 250, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.http_status, 429);
   EXPECT_EQ(d.reason, kReasonTenantRate);
   EXPECT_DOUBLE_EQ(d.retry_after_s, 15.0);  // 150 tokens short at 10/s
   // After 15 s the bucket has refilled enough.
-  EXPECT_TRUE(q.admit("acme", SlaClass::kStandard, 250, 15 * kS).admit);
+  EXPECT_TRUE(q.admit("acme", 250, 15 * kS).admit);
   // Other tenants are not affected (default quota: unlimited).
-  EXPECT_TRUE(q.admit("other", SlaClass::kStandard, 1'000'000, 0).admit);
+  EXPECT_TRUE(q.admit("other", 1'000'000, 0).admit);
 }
 
 TEST(Quota, UnusedTokensAreRefunded) {
   QuotaManager q;
   q.set_quota("t", {.tokens_per_minute = 60.0, .burst_tokens = 100.0});
-  ASSERT_TRUE(q.admit("t", SlaClass::kStandard, 100, 0).admit);  // charged prompt + max_tokens
-  EXPECT_FALSE(q.admit("t", SlaClass::kStandard, 50, 0).admit);
+  ASSERT_TRUE(q.admit("t", 100, 0).admit);  // charged prompt + max_tokens
+  EXPECT_FALSE(q.admit("t", 50, 0).admit);
   q.release("t", 100, 40, 1.0, 0);  // it used 40
   EXPECT_NEAR(q.state("t", 0).bucket_tokens, 60.0, 1e-9);
-  EXPECT_TRUE(q.admit("t", SlaClass::kStandard, 50, 0).admit);
+  EXPECT_TRUE(q.admit("t", 50, 0).admit);
 }
 
 TEST(Quota, OversizedRequestWaitsForAFullBucket) {
   QuotaManager q;
   q.set_quota("t", {.tokens_per_minute = 60.0});
-  ASSERT_TRUE(q.admit("t", SlaClass::kStandard, 10, 0).admit);
-  Decision d = q.admit("t", SlaClass::kStandard, 1000, 0);  // > the 60-token bucket
+  ASSERT_TRUE(q.admit("t", 10, 0).admit);
+  Decision d = q.admit("t", 1000, 0);  // > the 60-token bucket
   EXPECT_FALSE(d.admit);
   EXPECT_DOUBLE_EQ(d.retry_after_s, 10.0);  // until the bucket is full again
-  EXPECT_TRUE(q.admit("t", SlaClass::kStandard, 1000, 10 * kS).admit);
+  EXPECT_TRUE(q.admit("t", 1000, 10 * kS).admit);
 }
 
 TEST(Quota, ConcurrencyLimit) {
-  sched::SlaConfig sla;
-  sched::SchedMetrics metrics(sla);
-  QuotaManager q({}, &metrics);
+  QuotaManager q;
   q.set_quota("t", {.max_concurrent = 2});
-  ASSERT_TRUE(q.admit("t", SlaClass::kRealtime, 10, 0).admit);
-  ASSERT_TRUE(q.admit("t", SlaClass::kRealtime, 10, 0).admit);
-  Decision d = q.admit("t", SlaClass::kRealtime, 10, 0);
+  ASSERT_TRUE(q.admit("t", 10, 0).admit);
+  ASSERT_TRUE(q.admit("t", 10, 0).admit);
+  Decision d = q.admit("t", 10, 0);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.http_status, 429);
   EXPECT_EQ(d.reason, kReasonTenantConcurrency);
   EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
   q.release("t", 10, 10, 8.0, 0);  // it took 8 s
-  ASSERT_TRUE(q.admit("t", SlaClass::kRealtime, 10, 0).admit);
-  Decision d2 = q.admit("t", SlaClass::kRealtime, 10, 0);
+  ASSERT_TRUE(q.admit("t", 10, 0).admit);
+  Decision d2 = q.admit("t", 10, 0);
   EXPECT_DOUBLE_EQ(d2.retry_after_s, 4.0);  // mean 8 s over 2 in flight
-  EXPECT_EQ(metrics.snapshot().classes[0].rejections.at(kReasonTenantConcurrency), 2u);
   EXPECT_FALSE(validate(TenantQuota{.tokens_per_minute = -1.0}).ok());
 }
 
 TEST(BatchWindow, WaitDerivesFromTheClassObjective) {
-  sched::SlaConfig sla;
+  SlaConfig sla;
   BatchWindow w({}, sla);
   EXPECT_DOUBLE_EQ(w.max_wait_s(SlaClass::kRealtime), 0.025);
   EXPECT_DOUBLE_EQ(w.max_wait_s(SlaClass::kStandard), 0.1);
@@ -274,7 +278,7 @@ TEST(BatchWindow, WaitDerivesFromTheClassObjective) {
 }
 
 TEST(BatchWindow, FlushesOnSizeOrOnTheOldestWait) {
-  sched::SlaConfig sla;
+  SlaConfig sla;
   BatchWindowConfig cfg;
   cfg.max_batch = {4, 4, 8};
   BatchWindow w(cfg, sla);
@@ -292,7 +296,7 @@ TEST(BatchWindow, FlushesOnSizeOrOnTheOldestWait) {
 }
 
 TEST(BatchWindow, HigherClassesFirstLowerOnesRideAlongAndTokenCap) {
-  sched::SlaConfig sla;
+  SlaConfig sla;
   BatchWindowConfig cfg;
   cfg.max_batch = {3, 8, 8};
   cfg.max_batch_tokens = 100;

@@ -15,7 +15,6 @@ namespace {
 
 using engine::Handle;
 using engine::Request;
-using sched::SlaClass;
 constexpr int64_t kMs = 1'000'000;
 
 // A stand-in engine: records each submission's prompts; a prompt starting with -1 is refused.
@@ -74,12 +73,12 @@ BatchWindowConfig cfg_with(std::array<int, 3> max_batch) {
 
 TEST(EmbedBatcher, HeldTogetherSubmittedTogetherInOrder) {
   FakeEngine e;
-  sched::SlaConfig sla;
+  SlaConfig sla;
   EmbedBatcher b(cfg_with({16, 32, 64}), sla, /*own_thread=*/false);
   Got g1, g2, g3;
-  b.hold(&e, SlaClass::kStandard, 6, e.submit(), reqs({1, 2}), g1.done(), 0);
-  b.hold(&e, SlaClass::kStandard, 3, e.submit(), reqs({-1}), g2.done(), 10 * kMs);
-  b.hold(&e, SlaClass::kBatch, 3, e.submit(), reqs({3}), g3.done(), 20 * kMs);
+  b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kStandard, 6, e.submit(), reqs({1, 2}), g1.done(), 0);
+  b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kStandard, 3, e.submit(), reqs({-1}), g2.done(), 10 * kMs);
+  b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kBatch, 3, e.submit(), reqs({3}), g3.done(), 20 * kMs);
   EXPECT_EQ(b.poll(50 * kMs), 0);  // standard waits 100 ms (5% of its 2 s objective)
   EXPECT_TRUE(e.calls.empty());
   EXPECT_EQ(b.poll(100 * kMs), 1);  // the oldest standard item's wait is up; batch rides along
@@ -98,13 +97,13 @@ TEST(EmbedBatcher, HeldTogetherSubmittedTogetherInOrder) {
 
 TEST(EmbedBatcher, FullClassGoesAtOnceOneCallPerEngine) {
   FakeEngine e1, e2;
-  sched::SlaConfig sla;
+  SlaConfig sla;
   EmbedBatcher b(cfg_with({2, 32, 64}), sla, /*own_thread=*/false);
   Got g1, g2, g3;
-  b.hold(&e1, SlaClass::kRealtime, 3, e1.submit(), reqs({1}), g1.done(), 0);
+  b.hold(reinterpret_cast<uintptr_t>(&e1), SlaClass::kRealtime, 3, e1.submit(), reqs({1}), g1.done(), 0);
   EXPECT_EQ(b.poll(1 * kMs), 0);
-  b.hold(&e2, SlaClass::kRealtime, 3, e2.submit(), reqs({2}), g2.done(), 1 * kMs);
-  b.hold(&e1, SlaClass::kRealtime, 3, e1.submit(), reqs({3}), g3.done(), 1 * kMs);
+  b.hold(reinterpret_cast<uintptr_t>(&e2), SlaClass::kRealtime, 3, e2.submit(), reqs({2}), g2.done(), 1 * kMs);
+  b.hold(reinterpret_cast<uintptr_t>(&e1), SlaClass::kRealtime, 3, e1.submit(), reqs({3}), g3.done(), 1 * kMs);
   EXPECT_EQ(b.poll(1 * kMs), 1);  // realtime holds 2 of 2: due before its 25 ms
   ASSERT_EQ(e1.calls.size(), 1u);
   ASSERT_EQ(e2.calls.size(), 1u);
@@ -119,12 +118,12 @@ TEST(EmbedBatcher, FullClassGoesAtOnceOneCallPerEngine) {
 
 TEST(EmbedBatcher, CancelledNeverRunsAndShutdownDropsNothing) {
   FakeEngine e;
-  sched::SlaConfig sla;
+  SlaConfig sla;
   Got g1, g2;
   {
     EmbedBatcher b(cfg_with({16, 32, 64}), sla, /*own_thread=*/false);
-    const uint64_t t1 = b.hold(&e, SlaClass::kBatch, 3, e.submit(), reqs({1}), g1.done(), 0);
-    b.hold(&e, SlaClass::kBatch, 3, e.submit(), reqs({2}), g2.done(), 0);
+    const uint64_t t1 = b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kBatch, 3, e.submit(), reqs({1}), g1.done(), 0);
+    b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kBatch, 3, e.submit(), reqs({2}), g2.done(), 0);
     EXPECT_TRUE(b.cancel(t1));
     EXPECT_FALSE(b.cancel(t1));
     EXPECT_EQ(b.stats().cancelled, 1u);
@@ -138,14 +137,14 @@ TEST(EmbedBatcher, CancelledNeverRunsAndShutdownDropsNothing) {
   EmbedBatcher b(cfg_with({16, 32, 64}), sla, /*own_thread=*/false);
   Got g3;
   b.stop();
-  EXPECT_EQ(b.hold(&e, SlaClass::kBatch, 3, e.submit(), reqs({3}), g3.done(), 0), 0u);
+  EXPECT_EQ(b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kBatch, 3, e.submit(), reqs({3}), g3.done(), 0), 0u);
   EXPECT_EQ(g3.ids, (std::vector<int64_t>{2}));
   EXPECT_EQ(e.calls.size(), 2u);
 }
 
 TEST(EmbedBatcher, OwnThreadSubmitsWhenAClassFills) {
   FakeEngine e;
-  sched::SlaConfig sla;
+  SlaConfig sla;
   sla.of(SlaClass::kStandard).ttft_s = 600.0;
   BatchWindowConfig cfg = cfg_with({2, 2, 2});
   cfg.wait_fraction = 1.0;
@@ -160,8 +159,8 @@ TEST(EmbedBatcher, OwnThreadSubmitsWhenAClassFills) {
   };
   EmbedBatcher b(cfg, sla);  // after what its callbacks use: destroyed first
   ASSERT_DOUBLE_EQ(b.max_wait_s(SlaClass::kStandard), 300.0);
-  b.hold(&e, SlaClass::kStandard, 3, e.submit(), reqs({1}), on_done);
-  b.hold(&e, SlaClass::kStandard, 3, e.submit(), reqs({2}), on_done);
+  b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kStandard, 3, e.submit(), reqs({1}), on_done);
+  b.hold(reinterpret_cast<uintptr_t>(&e), SlaClass::kStandard, 3, e.submit(), reqs({2}), on_done);
   std::unique_lock<std::mutex> lock(mu);
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done == 2; }));
   std::lock_guard<std::mutex> elock(e.mu);

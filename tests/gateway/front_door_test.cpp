@@ -1,155 +1,302 @@
-#include "gateway/traffic_policy.h"
+// The gateway's front door over real engines (the default model): quotas before admission,
+// refunds, prefix-cache credit, fairness from the engine's own queue order, the choice bound,
+// and many models in one registry sharing one compute pool.
+#include "gateway/front_door.h"
 
 #include <gtest/gtest.h>
+
+#include <thread>
+
+#include "base/clock.h"
+#include "engine/engine_test_util.h"
+#include "support/test_util.h"
 
 namespace metro::gateway {
 namespace {
 
-using sched::SlaClass;
-constexpr int64_t kS = 1'000'000'000;
+using testing::collect;
+using testing::default_model;
+using testing::greedy_request;
 
-TrafficPolicyConfig base_cfg() {
-  TrafficPolicyConfig c;
+FrontDoorConfig base_cfg() {
+  FrontDoorConfig c;
+  c.calibrate = false;  // the tests set the starting rates
   c.admission_cfg.initial_prefill_tokens_per_s = 1000.0;
   c.admission_cfg.initial_step_s = 0.01;
   return c;
 }
 
-TrafficRequest req(const std::string& tenant, SlaClass c, int prompt, int64_t max_new) {
-  TrafficRequest r;
+std::shared_ptr<ServedModel> served(const std::string& name, engine::EngineConfig ec = {}) {
+  const auto& sm = default_model();
+  if (ec.n_threads == 0 && !ec.pool) ec.n_threads = 1;
+  if (ec.ctx_total == 0) ec.ctx_total = 4096;
+  if (ec.n_ctx == 0) ec.n_ctx = 1024;
+  auto e = engine::Engine::create(sm.model, *sm.tokenizer, ec);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  auto m = std::make_shared<ServedModel>();
+  m->name = name;
+  m->engine = std::shared_ptr<engine::Engine>(std::move(*e));
+  return m;
+}
+
+std::vector<int32_t> tokens(int n, int32_t start = 500) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(start + i % 300);
+  return t;
+}
+
+CallRequest req(const std::shared_ptr<const ServedModel>& m, const std::string& tenant, SlaClass c, int prompt,
+                int max_tokens, int32_t start = 500) {
+  CallRequest r;
+  r.model = m;
   r.tenant = tenant;
   r.sla_class = c;
+  r.requests.push_back(greedy_request(tokens(prompt, start), max_tokens));
+  r.requests.back().sla_class = c;
   r.prompt_tokens = prompt;
-  r.max_new_tokens = max_new;
+  r.max_tokens = max_tokens;
   return r;
 }
 
-TEST(TrafficPolicy, QuotaRefusesBeforeAdmissionAndIsCountedPerClass) {
-  TrafficPolicyConfig cfg = base_cfg();
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find(line + "\n") != std::string::npos;
+}
+
+TEST(FrontDoor, QuotaRefusesBeforeAdmissionAndFinishRefundsWhatWasNotUsed) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
   cfg.tenant_quotas = {{"small", TenantQuota{.tokens_per_minute = 60, .burst_tokens = 100, .max_concurrent = 0}}};
   ASSERT_TRUE(validate(cfg).ok());
-  TrafficPolicy p(cfg);
-  sched::SchedMetrics m(cfg.admission_cfg.sla);
-  p.attach_metrics(&m);
-  const TrafficRequest r = req("small", SlaClass::kStandard, 20, 60);  // costs 80 of 100
-  ASSERT_TRUE(p.admit(r, 0).admit);
-  Decision d = p.admit(r, 0);
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("m")).ok());
+  auto m = door.resolve("m");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(door.resolve(""), m);  // no name: the default model
+  EXPECT_EQ(door.resolve("nope"), nullptr);
+  const CallRequest r = req(m, "small", SlaClass::kStandard, 20, 60);  // charged 80 of 100
+  Decision first = door.admit(r);
+  ASSERT_TRUE(first.admit);
+  ASSERT_TRUE(first.call);
+  Decision d = door.admit(r);
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.http_status, 429);
   EXPECT_EQ(d.reason, kReasonTenantRate);
-  // 80 needed, 20 left, 1 token/s: 60 s.
-  EXPECT_NEAR(d.retry_after_s, 60.0, 1.0);
-  // The refused request took no queue seat: only the first one is queued.
-  EXPECT_EQ(p.queue_state().requests[1], 1);
+  EXPECT_NEAR(d.retry_after_s, 60.0, 1.0);  // 80 needed, 20 left, 1 token/s
+  EXPECT_NE(d.message.find("tokens-per-minute"), std::string::npos);
+  EXPECT_EQ(d.call, nullptr);
+  // The refused request took no queue place: only the first one is queued.
+  EXPECT_EQ(m->admission->state().requests[1], 1);
+  EXPECT_EQ(door.inflight_choices(), 1);
   // It used 30 of its 80: 50 come back, and a request of 70 fits again.
-  p.first_token(r);
-  p.done(r, 30, 1.0, 0);
-  EXPECT_EQ(p.queue_state().requests[1], 0);
-  EXPECT_TRUE(p.admit(req("small", SlaClass::kStandard, 10, 60), 0).admit);
+  first.call->first_token();
+  EXPECT_EQ(m->admission->state().requests[1], 0);
+  first.call->finish({.completed = true, .prompt_tokens = 20, .completion_tokens = 10});
+  EXPECT_EQ(door.inflight_choices(), 0);
+  Decision again = door.admit(req(m, "small", SlaClass::kStandard, 10, 60));
+  EXPECT_TRUE(again.admit);
   // Other tenants are unlimited by default.
-  EXPECT_TRUE(p.admit(req("big", SlaClass::kStandard, 10, 100000), 0).admit);
-  EXPECT_EQ(m.snapshot().classes[1].rejections.at(kReasonTenantRate), 1u);
+  EXPECT_TRUE(door.admit(req(m, "big", SlaClass::kStandard, 10, 100000)).admit);
+  const std::string text = door.metrics().render();
+  EXPECT_TRUE(has_line(text, R"(metro_class_rejections_total{model="m",class="standard",reason="tenant_tokens_per_minute"} 1)"))
+      << text;
 }
 
-TEST(TrafficPolicy, AdmissionRefusalRefundsTheQuotaCharge) {
-  TrafficPolicyConfig cfg = base_cfg();
+TEST(FrontDoor, AdmissionRefusalRefundsTheQuotaChargeAndTheCallEndsOnce) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
   cfg.tenant_quotas = {{"t", TenantQuota{.tokens_per_minute = 600, .burst_tokens = 1000, .max_concurrent = 2}}};
-  TrafficPolicy p(cfg);
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("m")).ok());
+  auto m = door.resolve("m");
   // Realtime objective 0.5 s at 1000 tok/s: a 900-token prompt is predicted at ~0.9 s.
-  Decision d = p.admit(req("t", SlaClass::kRealtime, 900, 10), 0);
+  Decision d = door.admit(req(m, "t", SlaClass::kRealtime, 900, 10));
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.http_status, 503);
   EXPECT_EQ(d.reason, kReasonTtft);
   // Neither its tokens nor its concurrency slot stay charged: two requests of 450 fit.
-  EXPECT_TRUE(p.admit(req("t", SlaClass::kBatch, 440, 10), 0).admit);
-  EXPECT_TRUE(p.admit(req("t", SlaClass::kBatch, 440, 10), 0).admit);
-  Decision third = p.admit(req("t", SlaClass::kBatch, 1, 1), 0);
-  EXPECT_EQ(third.reason, kReasonTenantConcurrency);
+  Decision a = door.admit(req(m, "t", SlaClass::kBatch, 440, 10));
+  Decision b = door.admit(req(m, "t", SlaClass::kBatch, 440, 10));
+  ASSERT_TRUE(a.admit && b.admit);
+  EXPECT_EQ(door.admit(req(m, "t", SlaClass::kBatch, 1, 1)).reason, kReasonTenantConcurrency);
+  // A call dropped without finish() (its session went away) ends as not completed: its
+  // slot and queue place come back exactly once.
+  a.call.reset();
+  EXPECT_EQ(m->admission->state().requests[2], 1);
+  b.call->finish({});
+  b.call->finish({});  // idempotent
+  b.call.reset();
+  EXPECT_EQ(m->admission->state().requests[2], 0);
+  EXPECT_EQ(door.inflight_choices(), 0);
+  EXPECT_TRUE(door.admit(req(m, "t", SlaClass::kBatch, 1, 1)).admit);
 }
 
-TEST(TrafficPolicy, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
-  TrafficPolicyConfig cfg = base_cfg();
+TEST(FrontDoor, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
+  cfg.sla.of(SlaClass::kRealtime).ttft_s = 0.05;
   cfg.tenant_quotas = {{"t", TenantQuota{.tokens_per_minute = 600, .burst_tokens = 1000, .max_concurrent = 0}}};
-  TrafficPolicy p(cfg);
-  // Realtime objective 0.5 s at 1000 tok/s: 900 prompt tokens to compute miss it...
-  TrafficRequest r = req("t", SlaClass::kRealtime, 900, 10);
-  EXPECT_FALSE(p.admit(r, 0).admit);
-  // ... 50 of them (the rest in the prefix cache) do not.
-  r.cached_prompt_tokens = 850;
-  ASSERT_TRUE(p.admit(r, 0).admit);
-  EXPECT_EQ(p.queue_state().prompt_tokens[0], 50);
-  // The quota charged the whole prompt: 910 of 1000, so the same request again is over it.
-  Decision again = p.admit(r, 0);
-  EXPECT_FALSE(again.admit);
-  EXPECT_EQ(again.reason, kReasonTenantRate);
-  p.first_token(r);
-  EXPECT_EQ(p.queue_state().prompt_tokens[0], 0);
-  EXPECT_EQ(p.queue_state().requests[0], 0);
-  // A prompt held whole by the cache still computes its last token.
-  TrafficRequest all = req("other", SlaClass::kStandard, 64, 1);
-  all.cached_prompt_tokens = 64;
-  ASSERT_TRUE(p.admit(all, 0).admit);
-  EXPECT_EQ(p.queue_state().prompt_tokens[1], 1);
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("m")).ok());
+  auto m = door.resolve("m");
+  // 100 prompt tokens at 1000 tok/s: 0.11 s predicted, over a 0.05 s objective.
+  const CallRequest r = req(m, "t", SlaClass::kRealtime, 100, 4);
+  EXPECT_EQ(door.admit(r).reason, kReasonTtft);
+  // The engine computes the same prompt once; its 96 leading tokens (6 blocks) are cached.
+  ASSERT_EQ(collect(*m->engine->submit(r.requests.front())).tokens.size(), 4u);
+  Decision d = door.admit(r);
+  ASSERT_TRUE(d.admit) << d.reason;
+  EXPECT_EQ(m->admission->state().prompt_tokens[0], 4);  // only the uncached tail is queued
+  // Charged the whole prompt all the same: 2 x 104 tokens so far of the 1000-token bucket.
+  d.call->first_token();
+  EXPECT_EQ(m->admission->state().prompt_tokens[0], 0);
 }
 
-TEST(TrafficPolicy, AdmissionIsFairBetweenTenantsOfAClass) {
-  TrafficPolicyConfig cfg = base_cfg();
+// Admission models the queue in the engine's own order: with the SLA policy a quiet tenant
+// is admitted past a class that one tenant's flood filled; with FCFS the class is one queue.
+TEST(FrontDoor, FairnessFollowsTheEnginesPolicy) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
   cfg.admission_cfg.limits[1] = {.max_requests = 4, .max_prompt_tokens = 1 << 20};
-  cfg.admission_cfg.sla.of(SlaClass::kStandard).ttft_s = 100.0;
-  TrafficPolicy p(cfg);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.admit(req("loud", SlaClass::kStandard, 100, 10), 0).admit);
-  EXPECT_EQ(p.admit(req("loud", SlaClass::kStandard, 100, 10), 0).reason, kReasonQueueFull);
-  const TrafficRequest quiet = req("quiet", SlaClass::kStandard, 100, 10);
-  EXPECT_TRUE(p.admit(quiet, 0).admit) << "below its share of the full class";
-  p.first_token(quiet);  // releases the quiet tenant's entry, not one of the flood's
-  EXPECT_EQ(p.queue_state().requests[1], 4);
-  EXPECT_EQ(p.admit(req("loud", SlaClass::kStandard, 100, 10), 0).reason, kReasonQueueFull);
-  // FCFS (no tenant fair share): one queue for everybody.
-  cfg.admission_cfg.tenant_fair_share = false;
-  TrafficPolicy fifo(cfg);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(fifo.admit(req("loud", SlaClass::kStandard, 100, 10), 0).admit);
-  EXPECT_EQ(fifo.admit(quiet, 0).reason, kReasonQueueFull);
+  cfg.sla.of(SlaClass::kStandard).ttft_s = 100.0;
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("sla")).ok());
+  engine::EngineConfig fcfs;
+  fcfs.sched = "fcfs";
+  ASSERT_TRUE(door.add_model(served("fcfs", fcfs)).ok());
+  for (const char* name : {"sla", "fcfs"}) {
+    auto m = door.resolve(name);
+    std::vector<std::shared_ptr<Call>> held;
+    for (int i = 0; i < 4; ++i) {
+      Decision d = door.admit(req(m, "loud", SlaClass::kStandard, 100, 10));
+      ASSERT_TRUE(d.admit);
+      held.push_back(d.call);
+    }
+    EXPECT_EQ(door.admit(req(m, "loud", SlaClass::kStandard, 100, 10)).reason, kReasonQueueFull);
+    Decision quiet = door.admit(req(m, "quiet", SlaClass::kStandard, 100, 10));
+    if (std::string(name) == "sla") {
+      EXPECT_TRUE(quiet.admit) << "below its share of the full class";
+    } else {
+      EXPECT_EQ(quiet.reason, kReasonQueueFull) << "FCFS: one queue for everybody";
+    }
+  }
 }
 
-TEST(TrafficPolicy, StepReportsMoveThePrediction) {
-  TrafficPolicy p(base_cfg());
-  const double before = p.queue_state().prefill_tokens_per_s;
-  engine::StepReport rep;
-  rep.step_s = 0.1;
-  rep.prefill_tokens = 500;  // 500 prompt tokens in 0.1 s: 5000 tok/s
-  rep.prefill_tokens_by_class = {0, 500, 0};
-  rep.waiting_by_class = {0, 3, 0};
-  for (int i = 0; i < 50; ++i) p.observe_step(rep);
-  const QueueState q = p.queue_state();
-  EXPECT_GT(q.prefill_tokens_per_s, before);
-  EXPECT_NEAR(q.prefill_tokens_per_s, 5000.0, 50.0);
-  EXPECT_NEAR(q.drain_tokens_per_s[1], 5000.0, 50.0);
-  EXPECT_NEAR(q.step_s, 0.1, 0.01);
-  // A 900-token realtime prompt now fits its 0.5 s objective.
-  EXPECT_TRUE(p.admit(req("", SlaClass::kRealtime, 900, 10), 0).admit);
+// The engine's step reports reach the model's admission control.
+TEST(FrontDoor, StepReportsMoveThePrediction) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
+  cfg.admission_cfg.initial_prefill_tokens_per_s = 1.0;  // far below any real engine
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("m")).ok());
+  auto m = door.resolve("m");
+  ASSERT_EQ(collect(*m->engine->submit(greedy_request(tokens(64), 2))).tokens.size(), 2u);
+  for (int i = 0; i < 200 && m->admission->state().prefill_tokens_per_s <= 1.0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine thread reports
+  }
+  EXPECT_GT(m->admission->state().prefill_tokens_per_s, 10.0);
 }
 
-TEST(TrafficPolicy, DeadlinesAndAdmissionOff) {
-  TrafficPolicy on(base_cfg());
-  TrafficRequest r = req("", SlaClass::kBatch, 100, 10);
-  r.deadline_ns = 10 * kS + kS / 100;  // 10 ms after now; 100 tokens take ~100 ms
-  Decision d = on.admit(r, 10 * kS);
-  EXPECT_FALSE(d.admit);
-  EXPECT_EQ(d.reason, kReasonDeadline);
-  TrafficPolicyConfig cfg = base_cfg();
-  cfg.admission = false;
-  TrafficPolicy off(cfg);
-  EXPECT_TRUE(off.admit(r, 10 * kS).admit);
-  // Off, even a huge queue is admitted (a conventional server's behaviour).
-  for (int i = 0; i < 5000; ++i) EXPECT_TRUE(off.admit(req("", SlaClass::kRealtime, 4000, 10), 0).admit);
-}
-
-TEST(TrafficPolicy, ValidateNamesTheTenant) {
-  TrafficPolicyConfig cfg = base_cfg();
-  cfg.tenant_quotas = {{"bad-tenant", TenantQuota{.tokens_per_minute = -5}}};
-  Status s = validate(cfg);
+TEST(FrontDoor, DeadlinesAdmissionModesAndTheChoiceBound) {
+  REQUIRE_MODEL();
+  {
+    FrontDoor on(base_cfg());
+    ASSERT_TRUE(on.add_model(served("m")).ok());
+    CallRequest r = req(on.resolve("m"), "", SlaClass::kBatch, 100, 10);
+    r.deadline_ns = now_ns() + 10'000'000;  // 10 ms from now; 100 tokens take ~100 ms
+    Decision d = on.admit(r);
+    EXPECT_FALSE(d.admit);
+    EXPECT_EQ(d.reason, kReasonDeadline);
+  }
+  {
+    FrontDoorConfig cfg = base_cfg();
+    cfg.admission = AdmissionMode::kOff;
+    cfg.max_inflight_choices = 3;
+    FrontDoor off(cfg);
+    ASSERT_TRUE(off.add_model(served("m")).ok());
+    auto m = off.resolve("m");
+    EXPECT_EQ(m->admission, nullptr);
+    // Off, a huge queue is admitted (a conventional server), up to the bound on choices.
+    std::vector<Decision> held;
+    for (int i = 0; i < 3; ++i) held.push_back(off.admit(req(m, "", SlaClass::kRealtime, 4000, 10)));
+    for (const Decision& d : held) EXPECT_TRUE(d.admit);
+    Decision over = off.admit(req(m, "", SlaClass::kRealtime, 1, 1));
+    EXPECT_FALSE(over.admit);
+    EXPECT_EQ(over.http_status, 503);
+    EXPECT_EQ(over.reason, kReasonOverloaded);
+    EXPECT_GE(over.retry_after_s, 1.0);
+    held.clear();
+    EXPECT_EQ(off.inflight_choices(), 0);
+    EXPECT_TRUE(off.admit(req(m, "", SlaClass::kRealtime, 1, 1)).admit);
+  }
+  {
+    // Auto: on for a policy that serves classes in priority order, off for FCFS.
+    FrontDoorConfig cfg = base_cfg();
+    cfg.admission = AdmissionMode::kAuto;
+    FrontDoor door(cfg);
+    engine::EngineConfig fcfs;
+    fcfs.sched = "fcfs";
+    ASSERT_TRUE(door.add_model(served("sla")).ok());
+    ASSERT_TRUE(door.add_model(served("fcfs", fcfs)).ok());
+    EXPECT_NE(door.resolve("sla")->admission, nullptr);
+    EXPECT_EQ(door.resolve("fcfs")->admission, nullptr);
+  }
+  FrontDoorConfig bad = base_cfg();
+  bad.tenant_quotas = {{"bad-tenant", TenantQuota{.tokens_per_minute = -5}}};
+  Status s = validate(bad);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("bad-tenant"), std::string::npos);
+}
+
+// Two engines in one registry on one shared compute pool: both serve at once, each gives
+// what it gives alone, each has its own series on /metrics.
+TEST(FrontDoor, TwoEnginesShareOnePoolAndTheRegistry) {
+  REQUIRE_MODEL();
+  auto pool = std::make_shared<ThreadPool>(2);
+  engine::EngineConfig shared;
+  shared.pool = pool;
+  FrontDoorConfig cfg = base_cfg();
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("a", shared)).ok());
+  ASSERT_TRUE(door.add_model(served("b", shared)).ok());
+  auto dup = served("a");
+  EXPECT_FALSE(door.add_model(dup).ok());  // one name, one primary
+  auto canary = served("a");
+  canary->variant = "canary";
+  ASSERT_TRUE(door.add_model(canary).ok());
+  EXPECT_EQ(door.models().size(), 3u);
+  EXPECT_EQ(door.resolve("a")->variant, "");
+  ASSERT_EQ(door.models().variants("a").size(), 2u);
+  EXPECT_EQ(door.models().variants("a")[1]->id(), "a@canary");
+
+  // What one engine of its own gives, then both shared engines at once.
+  const std::vector<int32_t> p1 = tokens(40, 700), p2 = tokens(33, 900);
+  auto alone = served("alone");
+  const auto want1 = collect(*alone->engine->submit(greedy_request(p1, 12))).tokens;
+  const auto want2 = collect(*alone->engine->submit(greedy_request(p2, 12))).tokens;
+  auto a = door.resolve("a");
+  auto b = door.resolve("b");
+  std::vector<engine::Handle> ha, hb;
+  for (int i = 0; i < 3; ++i) {
+    ha.push_back(*a->engine->submit(greedy_request(p1, 12)));
+    hb.push_back(*b->engine->submit(greedy_request(p2, 12)));
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(collect(ha[static_cast<size_t>(i)]).tokens, want1);
+    EXPECT_EQ(collect(hb[static_cast<size_t>(i)]).tokens, want2);
+  }
+  EXPECT_GT(a->engine->stats().steps, 0u);
+  EXPECT_GT(b->engine->stats().steps, 0u);
+  const std::string text = door.metrics().render();
+  EXPECT_TRUE(has_line(text, R"(metro_generation_tokens_total{model="a"} 36)")) << text;
+  EXPECT_TRUE(has_line(text, R"(metro_generation_tokens_total{model="b"} 36)")) << text;
+  EXPECT_TRUE(has_line(text, R"(metro_generation_tokens_total{model="a@canary"} 0)")) << text;
+  // One HELP/TYPE header per family however many engines write it.
+  size_t headers = 0;
+  for (size_t at = 0; (at = text.find("# TYPE metro_generation_tokens_total ", at)) != std::string::npos; ++at) {
+    ++headers;
+  }
+  EXPECT_EQ(headers, 1u);
+  EXPECT_TRUE(has_line(text, "metro_model_loaded 1"));
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ TEST(PredictionAccuracy, WindowedRankAndWithin100) {
   EXPECT_EQ(acc.snapshot().n, 4);
 }
 
-TEST(SchedMetrics, HistogramsAttainmentRejections) {
+TEST(SchedMetrics, HistogramsAttainmentQueues) {
   SlaConfig sla;
   SchedMetrics m(sla);
   m.observe_first_token(SlaClass::kRealtime, 0.2);
@@ -103,9 +103,6 @@ TEST(SchedMetrics, HistogramsAttainmentRejections) {
   m.observe_finished(SlaClass::kRealtime, 0.9, 0.05, 2.0);   // TTFT missed
   m.observe_finished(SlaClass::kRealtime, 0.3, 0.5, 3.0);    // TPOT missed
   m.observe_finished(SlaClass::kRealtime, 0.3, -1.0, 0.3);   // one token: TTFT only
-  m.observe_rejection(SlaClass::kBatch, "queue_full");
-  m.observe_rejection(SlaClass::kBatch, "queue_full");
-  m.observe_rejection(SlaClass::kBatch, "tenant_concurrency");
   m.set_queue_depth(SlaClass::kStandard, 7, 3);
   m.observe_preemption(SlaClass::kBatch);
   SchedMetricsSnapshot s = m.snapshot();
@@ -119,8 +116,6 @@ TEST(SchedMetrics, HistogramsAttainmentRejections) {
   EXPECT_EQ(rt.tpot_s.count, 3u);
   EXPECT_EQ(rt.e2e_s.count, 4u);
   EXPECT_NEAR(rt.e2e_s.sum, 6.3, 1e-12);
-  EXPECT_EQ(s.classes[2].rejections.at("queue_full"), 2u);
-  EXPECT_EQ(s.classes[2].rejections.at("tenant_concurrency"), 1u);
   EXPECT_EQ(s.classes[2].preemptions, 1u);
   EXPECT_EQ(s.classes[1].waiting, 7);
   EXPECT_EQ(s.classes[1].running, 3);

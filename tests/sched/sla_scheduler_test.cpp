@@ -699,16 +699,36 @@ TEST(SlaScheduler, RequestLargerThanTheCacheDoesNotPreemptForNothing) {
 
 TEST(SlaScheduler, FactoryAndValidation) {
   kv::KvCacheManager kv({.n_blocks = 16, .block_size = 16});
-  SlaSchedulerConfig cfg;
-  auto f = make_scheduler("fcfs", cfg, kv);
+  SchedulerOptions opts;
+  auto f = make_scheduler("fcfs", opts, kv);
   ASSERT_TRUE(f.ok());
   EXPECT_STREQ((*f)->name(), "fcfs");
-  auto s = make_scheduler("sla", cfg, kv);
+  EXPECT_FALSE((*f)->queue_order()->by_class());
+  auto s = make_scheduler("sla", opts, kv);
   ASSERT_TRUE(s.ok());
   EXPECT_STREQ((*s)->name(), "sla");
-  auto bad = make_scheduler("lifo", cfg, kv);
+  EXPECT_TRUE((*s)->queue_order()->by_class());
+  auto bad = make_scheduler("lifo", opts, kv);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'lifo'"), std::string::npos);
+  // Each policy takes its own options and names what it does not know.
+  opts.policy = {{"tpot_slack", "off"}, {"decode_share", "0.5"}, {"tpot_cap", "lower"}};
+  EXPECT_TRUE(make_scheduler("sla", opts, kv).ok());
+  EXPECT_TRUE(check_scheduler_options("sla", opts).ok());
+  Status fcfs_opt = check_scheduler_options("fcfs", opts);
+  ASSERT_FALSE(fcfs_opt.ok());
+  EXPECT_NE(fcfs_opt.message().find("tpot_slack"), std::string::npos);
+  opts.policy = {{"decode_share", "2"}};
+  EXPECT_FALSE(check_scheduler_options("sla", opts).ok());  // out of range
+  opts.policy = {{"tpot_slack", "maybe"}};
+  Status bad_value = check_scheduler_options("sla", opts);
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_NE(bad_value.message().find("tpot_slack"), std::string::npos);
+  opts.policy = {{"no_such_knob", "1"}};
+  Status unknown = check_scheduler_options("sla", opts);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("no_such_knob"), std::string::npos);
+  SlaSchedulerConfig cfg;
   cfg.levels = 0;
   EXPECT_FALSE(validate(cfg).ok());
   cfg.levels = 4;

@@ -46,7 +46,7 @@ TEST(AuthTest, TenantSettingsFromTheKeyFile) {
   ASSERT_TRUE(keys.ok()) << keys.status().message();
   const TenantSettings* a = keys->tenant_settings("team-a");
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(a->default_class, sched::SlaClass::kRealtime);
+  EXPECT_EQ(a->default_class, SlaClass::kRealtime);
   EXPECT_EQ(a->tokens_per_minute, 6000.0);
   EXPECT_EQ(a->burst_tokens, 9000.0);
   EXPECT_EQ(a->max_concurrent, 4);
@@ -58,7 +58,7 @@ TEST(AuthTest, TenantSettingsFromTheKeyFile) {
   // A key without a tenant name belongs to the anonymous tenant "".
   EXPECT_EQ(keys->authenticate("Bearer sk-cccccccc"), std::optional<std::string>(""));
   ASSERT_NE(keys->tenant_settings(""), nullptr);
-  EXPECT_EQ(keys->tenant_settings("")->default_class, sched::SlaClass::kBatch);
+  EXPECT_EQ(keys->tenant_settings("")->default_class, SlaClass::kBatch);
   EXPECT_EQ(keys->tenant_settings("nobody"), nullptr);
   EXPECT_EQ(keys->tenants().size(), 3u);
   EXPECT_EQ(keys->authenticate("Bearer sk-a2a2a2a2"), std::optional<std::string>("team-a"));
@@ -130,29 +130,21 @@ TEST(MetricsTest, ExpositionIsValidPrometheusText) {
   m.observe_ttft(0.3);
   m.observe_tpot(0.02);
   m.observe_e2e(1.5);
-  engine::EngineStats st;
-  st.waiting = 2;
-  st.running = 3;
-  st.kv_blocks_total = 100;
-  st.kv_blocks_used = 7;
-  st.prefix_queries = 50;
-  st.prefix_hits = 20;
-  st.prompt_tokens = 123;
-  st.generated_tokens = 45;
-  st.steps = 4;
-  st.step_seconds_total = 0.04;
-  st.step_ms_buckets.assign(engine::EngineStats::step_ms_bounds().size() + 1, 4);
-  st.batch_tokens_buckets.assign(engine::EngineStats::batch_tokens_bounds().size() + 1, 4);
-  sched::SchedMetrics sm{sched::SlaConfig{}};
-  sm.observe_first_token(sched::SlaClass::kRealtime, 0.2);
-  sm.observe_finished(sched::SlaClass::kRealtime, 0.2, 0.05, 1.0);
-  sm.observe_rejection(sched::SlaClass::kBatch, "queue_full");
-  // Predicted 10, 50, 300 vs actual 20, 40, 100: ranks agree, two of three within 100 tokens.
-  sm.observe_prediction(sched::SlaClass::kStandard, 10, 20);
-  sm.observe_prediction(sched::SlaClass::kStandard, 50, 40);
-  sm.observe_prediction(sched::SlaClass::kStandard, 300, 100);
-  const sched::SchedMetricsSnapshot per_class = sm.snapshot();
-  const std::string text = m.render(&st, true, 1600, &per_class);
+  // Another layer's collector writing a family with per-model series, twice.
+  metrics::Registry registry;
+  metrics::Registration http = registry.add([&](metrics::Exposition& e) { m.collect(e); });
+  auto engine_series = [](const std::string& model, double running) {
+    return [model, running](metrics::Exposition& e) {
+      e.gauge("metro_requests_running", "Sequences running.", metrics::labels({{"model", model}}), running);
+      e.histogram("metro_engine_step_duration_seconds", "Duration of an engine step.",
+                  metrics::labels({{"model", model}}), {0.001, 0.01}, {1, 3}, 4, nullptr);
+    };
+  };
+  metrics::Registration a = registry.add(engine_series("a", 3));
+  const std::string text = [&] {
+    metrics::Registration b = registry.add(engine_series("b\"x", 1));
+    return registry.render();
+  }();
   auto s = parse_exposition(text);
   EXPECT_EQ(s["metro_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"], 2);
   EXPECT_EQ(s["metro_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}"], 1);
@@ -162,38 +154,25 @@ TEST(MetricsTest, ExpositionIsValidPrometheusText) {
   EXPECT_EQ(s["metro_time_to_first_token_seconds_bucket{le=\"+Inf\"}"], 1);
   EXPECT_EQ(s["metro_time_to_first_token_seconds_count"], 1);
   EXPECT_DOUBLE_EQ(s["metro_e2e_request_latency_seconds_sum"], 1.5);
-  EXPECT_EQ(s["metro_requests_waiting"], 2);
-  EXPECT_EQ(s["metro_requests_running"], 3);
-  EXPECT_EQ(s["metro_kv_blocks_used"], 7);
-  EXPECT_EQ(s["metro_kv_blocks_total"], 100);
-  EXPECT_EQ(s["metro_prefix_cache_hits_total"], 20);
-  EXPECT_EQ(s["metro_prefix_cache_queries_total"], 50);
-  EXPECT_EQ(s["metro_prompt_tokens_total"], 123);
-  EXPECT_EQ(s["metro_generation_tokens_total"], 45);
-  EXPECT_EQ(s["metro_engine_step_duration_seconds_count"], 4);
-  EXPECT_DOUBLE_EQ(s["metro_engine_step_duration_seconds_sum"], 0.04);
-  EXPECT_EQ(s["metro_engine_step_duration_seconds_bucket{le=\"0.001\"}"], 4);
-  EXPECT_EQ(s["metro_engine_batch_tokens_bucket{le=\"+Inf\"}"], 4);
-  EXPECT_EQ(s["metro_model_loaded"], 1);
-  EXPECT_EQ(s["metro_class_finished_total{class=\"realtime\"}"], 1);
-  EXPECT_EQ(s["metro_class_e2e_seconds_count{class=\"realtime\"}"], 1);
-  EXPECT_EQ(s["metro_class_e2e_seconds_bucket{class=\"realtime\",le=\"+Inf\"}"], 1);
-  EXPECT_EQ(s["metro_class_rejections_total{class=\"batch\",reason=\"queue_full\"}"], 1);
-  EXPECT_EQ(s["metro_predictor_samples{class=\"standard\"}"], 3);
-  EXPECT_EQ(s["metro_predictor_samples"], 3);
-  EXPECT_DOUBLE_EQ(s["metro_predictor_rank_correlation{class=\"standard\"}"], 1.0);
-  EXPECT_NEAR(s["metro_predictor_within_100_tokens"], 2.0 / 3.0, 1e-4);
-  EXPECT_NEAR(s["metro_predictor_mean_abs_error_tokens"], (10.0 + 10.0 + 200.0) / 3.0, 1e-3);
-  // Every TYPE line is followed by samples of that family.
+  EXPECT_EQ(s["metro_requests_running{model=\"a\"}"], 3);
+  EXPECT_EQ(s["metro_requests_running{model=\"b\\\"x\"}"], 1);  // label values escaped
+  EXPECT_EQ(s["metro_engine_step_duration_seconds_bucket{model=\"a\",le=\"0.01\"}"], 3);
+  EXPECT_EQ(s["metro_engine_step_duration_seconds_bucket{model=\"a\",le=\"+Inf\"}"], 4);
+  EXPECT_EQ(s["metro_engine_step_duration_seconds_count{model=\"a\"}"], 4);
+  EXPECT_EQ(s.count("metro_engine_step_duration_seconds_sum{model=\"a\"}"), 0u);  // no sum given
+  // One HELP and TYPE per family, its samples right after it, whatever wrote them.
+  EXPECT_EQ(text.find("# TYPE metro_requests_running gauge\nmetro_requests_running{model=\"a\"} 3\n"
+                      "metro_requests_running{model=\"b\\\"x\"} 1\n"),
+            text.find("# TYPE metro_requests_running gauge"));
+  EXPECT_EQ(text.find("# TYPE metro_requests_running"), text.rfind("# TYPE metro_requests_running"));
   EXPECT_NE(text.find("# TYPE metro_time_per_output_token_seconds histogram\n"), std::string::npos);
-
-  const std::string loading = m.render(nullptr, false, 0);
-  auto l = parse_exposition(loading);
-  EXPECT_EQ(l["metro_model_loaded"], 0);
-  EXPECT_EQ(l.count("metro_kv_blocks_used"), 0u);
+  // A registration that ends takes its series with it.
+  auto after = parse_exposition(registry.render());
+  EXPECT_EQ(after.count("metro_requests_running{model=\"b\\\"x\"}"), 0u);
+  EXPECT_EQ(after["metro_requests_running{model=\"a\"}"], 3);
 }
 
-TEST(MetricsTest, LabelEscaping) { EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
+TEST(MetricsTest, LabelEscaping) { EXPECT_EQ(metrics::escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd"); }
 
 }  // namespace
 }  // namespace metro::server

@@ -119,9 +119,8 @@ class HttpServerTest : public ::testing::Test {
     cfg.port = 0;
     cfg.handle_signals = false;
     cfg.http_threads = 1;
-    cfg.model_name = "test-model";
     auto gate = release_.get_future().share();
-    server_ = std::make_unique<Server>(std::move(cfg), [gate]() -> Expected<std::shared_ptr<ModelContext>> {
+    server_ = std::make_unique<Server>(std::move(cfg), [gate](gateway::FrontDoor&) -> Status {
       gate.wait();
       return unavailable("test over");
     });
@@ -311,7 +310,7 @@ TEST(HttpServerLoadTest, LoadFailureEndsWait) {
   Server::Callbacks cb;
   cb.on_load_failed = [&](const Status& s) { seen = s; };
   Server s(
-      cfg, []() -> Expected<std::shared_ptr<ModelContext>> { return data_loss("bad file"); }, cb);
+      cfg, [](gateway::FrontDoor&) -> Status { return data_loss("bad file"); }, cb);
   ASSERT_TRUE(s.start().ok());
   EXPECT_EQ(s.wait(), 1);
   EXPECT_EQ(seen.message(), "bad file");

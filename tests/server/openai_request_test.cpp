@@ -361,11 +361,11 @@ TEST_F(OpenAiRequestTest, SlaClassFromHeaderOrBody) {
   call.tenant = "team-a";
   auto r = prep(Endpoint::kCompletions, {{"prompt", "a"}, {"metro_class", "batch"}}, call);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->requests[0].sla_class, sched::SlaClass::kRealtime);
+  EXPECT_EQ(r->requests[0].sla_class, SlaClass::kRealtime);
   EXPECT_EQ(r->requests[0].tenant, "team-a");
   auto b = prep(Endpoint::kCompletions, {{"prompt", "a"}, {"metro_class", "batch"}});
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->requests[0].sla_class, sched::SlaClass::kBatch);
+  EXPECT_EQ(b->requests[0].sla_class, SlaClass::kBatch);
   refused(Endpoint::kCompletions, json{{"prompt", "a"}, {"metro_class", "vip"}});
 }
 

@@ -1,6 +1,7 @@
 // The server in-process over the real model: a completion and a stream end to end through
-// the HTTP layer, and the admission hooks (refusal with 429 + Retry-After; exactly one
-// release and one done per admitted request).
+// the HTTP layer and the gateway's front door (refusals with 429 / 503 + Retry-After; what
+// every admitted request holds in the gateway is given back), and several models served by
+// name.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "engine/engine_test_util.h"
 #include "server/server.h"
 #include "server/server_core.h"
@@ -51,61 +53,73 @@ std::string post(const std::string& path, const std::string& body) {
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// An in-process server on a free port, no signal handling, serving model "m".
+// An in-process server on a free port, no signal handling.
 ServerConfig test_config(int threads) {
   ServerConfig cfg;
   cfg.port = 0;
   cfg.handle_signals = false;
   cfg.http_threads = threads;
   cfg.prep_threads = threads;
-  cfg.model_name = "m";
   return cfg;
 }
 
-// Starts `server` and waits until its model is loaded.
+// Starts `server` and waits until its models are loaded.
 void start_serving(Server& server) {
   ASSERT_TRUE(server.start().ok());
-  for (int i = 0; i < 6000 && !server.core().model(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(server.core().model());
+  for (int i = 0; i < 6000 && !server.core().loaded(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(server.core().loaded());
 }
 
-// A loader of the default model with a small engine (kept in *keep when given).
-std::function<Expected<std::shared_ptr<ModelContext>>()> small_model(const RequestLimits& limits,
-                                                                     std::shared_ptr<engine::Engine>* keep = nullptr) {
-  return [limits, keep]() -> Expected<std::shared_ptr<ModelContext>> {
+// A front door that measures nothing at start (the tests set what they need).
+std::shared_ptr<gateway::FrontDoor> door_of(gateway::FrontDoorConfig fd = {}) {
+  fd.calibrate = false;
+  return std::make_shared<gateway::FrontDoor>(fd);
+}
+
+// A loader of the default model as `name`, with a small engine (kept in *keep when given).
+Server::Loader small_model(std::shared_ptr<engine::Engine>* keep = nullptr, std::string name = "m") {
+  return [keep, name](gateway::FrontDoor& door) -> Status {
     const auto& shared = testing::default_model();
     engine::EngineConfig ec;
     ec.n_threads = 1;
     ec.ctx_total = 2048;
     ec.n_ctx = 512;
     METRO_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(shared.model, *shared.tokenizer, ec));
-    std::shared_ptr<engine::Engine> e(std::move(eng));
-    if (keep) *keep = e;
-    return std::make_shared<ModelContext>("m", e, *shared.tokenizer, std::nullopt, limits);
+    auto m = std::make_shared<gateway::ServedModel>();
+    m->name = name;
+    m->engine = std::shared_ptr<engine::Engine>(std::move(eng));
+    if (keep) *keep = m->engine;
+    return door.add_model(m);
   };
+}
+
+// What the gateway holds for requests that are over must be back to nothing.
+void expect_settled(gateway::FrontDoor& door, const std::string& tenant = "") {
+  EXPECT_EQ(door.inflight_choices(), 0);
+  EXPECT_EQ(door.quotas().state(tenant, now_ns()).in_flight, 0);
+  for (const auto& m : door.models().all()) {
+    if (!m->admission) continue;
+    const gateway::QueueState q = m->admission->state();
+    for (int c = 0; c < kNumSlaClasses; ++c) {
+      EXPECT_EQ(q.requests[static_cast<size_t>(c)], 0) << m->name << " class " << c;
+      EXPECT_EQ(q.prompt_tokens[static_cast<size_t>(c)], 0) << m->name << " class " << c;
+    }
+  }
 }
 
 TEST(ServerModelTest, CompletionStreamAndAdmission) {
   REQUIRE_MODEL();
   const auto& shared = testing::default_model();
   ASSERT_TRUE(shared.model);
-  std::atomic<int> released{0}, done{0}, done_completed{0}, done_tokens{0};
   ServerConfig cfg = test_config(1);
-  cfg.max_inflight_choices = 1;  // so that one n=2 request is over the server-wide bound
-  cfg.admission = [](const AdmissionRequest& r) {
-    if (r.prompt_tokens > 5) return AdmissionDecision::reject(429, "tenant_tokens_per_minute", "over quota", 7);
-    return AdmissionDecision::accept();
-  };
-  cfg.admission_release = [&](const AdmissionRequest&) { released.fetch_add(1); };
-  cfg.admission_done = [&](const AdmissionRequest& r, const AdmissionOutcome& o) {
-    EXPECT_EQ(released.load(), done.load() + 1);  // release always comes first
-    EXPECT_EQ(r.endpoint, "/v1/completions");
-    done.fetch_add(1);
-    if (o.completed) done_completed.fetch_add(1);
-    done_tokens.fetch_add(o.completion_tokens);
-  };
-  const RequestLimits limits = cfg.limits;
-  Server server(std::move(cfg), small_model(limits));
+  gateway::FrontDoorConfig door_cfg;
+  door_cfg.max_inflight_choices = 1;  // so that one n=2 request is over the server-wide bound
+  // 60 tokens of burst: the first two requests (5 and 6 tokens used) fit, one asking for
+  // 7 + 100 (charged a whole bucket) does not.
+  door_cfg.default_quota = {.tokens_per_minute = 6, .burst_tokens = 60};
+  auto door = door_of(door_cfg);
+  cfg.front_door = door;
+  Server server(std::move(cfg), small_model());
   start_serving(server);
   if (HasFatalFailure()) return;
 
@@ -125,12 +139,13 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos);
   EXPECT_NE(stream.find("\r\n0\r\n\r\n"), std::string::npos);  // the last chunk
 
-  const std::string refused = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3,4,5,6,7]})"));
+  const std::string refused = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3,4,5,6,7],"max_tokens":100})"));
   ASSERT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
-  EXPECT_NE(refused.find("Retry-After: 7"), std::string::npos);
+  EXPECT_NE(refused.find("Retry-After: "), std::string::npos);
   EXPECT_NE(refused.find("\"code\":\"tenant_tokens_per_minute\""), std::string::npos);
-  // The bound on choices over all concurrent requests (RELIABILITY.md 11).
-  const std::string over = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2],"n":2})"));
+  EXPECT_NE(refused.find("tokens-per-minute quota"), std::string::npos);
+  // The bound on choices over all concurrent requests.
+  const std::string over = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2],"n":2,"max_tokens":2})"));
   ASSERT_EQ(over.rfind("HTTP/1.1 503", 0), 0u) << over;
   EXPECT_NE(over.find("\"code\":\"overloaded\""), std::string::npos);
   EXPECT_NE(over.find("Retry-After:"), std::string::npos);
@@ -139,11 +154,18 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
       exchange(server.port(), post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})"));
   EXPECT_EQ(chat.rfind("HTTP/1.1 400", 0), 0u) << chat;
 
-  // Admitted: the completion, the stream and the n=2 request refused after admission.
-  EXPECT_EQ(released.load(), 3);
-  EXPECT_EQ(done.load(), 3);
-  EXPECT_EQ(done_completed.load(), 2);
-  EXPECT_EQ(done_tokens.load(), 5);
+  // Every admitted request settled its quota charge, queue place and choices.
+  expect_settled(*door);
+  // The quota was charged what the two served requests used (3 + 2 and 3 + 3 tokens), not
+  // their whole max_tokens, and nothing for the refused ones: refilled at 0.1 token/s since,
+  // the bucket is near 60 - 11.
+  EXPECT_NEAR(door->quotas().state("", now_ns()).bucket_tokens, 49.0, 3.0);
+  const std::string text = door->metrics().render();
+  EXPECT_NE(text.find(R"(metro_class_rejections_total{model="m",class="standard",reason="tenant_tokens_per_minute"} 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(metro_class_rejections_total{model="m",class="standard",reason="overloaded"} 1)"),
+            std::string::npos);
   server.request_drain();
   EXPECT_EQ(server.wait(), 0);
 }
@@ -153,18 +175,13 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
 // leave no hold behind, so a later request is credited only with what the cache holds.
 TEST(ServerModelTest, AdmissionPendingPrefixesEndWithTheirRequests) {
   REQUIRE_MODEL();
-  std::mutex mu;
-  std::vector<int> cached;  // cached_prompt_tokens of each admission call, in order
   ServerConfig cfg = test_config(1);
-  cfg.max_inflight_choices = 1;  // an n=2 request is refused after admission
-  cfg.admission = [&](const AdmissionRequest& r) {
-    std::lock_guard<std::mutex> lock(mu);
-    cached.push_back(r.cached_prompt_tokens);
-    return AdmissionDecision::accept();
-  };
-  const RequestLimits limits = cfg.limits;
+  gateway::FrontDoorConfig door_cfg;
+  door_cfg.max_inflight_choices = 1;  // an n=2 request is refused after admission
+  auto door = door_of(door_cfg);
+  cfg.front_door = door;
   std::shared_ptr<engine::Engine> engine;
-  Server server(std::move(cfg), small_model(limits, &engine));
+  Server server(std::move(cfg), small_model(&engine));
   start_serving(server);
   if (HasFatalFailure()) return;
 
@@ -189,12 +206,9 @@ TEST(ServerModelTest, AdmissionPendingPrefixesEndWithTheirRequests) {
     EXPECT_EQ(engine->cached_prefix_tokens(std::vector<int32_t>(17, 7), true), block);
   }
   EXPECT_EQ(engine->cached_prefix_tokens(std::vector<int32_t>(17, 7), true), 0);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    ASSERT_EQ(cached.size(), 2u);
-    EXPECT_EQ(cached[0], 0);
-    EXPECT_EQ(cached[1], 0) << "the refused request's hold must not credit the next one";
-  }
+  // The refused request's hold did not credit the served one: it was queued whole (its
+  // place came back when its first token went out).
+  expect_settled(*door);
   server.request_drain();
   EXPECT_EQ(server.wait(), 0);
 }
@@ -207,26 +221,21 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   REQUIRE_MODEL();
   const auto& shared = testing::default_model();
   ASSERT_TRUE(shared.model);
-  std::atomic<int> done{0}, done_completed{0};
   ServerConfig cfg = test_config(2);
   cfg.drain_timeout_s = 0.5;
   gateway::BatchWindowConfig wc;
   wc.max_batch = {8, 2, 8};  // a standard batch is due when two are held
   wc.wait_fraction = 1.0;
   wc.max_wait_cap_s = 30.0;
-  sched::SlaConfig sla;
-  sla.of(sched::SlaClass::kStandard).ttft_s = 60.0;  // a 30 s wait: the size triggers, not the clock
-  auto window = std::make_shared<gateway::EmbedBatcher>(wc, sla);
-  cfg.embed_window = window;
-  cfg.admission = [](const AdmissionRequest&) { return AdmissionDecision::accept(); };
-  cfg.admission_done = [&](const AdmissionRequest& r, const AdmissionOutcome& o) {
-    EXPECT_EQ(r.endpoint, "/v1/embeddings");
-    done.fetch_add(1);
-    if (o.completed) done_completed.fetch_add(1);
-  };
-  const RequestLimits limits = cfg.limits;
+  gateway::FrontDoorConfig door_cfg;
+  door_cfg.sla.of(SlaClass::kStandard).ttft_s = 60.0;  // a 30 s wait: the size triggers, not the clock
+  door_cfg.embed_window = wc;
+  auto door = door_of(door_cfg);
+  gateway::EmbedBatcher* window = door->embed_window();
+  ASSERT_NE(window, nullptr);
+  cfg.front_door = door;
   std::shared_ptr<engine::Engine> engine;
-  Server server(std::move(cfg), small_model(limits, &engine));
+  Server server(std::move(cfg), small_model(&engine));
   start_serving(server);
   if (HasFatalFailure()) return;
 
@@ -298,10 +307,8 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   EXPECT_NE(metrics.find("metro_embed_window_cancelled_total 1"), std::string::npos);
   EXPECT_NE(metrics.find("metro_embed_window_max_wait_seconds{class=\"standard\"} 30"), std::string::npos);
 
-  EXPECT_EQ(done.load(), 3);
-  EXPECT_EQ(done_completed.load(), 2);
+  expect_settled(*door);
   EXPECT_EQ(server.core().metrics().inflight_requests.load(), 0);
-  EXPECT_EQ(server.core().metrics().inflight_choices.load(), 0);
 
   // A drain that times out while a call is held: the window hands it to the stopped engine
   // and the client gets a 503, not a hang.
@@ -315,7 +322,7 @@ TEST(ServerModelTest, EmbeddingsBatchingWindow) {
   EXPECT_EQ(server.wait(), 0);
   t3.join();
   EXPECT_EQ(late.rfind("HTTP/1.1 503", 0), 0u) << late;
-  EXPECT_EQ(done.load(), 4);
+  expect_settled(*door);
   EXPECT_EQ(server.core().metrics().inflight_requests.load(), 0);
 }
 

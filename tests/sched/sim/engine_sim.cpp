@@ -61,15 +61,14 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
     l->idx = i;
     if (cfg.quota != nullptr) {
       l->quota_charge = t.prompt_tokens + t.max_tokens;
-      gateway::Decision d = cfg.quota->admit(t.tenant, t.sla_class, l->quota_charge, now_ns);
+      gateway::Decision d = cfg.quota->admit(t.tenant, l->quota_charge, now_ns);
       if (!d.admit) {
         out = {.rejected = true, .http_status = d.http_status, .reason = d.reason, .retry_after_s = d.retry_after_s};
         return;
       }
     }
     if (cfg.admission != nullptr) {
-      gateway::Decision d = cfg.admission->admit(
-          {.sla_class = t.sla_class, .prompt_tokens = t.prompt_tokens, .deadline_ns = t.deadline_ns}, now_ns);
+      gateway::Decision d = cfg.admission->admit(t.sla_class, t.prompt_tokens, "", t.deadline_ns, now_ns);
       if (!d.admit) {
         if (cfg.quota != nullptr) cfg.quota->release(t.tenant, l->quota_charge, 0, 0.0, now_ns);
         out = {.rejected = true, .http_status = d.http_status, .reason = d.reason, .retry_after_s = d.retry_after_s};

@@ -512,7 +512,7 @@ ScenarioResult scenario_overload(uint64_t seed) {
     gateway::AdmissionConfig acfg;
     acfg.sla = e.sla;
     acfg.initial_prefill_tokens_per_s = 1.0 / e.sim.cost.per_prefill_token_s;
-    gateway::AdmissionController adm(acfg);
+    gateway::AdmissionController adm(acfg, class_queue_order());
     SimConfig sc = e.sim;
     if (run.admission) sc.admission = &adm;
     run.rep = run_sim(run.trace, sc, run.sla ? sla_factory(e) : fcfs_factory(e));

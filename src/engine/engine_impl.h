@@ -1,0 +1,136 @@
+// Internal to the engine: the state behind Engine, shared by engine.cpp (the public API and
+// set-up), engine_step.cpp (the step's stages) and engine_metrics.cpp (exposition).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampling.h"
+#include "engine/stop_matcher.h"
+#include "kv/kv_arena.h"
+#include "kv/kv_cache_manager.h"
+#include "sched/sched_metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace metro::engine {
+
+struct ActiveRequest;
+
+// One generated sequence (a choice) of a request.
+struct Choice {
+  ActiveRequest* req = nullptr;
+  int index = 0;
+  sched::SeqState seq;
+  std::unique_ptr<Sampler> sampler;
+  TokenHistory history;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detok;
+  std::unique_ptr<StopMatcher> stop;
+  bool finished = false;
+  bool in_scheduler = false;
+};
+
+struct ActiveRequest {
+  uint64_t id = 0;
+  Request req;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<std::unique_ptr<Choice>> choices;
+  bool children_pending = false;  // choices 1..n-1 wait for choice 0's prompt
+  int n_finished = 0;
+  bool aborting = false;
+  int64_t arrival_ns = 0;
+  int64_t first_token_ns = 0;
+  int64_t last_token_ns = 0;
+  bool completed = false;  // kDone pushed; destroyed by reap() after the step
+  std::vector<double> embed_sum;
+  int embed_rows = 0;
+  Usage usage;
+};
+
+// What sampling decided for one entry of the plan.
+struct Sampled {
+  int first_row = -1;  // the entry's first logits row (-1: it did not sample)
+  int n_accepted = 0;  // drafts accepted
+  // The accepted drafts, then the token sampled after them; all already in seq.tokens.
+  std::vector<SampleResult> tokens;
+};
+
+struct Engine::Impl {
+  Engine* self = nullptr;
+  kernels::KvPageLayout layout;
+  std::unique_ptr<kv::KvArena> arena;
+  std::unique_ptr<kv::KvCacheManager> kv;
+  std::unique_ptr<sched::Scheduler> sched;
+  std::shared_ptr<const sched::QueueOrder> queue_order;
+  std::shared_ptr<const kv::PrefixHint> prefix_hint;  // kv's, readable from any thread
+  sched::SchedMetrics metrics;
+  explicit Impl(const SlaConfig& sla) : metrics(sla) {}
+  std::shared_ptr<ThreadPool> pool;
+  model::Workspace ws;
+  SamplerScratch scratch;
+  std::mt19937_64 seed_rng{0x5eed};
+
+  // Intake, shared with submit()/abort().
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<ActiveRequest>> intake;
+  std::vector<uint64_t> abort_ids;
+  bool stopping = false;
+  std::atomic<uint64_t> next_id{1};
+  std::thread thread;
+
+  // Observers: added from any thread, called on the engine thread from a copy refreshed
+  // when the version moves.
+  std::mutex observers_mu;
+  std::vector<std::shared_ptr<StepObserver>> observers;
+  std::atomic<uint64_t> observers_version{0};
+  std::vector<std::shared_ptr<StepObserver>> observers_seen;
+  uint64_t observers_seen_version = 0;
+
+  // Engine-thread state.
+  std::unordered_map<uint64_t, std::unique_ptr<ActiveRequest>> active;
+  std::unordered_map<uint64_t, Choice*> by_seq;  // sequence id -> choice
+  uint64_t next_seq_id = 1;
+  model::Batch batch;
+  std::vector<std::span<const kv::BlockId>> tables;
+  std::vector<Sampled> sampled;       // per plan entry, reused across steps
+  std::vector<int32_t> proposal;      // proposer scratch
+  std::vector<uint64_t> completed_ids;
+
+  mutable std::mutex stats_mu;
+  EngineStats stats;
+
+  void loop();
+  void admit(std::unique_ptr<ActiveRequest> r);
+
+  // The step and its stages (engine_step.cpp).
+  void step();
+  void propose();
+  bool build_batch(const sched::StepPlan& plan, bool* want_hidden);
+  void sample(const sched::StepPlan& plan, const model::ForwardOutput& out, sched::StepResult* result);
+  void pool_embeddings(const sched::StepPlan& plan, const model::ForwardOutput& out);
+  void emit(const sched::StepPlan& plan, const model::ForwardOutput& out);
+  void report(const sched::StepPlan& plan, const model::ForwardOutput& out, int64_t t0);
+
+  // Sampling and emission of one choice's tokens.
+  SampleResult sample_one(Choice& c, std::span<const float> logits);
+  void emit_token(Choice& c, SampleResult s, size_t keep_tokens);
+  void fork_children(ActiveRequest& r, std::span<const float> logits);
+  void finish_choice(Choice& c, FinishReason reason, const std::string& message = {});
+  void emit_delta(Choice& c, std::string text, std::vector<TokenInfo> tokens);
+  void finish_embedding(Choice& c);
+  void abort_request(ActiveRequest& r, const std::string& message);
+  void maybe_complete(ActiveRequest& r);
+  void reap();
+  void publish_stats(double step_ms, int batch_tokens, int batch_seqs);
+  void refresh_gauges_locked();
+  const std::vector<std::shared_ptr<StepObserver>>& current_observers();
+};
+
+}  // namespace metro::engine

@@ -1,0 +1,123 @@
+// The engine's series on /metrics, each labelled with the model it serves.
+#include "engine/engine_impl.h"
+
+namespace metro::engine {
+
+namespace {
+
+void write_class_metrics(metrics::Exposition& e, const std::string& model, const sched::SchedMetricsSnapshot& s) {
+  auto label = [&](size_t c) {
+    return metrics::labels({{"model", model}, {"class", sla_class_name(static_cast<SlaClass>(c))}});
+  };
+  auto hist = [&](const char* name, const char* help, auto member) {
+    for (size_t c = 0; c < s.classes.size(); ++c) {
+      const sched::HistogramSnapshot& h = s.classes[c].*member;
+      std::vector<uint64_t> cumulative(h.bounds.size());
+      uint64_t acc = 0;
+      for (size_t i = 0; i < h.bounds.size() && i < h.counts.size(); ++i) cumulative[i] = acc += h.counts[i];
+      e.histogram(name, help, label(c), h.bounds, cumulative, h.count, &h.sum);
+    }
+  };
+  hist("metro_class_ttft_seconds", "Time to first token by SLA class.", &sched::ClassMetricsSnapshot::ttft_s);
+  hist("metro_class_tpot_seconds", "Time per output token by SLA class.", &sched::ClassMetricsSnapshot::tpot_s);
+  hist("metro_class_e2e_seconds", "End-to-end latency by SLA class.", &sched::ClassMetricsSnapshot::e2e_s);
+  using C = sched::ClassMetricsSnapshot;
+  auto per_class = [&](const char* name, bool counter, const char* help, auto value) {
+    for (size_t c = 0; c < s.classes.size(); ++c) {
+      const double v = value(s.classes[c]);
+      if (counter) {
+        e.counter(name, help, label(c), v);
+      } else {
+        e.gauge(name, help, label(c), v);
+      }
+    }
+  };
+  per_class("metro_class_finished_total", true, "Requests finished, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.finished); });
+  per_class("metro_class_slo_met_total", true, "Finished requests that met both TTFT and TPOT objectives.",
+            [](const C& c) { return static_cast<double>(c.slo_met); });
+  per_class("metro_class_slo_attainment", false, "slo_met / finished.", [](const C& c) { return c.slo_attainment; });
+  per_class("metro_class_waiting", false, "Sequences waiting, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.waiting); });
+  per_class("metro_class_running", false, "Sequences running, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.running); });
+  per_class("metro_class_preemptions_total", true, "Preemptions, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.preemptions); });
+  per_class("metro_class_fair_share_preemptions_total", true,
+            "Preemptions that gave a tenant below its share of seats one of another tenant's, by SLA class.",
+            [](const C& c) { return static_cast<double>(c.fair_share_preemptions); });
+  // The output-length predictor's accuracy over its recent window, per class and over all.
+  using P = sched::PredictionAccuracy::Snapshot;
+  auto predictor = [&](const char* name, const char* help, auto value) {
+    for (size_t c = 0; c < s.classes.size(); ++c) e.gauge(name, help, label(c), value(s.classes[c].predictor));
+    e.gauge(name, help, metrics::labels({{"model", model}}), value(s.predictor));
+  };
+  predictor("metro_predictor_samples", "Finished requests in the output-length predictor's accuracy window.",
+            [](const P& p) { return static_cast<double>(p.n); });
+  predictor("metro_predictor_rank_correlation", "Spearman rank correlation of predicted vs actual output length.",
+            [](const P& p) { return p.spearman; });
+  predictor("metro_predictor_within_100_tokens", "Fraction of predictions within 100 tokens of the actual length.",
+            [](const P& p) { return p.within_100; });
+  predictor("metro_predictor_mean_abs_error_tokens", "Mean absolute error of predicted output length, in tokens.",
+            [](const P& p) { return p.mean_abs_error; });
+}
+
+}  // namespace
+
+metrics::Registration Engine::export_metrics(metrics::Registry& registry, const std::string& model_label) const {
+  const Engine* self = this;
+  return registry.add([self, model_label](metrics::Exposition& e) {
+    const EngineStats st = self->stats();
+    const std::string l = metrics::labels({{"model", model_label}});
+    auto gauge = [&](const char* name, const char* help, double v) { e.gauge(name, help, l, v); };
+    auto counter = [&](const char* name, const char* help, double v) { e.counter(name, help, l, v); };
+    gauge("metro_requests_waiting", "Sequences waiting to be scheduled.", st.waiting);
+    gauge("metro_requests_running", "Sequences running (holding KV blocks).", st.running);
+    gauge("metro_kv_blocks_used", "KV cache blocks referenced by sequences.", st.kv_blocks_used);
+    gauge("metro_kv_blocks_total", "KV cache blocks in the pool.", st.kv_blocks_total);
+    gauge("metro_kv_blocks_cached", "KV cache blocks holding prefix-cache entries.", st.kv_blocks_cached);
+    gauge("metro_kv_capacity_tokens", "Tokens the KV cache holds.", static_cast<double>(self->kv_capacity_tokens()));
+    counter("metro_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+            static_cast<double>(st.prefix_queries));
+    counter("metro_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+            static_cast<double>(st.prefix_hits));
+    counter("metro_prompt_tokens_total", "Prompt tokens computed (prefix-cache hits excluded).",
+            static_cast<double>(st.prompt_tokens));
+    counter("metro_generation_tokens_total", "Tokens generated.", static_cast<double>(st.generated_tokens));
+    counter("metro_spec_draft_tokens_total", "Draft tokens verified (speculative decoding).",
+            static_cast<double>(st.draft_tokens));
+    counter("metro_spec_accepted_tokens_total", "Draft tokens accepted (speculative decoding).",
+            static_cast<double>(st.accepted_tokens));
+    counter("metro_engine_steps_total", "Engine steps run.", static_cast<double>(st.steps));
+    counter("metro_preemptions_total", "Sequences preempted (for KV space, or a tenant's fair share of seats).",
+            static_cast<double>(st.preemptions));
+    counter("metro_requests_finished_total", "Engine requests that finished.",
+            static_cast<double>(st.requests_finished));
+    counter("metro_requests_aborted_total", "Engine requests aborted.", static_cast<double>(st.requests_aborted));
+    gauge("metro_sched_step_budget_tokens", "Token budget of the last engine step (a policy may cut it to fit objectives).",
+          st.scheduler.step_budget_tokens);
+    const sched::StepCostModel& c = st.scheduler.step_cost;
+    const char* cost_help =
+        "Fitted step cost model: fixed, per token (prompt or decode), per prompt attention pair, per key a decode "
+        "reads (0 until fitted).";
+    for (const auto& [term, v] : {std::pair<const char*, double>{"fixed", c.fixed_s},
+                                  {"per_prefill_token", c.per_prefill_token_s},
+                                  {"per_decode_seq", c.per_decode_seq_s},
+                                  {"per_attention_pair", c.per_attention_pair_s},
+                                  {"per_decode_ctx", c.per_decode_ctx_s}}) {
+      e.gauge("metro_engine_step_cost_seconds", cost_help, metrics::join(l, metrics::labels({{"term", term}})), v);
+    }
+    // Step time: the engine buckets milliseconds; exposed in seconds.
+    std::vector<double> step_bounds;
+    for (double b : EngineStats::step_ms_bounds()) step_bounds.push_back(b * 1e-3);
+    const double step_sum = st.step_seconds_total;
+    e.histogram("metro_engine_step_duration_seconds", "Duration of an engine step.", l, step_bounds,
+                st.step_ms_buckets, st.steps, &step_sum);
+    // The engine keeps no running sum of batch sizes, so this histogram has no _sum.
+    e.histogram("metro_engine_batch_tokens", "Tokens in an engine step's batch.", l,
+                EngineStats::batch_tokens_bounds(), st.batch_tokens_buckets, st.steps, nullptr);
+    write_class_metrics(e, model_label, self->sched_metrics().snapshot());
+  });
+}
+
+}  // namespace metro::engine

@@ -1,0 +1,448 @@
+// One engine step, in named stages: propose -> schedule -> build batch -> forward -> sample
+// (verify drafts) -> update -> pool embeddings -> emit -> report.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "engine/engine_impl.h"
+
+namespace metro::engine {
+
+namespace {
+
+void observe(std::vector<uint64_t>& buckets, const std::vector<double>& bounds, double v) {
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (v <= bounds[i]) ++buckets[i];
+  }
+  ++buckets[bounds.size()];  // +Inf
+}
+
+// Tokens this step commits to or drafts after the sequence's computed ones.
+int32_t token_at(const sched::SeqState& s, int pos) {
+  const size_t p = static_cast<size_t>(pos);
+  return p < s.tokens.size() ? s.tokens[p] : s.draft[p - s.tokens.size()];
+}
+
+}  // namespace
+
+void Engine::Impl::step() {
+  const int64_t t0 = now_ns();
+  propose();
+  sched::StepPlan plan = sched->schedule(t0);
+  if (plan.empty()) {
+    // Nothing fits right now (should not happen: submit() refuses what can never fit).
+    for (auto& [id, c] : by_seq) c->seq.draft.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  bool want_hidden = false;
+  build_batch(plan, &want_hidden);
+  model::KvView view = arena->view(tables);
+  model::ForwardOptions fo;
+  fo.want_hidden = want_hidden;
+  auto out = self->model_->forward(batch, view, ws, *pool, fo);
+  if (!out.ok()) {
+    METRO_LOG_ERROR("engine step failed: %s", out.status().to_string().c_str());
+    for (const auto& ss : plan.seqs) {
+      ss.seq->draft.clear();
+      abort_request(*by_seq.at(ss.seq->id)->req, "internal error: " + out.status().message());
+    }
+    for (auto& [id, c] : by_seq) c->seq.draft.clear();
+    return;
+  }
+  sched::StepResult result;
+  sample(plan, *out, &result);
+  sched->update(plan, result);
+  pool_embeddings(plan, *out);
+  emit(plan, *out);
+  report(plan, *out, t0);
+}
+
+// Drafts for every decoding sequence, from the proposer (none without one).
+void Engine::Impl::propose() {
+  speculative::Proposer* proposer = self->cfg_.proposer.get();
+  const int k_max = self->cfg_.max_draft_tokens;
+  if (proposer == nullptr || k_max <= 0) return;
+  for (auto& [id, c] : by_seq) {
+    sched::SeqState& s = c->seq;
+    s.draft.clear();
+    if (!c->in_scheduler || c->finished || c->req->aborting || c->sampler == nullptr) continue;
+    if (s.status != sched::SeqStatus::kRunning || s.n_uncomputed() != 1) continue;
+    // The step adds the accepted drafts and one more token: stay within max_tokens and the
+    // context window.
+    const int room = std::min(c->req->req.stop.max_tokens - s.n_generated(),
+                              self->n_ctx_ - static_cast<int>(s.tokens.size())) - 1;
+    const int k = std::min(k_max, room);
+    if (k <= 0) continue;
+    proposal.clear();
+    proposer->propose(c->req->id, s, k, proposal);
+    if (proposal.size() > static_cast<size_t>(k)) proposal.resize(static_cast<size_t>(k));
+    const int32_t n_vocab = self->tokenizer_.n_vocab();
+    for (int32_t t : proposal) {
+      if (t < 0 || t >= n_vocab) break;  // a proposer's bad token ends its draft
+      s.draft.push_back(t);
+    }
+  }
+}
+
+// The plan as one flat batch: each entry's committed tokens, then its drafts; logits for
+// the last committed token and every draft of an entry that samples.
+bool Engine::Impl::build_batch(const sched::StepPlan& plan, bool* want_hidden) {
+  batch.clear();
+  tables.clear();
+  for (size_t slot = 0; slot < plan.seqs.size(); ++slot) {
+    const sched::ScheduledSeq& ss = plan.seqs[slot];
+    const Choice& c = *by_seq.at(ss.seq->id);
+    const bool embed = c.req->req.kind == RequestKind::kEmbed;
+    *want_hidden = *want_hidden || embed;
+    tables.push_back(kv->table(ss.seq->id));
+    const int begin = ss.seq->n_computed, end = begin + ss.n_tokens;
+    const int first_logit = end - ss.logit_rows();
+    for (int p = begin; p < end; ++p) {
+      batch.add(token_at(*ss.seq, p), p, static_cast<int32_t>(slot), !embed && ss.sample && p >= first_logit);
+    }
+  }
+  return true;
+}
+
+SampleResult Engine::Impl::sample_one(Choice& c, std::span<const float> logits) {
+  SampleResult s = c.sampler->sample(logits, c.history, scratch);
+  c.history.add_generated(s.token);
+  return s;
+}
+
+// Samples each entry's rows in order: row i gives the token after draft i - 1; a draft is
+// accepted while the sampled token equals it, so the tokens are exactly those one row per
+// step would give. Accepted drafts and the token after them join seq.tokens.
+void Engine::Impl::sample(const sched::StepPlan& plan, const model::ForwardOutput& out, sched::StepResult* result) {
+  sampled.resize(std::max(sampled.size(), plan.seqs.size()));
+  result->n_accepted.assign(plan.seqs.size(), 0);
+  int row = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const sched::ScheduledSeq& ss = plan.seqs[i];
+    Sampled& sm = sampled[i];
+    sm.first_row = -1;
+    sm.n_accepted = 0;
+    sm.tokens.clear();
+    Choice& c = *by_seq.at(ss.seq->id);
+    const int rows = c.req->req.kind == RequestKind::kEmbed ? 0 : ss.logit_rows();
+    if (rows == 0) continue;
+    sm.first_row = row;
+    row += rows;
+    if (c.req->aborting || c.finished) {
+      ss.seq->draft.clear();
+      continue;
+    }
+    for (int r = 0; r < rows; ++r) {
+      SampleResult s = sample_one(c, out.row(sm.first_row + r));
+      const bool accepted = r < ss.n_draft && s.token == ss.seq->draft[static_cast<size_t>(r)];
+      sm.tokens.push_back(std::move(s));
+      if (!accepted) break;
+      ++sm.n_accepted;
+    }
+    result->n_accepted[i] = sm.n_accepted;
+    for (const SampleResult& s : sm.tokens) ss.seq->tokens.push_back(s.token);
+    ss.seq->draft.clear();
+  }
+}
+
+// Embedding requests: the mean of their final hidden states, over every prompt token.
+void Engine::Impl::pool_embeddings(const sched::StepPlan& plan, const model::ForwardOutput& out) {
+  int tok = 0;
+  for (const sched::ScheduledSeq& ss : plan.seqs) {
+    const int start_tok = tok;
+    tok += ss.n_tokens;
+    Choice& c = *by_seq.at(ss.seq->id);
+    ActiveRequest& r = *c.req;
+    if (r.req.kind != RequestKind::kEmbed || r.aborting || c.finished) continue;
+    const int n_embd = static_cast<int>(self->model_->hparams().n_embd);
+    if (r.embed_sum.empty()) r.embed_sum.assign(static_cast<size_t>(n_embd), 0.0);
+    for (int t = start_tok; t < start_tok + ss.n_tokens; ++t) {
+      const float* h = out.hidden + static_cast<size_t>(t) * static_cast<size_t>(n_embd);
+      for (int d = 0; d < n_embd; ++d) r.embed_sum[static_cast<size_t>(d)] += h[d];
+    }
+    r.embed_rows += ss.n_tokens;
+    if (ss.sample) finish_embedding(c);
+  }
+}
+
+// Sampled tokens to their streams: text deltas, stop conditions, forks of n > 1.
+void Engine::Impl::emit(const sched::StepPlan& plan, const model::ForwardOutput& out) {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    Sampled& sm = sampled[i];
+    if (sm.tokens.empty()) continue;
+    Choice& c = *by_seq.at(plan.seqs[i].seq->id);
+    ActiveRequest& r = *c.req;
+    if (c.index == 0 && r.children_pending) fork_children(r, out.row(sm.first_row));
+    const size_t base = c.seq.tokens.size() - sm.tokens.size();
+    for (size_t j = 0; j < sm.tokens.size() && !c.finished && !r.aborting; ++j) {
+      emit_token(c, std::move(sm.tokens[j]), base + j + 1);
+    }
+  }
+}
+
+void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutput& out, int64_t t0) {
+  StepReport rep;
+  uint64_t prompt_tokens = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const sched::ScheduledSeq& ss = plan.seqs[i];
+    // Positions as planned (update() has moved n_computed since).
+    const int committed = ss.n_tokens - ss.n_draft;
+    const int accepted = i < sampled.size() ? sampled[i].n_accepted : 0;
+    const int chunk_begin = ss.seq->n_computed - committed - accepted;
+    const int prompt_part = std::max(0, std::min(ss.seq->n_prompt, chunk_begin + committed) - chunk_begin);
+    prompt_tokens += static_cast<uint64_t>(prompt_part);
+    rep.draft_tokens += ss.n_draft;
+    rep.accepted_tokens += accepted;
+    if (committed == 1 && chunk_begin >= ss.seq->n_prompt) {
+      ++rep.cost.decode_seqs;
+      rep.cost.decode_ctx += static_cast<double>(chunk_begin + 1);
+      // Drafts cost what a chunk of as many prompt tokens after the decode costs.
+      rep.cost.prefill_tokens += ss.n_draft;
+      rep.cost.prefill_pairs += sched::StepCostModel::pairs(ss.n_draft, chunk_begin + 1);
+    } else {
+      rep.cost.prefill_tokens += ss.n_tokens;
+      rep.cost.prefill_pairs += sched::StepCostModel::pairs(ss.n_tokens, chunk_begin);
+      rep.prefill_tokens_by_class[static_cast<size_t>(ss.seq->sla_class)] += prompt_part;
+    }
+  }
+  rep.logit_rows = out.n_rows;
+  rep.attention_s = out.attention_s;
+  const int64_t t1 = now_ns();
+  rep.cost.step_s = static_cast<double>(t1 - t0) * 1e-9;
+  const sched::SchedulerCounts counts = sched->counts();
+  rep.waiting_by_class = counts.waiting_by_class;
+  rep.running_by_class = counts.running_by_class;
+  for (int k = 0; k < kNumSlaClasses; ++k) {
+    metrics.set_queue_depth(static_cast<SlaClass>(k), counts.waiting_by_class[static_cast<size_t>(k)],
+                            counts.running_by_class[static_cast<size_t>(k)]);
+  }
+  sched->observe_step(rep.cost);
+  for (const auto& o : current_observers()) o->on_step(rep);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.prompt_tokens += prompt_tokens;
+    stats.draft_tokens += static_cast<uint64_t>(rep.draft_tokens);
+    stats.accepted_tokens += static_cast<uint64_t>(rep.accepted_tokens);
+  }
+  publish_stats(rep.cost.step_s * 1e3, plan.n_tokens, static_cast<int>(plan.seqs.size()));
+}
+
+void Engine::Impl::fork_children(ActiveRequest& r, std::span<const float> logits) {
+  r.children_pending = false;
+  Choice& parent = *r.choices[0];
+  // The parent's first token is already in its tokens; the children share the prompt only.
+  const int prompt = parent.seq.n_prompt;
+  for (size_t k = 1; k < r.choices.size(); ++k) {
+    // An earlier child's first token can abort the request (its client stopped reading):
+    // the parent's blocks are gone then, and a fork now would leak the copy's blocks.
+    if (r.aborting) break;
+    Choice& child = *r.choices[k];
+    if (child.finished) continue;
+    auto copy = kv->fork(parent.seq.id, child.seq.id, prompt);
+    child.in_scheduler = true;
+    if (!copy) {  // no block for the partial copy: compute the prompt like a new request
+      sched->add(&child.seq);
+      continue;
+    }
+    if (*copy) arena->copy_block((*copy)->src, (*copy)->dst);
+    child.seq.n_computed = prompt;
+    child.seq.n_cached_prompt = parent.seq.n_cached_prompt;
+    SampleResult s = sample_one(child, logits);
+    child.seq.tokens.push_back(s.token);
+    emit_token(child, std::move(s), child.seq.tokens.size());
+    if (!child.finished) sched->add_running(&child.seq);
+  }
+}
+
+// One sampled token (already in c.seq.tokens, of which the first keep_tokens are emitted
+// once it is): text, stop conditions, length. A finish drops the tokens after it.
+void Engine::Impl::emit_token(Choice& c, SampleResult s, size_t keep_tokens) {
+  ActiveRequest& r = *c.req;
+  const Request& q = r.req;
+  r.usage.completion_tokens += 1;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.generated_tokens += 1;
+  }
+  const int32_t token = s.token;
+  TokenInfo info{token, s.logprob, std::move(s.top)};
+  auto finish = [&](std::string text, FinishReason reason) {
+    c.seq.tokens.resize(keep_tokens);
+    emit_delta(c, std::move(text), {info});
+    finish_choice(c, reason);
+  };
+
+  const bool eog = !q.stop.ignore_eos && self->tokenizer_.is_eog(token);
+  const bool stop_tok = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), token) !=
+                        q.stop.stop_token_ids.end();
+  if (eog || stop_tok) {
+    // The stop token itself is not text the user sees; release what the matcher held.
+    std::string tail = c.detok->flush();
+    bool matched = false;
+    std::string text = c.stop->push(tail, &matched);
+    if (!matched) text += c.stop->flush();
+    finish(std::move(text), FinishReason::kStop);
+    return;
+  }
+  bool matched = false;
+  std::string text = c.stop->push(c.detok->push(token), &matched);
+  if (matched) {
+    finish(std::move(text), FinishReason::kStop);
+    return;
+  }
+  const int generated = static_cast<int>(keep_tokens) - c.seq.n_prompt;
+  const bool length = generated >= q.stop.max_tokens || static_cast<int>(keep_tokens) >= self->n_ctx_;
+  if (length) {
+    std::string tail = c.detok->flush();
+    bool m2 = false;
+    text += c.stop->push(tail, &m2);
+    if (!m2) text += c.stop->flush();
+    finish(std::move(text), m2 ? FinishReason::kStop : FinishReason::kLength);
+    return;
+  }
+  emit_delta(c, std::move(text), {info});
+}
+
+void Engine::Impl::emit_delta(Choice& c, std::string text, std::vector<TokenInfo> tokens) {
+  if (c.finished || c.req->aborting) return;
+  const int64_t t = now_ns();
+  ActiveRequest& r = *c.req;
+  if (r.first_token_ns == 0) {
+    r.first_token_ns = t;
+    metrics.observe_first_token(r.req.sla_class, static_cast<double>(t - r.arrival_ns) * 1e-9);
+  }
+  r.last_token_ns = t;
+  Event e;
+  e.kind = Event::Kind::kDelta;
+  e.index = c.index;
+  e.text = std::move(text);
+  e.tokens = std::move(tokens);
+  e.time_ns = now_ns();
+  if (!c.req->stream->push(std::move(e))) {
+    abort_request(*c.req, "the client is not reading its stream");
+  }
+}
+
+void Engine::Impl::finish_choice(Choice& c, FinishReason reason, const std::string& message) {
+  if (c.finished) return;
+  ActiveRequest& r = *c.req;
+  c.finished = true;
+  if (c.in_scheduler) {
+    if (reason == FinishReason::kStop || reason == FinishReason::kLength) {
+      sched->finish(&c.seq);
+    } else {
+      sched->remove(&c.seq);
+    }
+  }
+  c.in_scheduler = false;
+  if (c.index == 0 && r.children_pending) {
+    // Children never started (the parent ended before its prompt finished): end them too.
+    r.children_pending = false;
+    for (size_t k = 1; k < r.choices.size(); ++k) finish_choice(*r.choices[k], reason, message);
+  }
+  Event e;
+  e.kind = Event::Kind::kFinish;
+  e.index = c.index;
+  e.reason = reason;
+  e.message = message;
+  e.time_ns = now_ns();
+  if (!r.stream->push(std::move(e)) && !r.aborting) {
+    abort_request(r, "the client is not reading its stream");
+    return;
+  }
+  ++r.n_finished;
+  maybe_complete(r);
+}
+
+void Engine::Impl::finish_embedding(Choice& c) {
+  ActiveRequest& r = *c.req;
+  Event e;
+  e.kind = Event::Kind::kEmbedding;
+  e.index = 0;
+  double norm = 0.0;
+  e.embedding.resize(r.embed_sum.size());
+  for (size_t d = 0; d < r.embed_sum.size(); ++d) {
+    const double m = r.embed_sum[d] / std::max(1, r.embed_rows);
+    e.embedding[d] = static_cast<float>(m);
+    norm += m * m;
+  }
+  norm = std::sqrt(norm);
+  if (norm > 0) {
+    for (float& v : e.embedding) v = static_cast<float>(v / norm);
+  }
+  e.time_ns = now_ns();
+  r.stream->push(std::move(e));
+  finish_choice(c, FinishReason::kStop);
+}
+
+void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message) {
+  if (r.aborting) return;
+  r.aborting = true;
+  r.children_pending = false;
+  for (auto& c : r.choices) {
+    if (c->in_scheduler) sched->remove(&c->seq);
+    c->in_scheduler = false;
+    if (!c->finished) {
+      c->finished = true;
+      ++r.n_finished;
+      Event e;
+      e.kind = Event::Kind::kFinish;
+      e.index = c->index;
+      e.reason = FinishReason::kAbort;
+      e.message = message;
+      e.time_ns = now_ns();
+      r.stream->push(std::move(e));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.requests_aborted += 1;
+  }
+  maybe_complete(r);
+}
+
+void Engine::Impl::maybe_complete(ActiveRequest& r) {
+  if (r.completed || r.n_finished < static_cast<int>(r.choices.size())) return;
+  r.usage.cached_prompt_tokens = r.choices[0]->seq.n_cached_prompt;
+  const int64_t end_ns = now_ns();
+  // Counters and metrics first, then the final event: a client that reads stats() after its
+  // stream ends must see its own request counted and its blocks back in the pool.
+  if (!r.aborting && r.req.kind == RequestKind::kGenerate && r.first_token_ns > 0) {
+    const double ttft = static_cast<double>(r.first_token_ns - r.arrival_ns) * 1e-9;
+    const double e2e = static_cast<double>(end_ns - r.arrival_ns) * 1e-9;
+    const int per_choice = r.usage.completion_tokens / std::max(1, static_cast<int>(r.choices.size()));
+    const double tpot = per_choice > 1 ? static_cast<double>(r.last_token_ns - r.first_token_ns) * 1e-9 /
+                                             (per_choice - 1)
+                                       : -1.0;
+    metrics.observe_finished(r.req.sla_class, ttft, tpot, e2e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu);
+    if (!r.aborting) stats.requests_finished += 1;
+    refresh_gauges_locked();
+  }
+  Event e;
+  e.kind = Event::Kind::kDone;
+  e.usage = r.usage;
+  e.time_ns = end_ns;
+  r.stream->push_final(std::move(e));
+  r.completed = true;
+  completed_ids.push_back(r.id);
+}
+
+void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seqs) {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  refresh_gauges_locked();
+  stats.steps += 1;
+  stats.step_seconds_total += step_ms * 1e-3;
+  stats.last_step_ms = step_ms;
+  stats.last_batch_tokens = batch_tokens;
+  stats.last_batch_seqs = batch_seqs;
+  observe(stats.step_ms_buckets, EngineStats::step_ms_bounds(), step_ms);
+  observe(stats.batch_tokens_buckets, EngineStats::batch_tokens_bounds(), batch_tokens);
+}
+
+}  // namespace metro::engine

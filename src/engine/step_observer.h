@@ -1,0 +1,31 @@
+// What one engine step did, and the hook through which anything outside the step loop
+// (admission control's rate estimates, the --step-trace file, a profiler) learns it. The
+// step itself keeps no instrumentation; observers are called on the engine thread after
+// each step, in the order they were added, and must be quick and never block.
+#pragma once
+
+#include <array>
+
+#include "base/sla.h"
+#include "sched/step_cost_fit.h"
+
+namespace metro::engine {
+
+struct StepReport {
+  sched::StepCostSample cost;  // time, prompt tokens, decodes, attention work
+  int logit_rows = 0;          // rows the step computed logits for
+  double attention_s = 0.0;    // of cost.step_s, the attention phases (measured by the executor)
+  int draft_tokens = 0;        // drafts verified in the step
+  int accepted_tokens = 0;     // of which accepted
+  std::array<int, kNumSlaClasses> prefill_tokens_by_class{};
+  std::array<int, kNumSlaClasses> waiting_by_class{};  // after the step
+  std::array<int, kNumSlaClasses> running_by_class{};
+};
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_step(const StepReport& report) = 0;
+};
+
+}  // namespace metro::engine

@@ -1,0 +1,65 @@
+// The models one process serves: name -> engine, and variants of one name.
+//
+// Each served model is an engine with what requests need to be prepared for it (its chat
+// template) and what the gateway keeps per model (admission control over its queue, its
+// series on /metrics). Variants of one name (e.g. a canary) share the name and differ in
+// `variant`; find() gives the primary one (variant ""). Thread-safe; entries are shared and
+// immutable once added, so a request keeps its model alive while it runs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/metrics.h"
+#include "base/status.h"
+#include "engine/engine.h"
+#include "gateway/admission.h"
+#include "tokenizer/chat_template.h"
+
+namespace metro::gateway {
+
+struct ServedModel {
+  std::string name;     // the id in /v1/models and in responses
+  std::string variant;  // "" for the primary
+  std::shared_ptr<engine::Engine> engine;
+  std::optional<tokenizer::ChatTemplate> chat_template;  // none: chat requests are refused
+  int64_t created_unix_s = 0;  // when it was loaded (/v1/models `created`)
+  double load_seconds = 0.0;
+  double calibrated_prefill_tokens_per_s = 0.0;  // 0: not measured
+  // Gateway state of this model; null with admission control off.
+  std::shared_ptr<AdmissionController> admission;
+  // Declared last: unregistered before the engine it reads goes away.
+  metrics::Registration engine_metrics;
+
+  const tokenizer::Tokenizer& tokenizer() const { return engine->tokenizer(); }
+  // "name" or "name@variant".
+  std::string id() const { return variant.empty() ? name : name + "@" + variant; }
+};
+
+class ModelRegistry {
+ public:
+  // Errors: an empty name, a name or name@variant already served.
+  Status add(std::shared_ptr<ServedModel> model);
+  // The primary variant of `name`; null when it is not served.
+  std::shared_ptr<const ServedModel> find(const std::string& name) const;
+  // The model requests that name none go to: the first one added (null when none).
+  std::shared_ptr<const ServedModel> default_model() const;
+  // Every variant of `name`, primary first.
+  std::vector<std::shared_ptr<const ServedModel>> variants(const std::string& name) const;
+  // Every served model, in the order added.
+  std::vector<std::shared_ptr<const ServedModel>> all() const;
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  // Drops every model (their engines stop once the last request using them ends).
+  void clear();
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<const ServedModel>> models_;
+};
+
+}  // namespace metro::gateway
