@@ -4,12 +4,12 @@
 #include <new>
 
 #include "gguf/gguf.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_interpreter.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_parser.h"
-#include "tokenizer/jinja_string.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/ast.h"
+#include "jinja/interpreter.h"
+#include "jinja/lexer.h"
+#include "jinja/parser.h"
+#include "jinja/string.h"
+#include "jinja/value.h"
 
 namespace metro::tokenizer {
 namespace {

@@ -2,7 +2,7 @@
 // by rendering the Jinja template shipped in the GGUF file (`tokenizer.chat_template`).
 //
 // The template is code from an untrusted file, so it runs in a sandboxed interpreter for the
-// subset of Jinja that real chat templates use (src/tokenizer/jinja_*): plain data only, no
+// subset of Jinja that real chat templates use (src/jinja/): plain data only, no
 // I/O, and bounded steps, output size, recursion depth, source size and time
 // (ChatTemplateLimits). A template that breaks a bound fails with an error; it never hangs
 // or crashes the process.
@@ -34,19 +34,19 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
-#include "tokenizer/jinja_limits.h"
+#include "jinja/limits.h"
 
 namespace metro::gguf {
 class File;
 }
 
-namespace metro::tokenizer {
-
-namespace jinja {
+namespace metro::jinja {
 struct Program;
 }
 
-// Sandbox bounds; see jinja_limits.h for each field and its default.
+namespace metro::tokenizer {
+
+// Sandbox bounds; see jinja/limits.h for each field and its default.
 using ChatTemplateLimits = jinja::Limits;
 
 // One chat message, for callers that do not hold JSON. render() also takes messages as

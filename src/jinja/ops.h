@@ -1,16 +1,16 @@
 // Operators and element access on jinja::Value with Python semantics, as the sandbox
 // allows them: no attribute of a host object is reachable, only dict keys, the str/dict
-// methods listed in jinja_builtins.h, and namespace attributes.
+// methods listed in builtins.h, and namespace attributes.
 #pragma once
 
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_limits.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/ast.h"
+#include "jinja/limits.h"
+#include "jinja/value.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 // Sandboxed attribute access `obj.name`: dict methods, then dict keys; str methods;
 // namespace attributes. Anything else is Undefined. Undefined operands raise.
@@ -32,4 +32,4 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, Budget& budget);
 // `a in b`: substring, list membership, dict key; Undefined b is empty.
 bool contains(const Value& container, const Value& item, Budget& budget);
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_limits.h"
+#include "jinja/limits.h"
 
 #include <string>
 
 #include "base/clock.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 Budget::Budget(const Limits& limits) : limits_(limits) {
   if (limits_.max_render_ms > 0) {
@@ -47,4 +47,4 @@ void Budget::check_items(size_t n) const {
   }
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 enum class ExprKind : uint8_t {
   kLiteral,    // value
@@ -110,4 +110,4 @@ struct Program {
   Body body;
 };
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

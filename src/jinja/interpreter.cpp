@@ -1,14 +1,14 @@
-#include "tokenizer/jinja_interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <ctime>
 #include <exception>
 
 #include "base/check.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_string.h"
+#include "jinja/builtins.h"
+#include "jinja/ops.h"
+#include "jinja/string.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 // One variable scope. Frames are shared so that a macro can refer weakly to the scope it
 // was defined in (Callable::closure) without keeping it alive.
@@ -487,4 +487,4 @@ std::string render(const Program& program, const Value& context, const RenderOpt
   return Interpreter(program, context, options).run();
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,13 +1,13 @@
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "base/check.h"
-#include "tokenizer/jinja_string.h"
+#include "jinja/string.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 // ---- Value --------------------------------------------------------------------------------
 
@@ -611,4 +611,4 @@ void append_json(BoundedWriter& out, const Value& v, const JsonStyle& style) {
 Value from_json(const nlohmann::json& j) { return from_json_at(j, 0); }
 Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,13 +1,13 @@
-#include "tokenizer/jinja_string.h"
+#include "jinja/string.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include "tokenizer/jinja_error.h"
+#include "jinja/error.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 namespace {
 
 bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
@@ -527,4 +527,4 @@ std::optional<double> parse_py_float(std::string_view s) {
   return negative ? -v : v;
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -20,13 +20,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja_limits.h"
+#include "jinja/limits.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
-struct Frame;     // a variable scope of the interpreter (jinja_interpreter.cpp)
-struct MacroDef;  // jinja_ast.h
-struct Stmt;      // jinja_ast.h
+struct Frame;     // a variable scope of the interpreter (interpreter.cpp)
+struct MacroDef;  // ast.h
+struct Stmt;      // ast.h
 
 inline constexpr uint32_t kMaxValueDepth = 128;
 
@@ -225,4 +225,4 @@ void append_json(BoundedWriter& out, const Value& v, const JsonStyle& style);
 Value from_json(const nlohmann::json& j);
 Value from_json(const nlohmann::ordered_json& j);
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,16 +1,16 @@
-// The built-in filters (declared in jinja_builtins.h).
-#include "tokenizer/jinja_builtins.h"
+// The built-in filters (declared in builtins.h).
+#include "jinja/builtins.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_string.h"
+#include "jinja/args.h"
+#include "jinja/ops.h"
+#include "jinja/string.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 namespace {
 
 // `a.b.0` attribute paths of map/selectattr/sort(attribute=...).
@@ -499,4 +499,4 @@ Value apply_filter(std::string_view name, const Value& operand, const Args& args
   return fn(operand, args, budget);
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

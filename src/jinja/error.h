@@ -2,15 +2,15 @@
 //
 // Inside the interpreter an error unwinds a deep recursion (expressions inside statements
 // inside macro calls), so it travels as a C++ exception of one private type, jinja::Error.
-// It never leaves the tokenizer layer: ChatTemplate::parse/render catch it and return a
-// Status (chat_template.cpp).
+// Its caller catches it: ChatTemplate::parse/render (tokenizer/chat_template.cpp) return
+// it as a Status, so no exception leaves the tokenizer layer.
 #pragma once
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 enum class ErrorKind : uint8_t {
   kSyntax,     // the template text does not parse
@@ -39,4 +39,4 @@ class Error : public std::runtime_error {
   throw Error(ErrorKind::kType, message);
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,5 +1,5 @@
 // Argument binding shared by the built-in filters, tests, methods and globals
-// (jinja_filters.cpp, jinja_builtins.cpp). Internal to the Jinja sandbox.
+// (filters.cpp, builtins.cpp). Internal to the Jinja sandbox.
 #pragma once
 
 #include <optional>
@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_limits.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/limits.h"
+#include "jinja/value.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 struct Args {
   std::vector<Value> positional;
@@ -104,4 +104,4 @@ inline bool has_cased(std::string_view s, bool upper) {
   return any;
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

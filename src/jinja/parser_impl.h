@@ -1,5 +1,5 @@
-// The Jinja parser (internal to tokenizer/): a recursive-descent parser over the lexer's
-// tokens. Statements are parsed in jinja_parser.cpp, expressions in jinja_parse_expr.cpp.
+// The Jinja parser (internal to jinja/): a recursive-descent parser over the lexer's
+// tokens. Statements are parsed in parser.cpp, expressions in parse_expr.cpp.
 #pragma once
 
 #include <algorithm>
@@ -9,13 +9,13 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_limits.h"
-#include "tokenizer/jinja_parser.h"
+#include "jinja/ast.h"
+#include "jinja/error.h"
+#include "jinja/lexer.h"
+#include "jinja/limits.h"
+#include "jinja/parser.h"
 
-namespace metro::tokenizer::jinja::detail {
+namespace metro::jinja::detail {
 
 inline std::string describe(const Token& t) {
   switch (t.kind) {
@@ -217,4 +217,4 @@ class Parser {
   std::vector<UnknownName> unknown_names_;  // reported when parsing ends
 };
 
-}  // namespace metro::tokenizer::jinja::detail
+}  // namespace metro::jinja::detail

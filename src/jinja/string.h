@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 bool is_ascii(std::string_view s);
 bool is_valid_utf8(std::string_view s);
@@ -61,4 +61,4 @@ std::optional<int64_t> parse_py_int(std::string_view s, int base);
 // Python's float(str): decimal/exponent forms, inf, nan, surrounding whitespace.
 std::optional<double> parse_py_float(std::string_view s);
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

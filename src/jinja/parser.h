@@ -1,4 +1,4 @@
-// Builds the syntax tree (jinja_ast.h) of a template from its tokens, following Jinja's
+// Builds the syntax tree (ast.h) of a template from its tokens, following Jinja's
 // grammar and operator precedence (lowest first): `x if c else y`, or, and, not,
 // comparisons (==, !=, <, <=, >, >=, in, not in; chained), + and -, ~, * / // %, **,
 // unary - and +, then primaries with postfix `.attr`, `[key]`, `[a:b:c]`, `(args)` and
@@ -12,10 +12,10 @@
 #include <memory>
 #include <string_view>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 // Expression trees taller than this are syntax errors (a left-deep chain like
 // `a + a + a + ...` would otherwise recurse once per term when evaluated and destroyed).
@@ -24,4 +24,4 @@ inline constexpr uint32_t kMaxExprHeight = 200;
 // Throws jinja::Error(kSyntax) naming the offset of the offending token.
 std::unique_ptr<Program> parse_template(std::string_view source, const LexOptions& options = {});
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

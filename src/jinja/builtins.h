@@ -1,5 +1,5 @@
-// Jinja's built-in filters (jinja_filters.cpp), tests and globals, and the methods of str
-// and dict that the sandbox allows (jinja_builtins.cpp), implemented over jinja::Value.
+// Jinja's built-in filters (filters.cpp), tests and globals, and the methods of str
+// and dict that the sandbox allows (builtins.cpp), implemented over jinja::Value.
 //
 // Filters: abs, attr, capitalize, count, d/default, dictsort, e/escape, first, float,
 // indent, int, items, join, last, length, list, lower, map, max, min, reject, rejectattr,
@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_limits.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/args.h"
+#include "jinja/limits.h"
+#include "jinja/value.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 bool is_filter_name(std::string_view name);
 bool is_test_name(std::string_view name);
@@ -39,4 +39,4 @@ Value call_builtin(const Callable& fn, const Args& args, Budget& budget);
 // The builtin globals by name; Undefined when `name` is none of them.
 Value builtin_global(std::string_view name);
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,12 +1,12 @@
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 #include <algorithm>
 
-#include "tokenizer/jinja_args.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_string.h"
+#include "jinja/args.h"
+#include "jinja/ops.h"
+#include "jinja/string.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 namespace {
 
 // ---- tests --------------------------------------------------------------------------------
@@ -314,4 +314,4 @@ Value builtin_global(std::string_view name) {
   return Value::callable(std::move(fn));
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -1,9 +1,9 @@
-#include "tokenizer/jinja_parser.h"
+#include "jinja/parser.h"
 
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_parser_impl.h"
+#include "jinja/builtins.h"
+#include "jinja/parser_impl.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 namespace detail {
 
 // ---- statements -------------------------------------------------------------------------
@@ -258,4 +258,4 @@ std::unique_ptr<Program> parse_template(std::string_view source, const LexOption
   return detail::Parser(lex(source, options)).run();
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

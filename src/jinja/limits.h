@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tokenizer/jinja_error.h"
+#include "jinja/error.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 // Sandbox bounds. A template that passes one fails with ErrorKind::kLimit, never hangs.
 struct Limits {
@@ -60,4 +60,4 @@ inline constexpr uint64_t kBytesPerStep = 128;
 // Steps between two looks at the clock (a clock read costs ~20 ns; a step a few ns).
 inline constexpr uint64_t kStepsPerClockCheck = 4096;
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

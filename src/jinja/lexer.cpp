@@ -1,12 +1,12 @@
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/lexer.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "tokenizer/jinja_error.h"
-#include "tokenizer/jinja_string.h"
+#include "jinja/error.h"
+#include "jinja/string.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 namespace {
 
 bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
@@ -444,4 +444,4 @@ std::string describe_location(std::string_view source, uint32_t offset) {
   return "line " + std::to_string(lc.line) + ", column " + std::to_string(lc.column);
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

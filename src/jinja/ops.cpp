@@ -1,12 +1,12 @@
-#include "tokenizer/jinja_ops.h"
+#include "jinja/ops.h"
 
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 
-#include "tokenizer/jinja_string.h"
+#include "jinja/string.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 namespace {
 
 constexpr std::string_view kDictMethods[] = {"items", "keys", "values", "get"};
@@ -448,4 +448,4 @@ bool contains(const Value& container, const Value& item, Budget& budget) {
   }
 }
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 enum class TokenKind : uint8_t {
   kText,
@@ -65,4 +65,4 @@ LineColumn line_column(std::string_view source, uint32_t offset);
 // "line 3, column 14" for error messages.
 std::string describe_location(std::string_view source, uint32_t offset);
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja

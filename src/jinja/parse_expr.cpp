@@ -1,8 +1,8 @@
-// Expression parsing of the Jinja parser (see jinja_parser_impl.h).
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_parser_impl.h"
+// Expression parsing of the Jinja parser (see parser_impl.h).
+#include "jinja/builtins.h"
+#include "jinja/parser_impl.h"
 
-namespace metro::tokenizer::jinja::detail {
+namespace metro::jinja::detail {
 
 ExprPtr Parser::parse_expression() { return parse_condexpr(true); }
 
@@ -414,4 +414,4 @@ ExprPtr Parser::parse_test(ExprPtr operand) {
   return finish(std::move(t));
 }
 
-}  // namespace metro::tokenizer::jinja::detail
+}  // namespace metro::jinja::detail

@@ -1,6 +1,6 @@
-// Renders a parsed template (jinja_ast.h) against a dict of variables, inside the sandbox:
-// every statement, expression and loop iteration is charged to a Budget (jinja_limits.h),
-// recursion is bounded, and values are plain data (jinja_value.h).
+// Renders a parsed template (ast.h) against a dict of variables, inside the sandbox:
+// every statement, expression and loop iteration is charged to a Budget (limits.h),
+// recursion is bounded, and values are plain data (value.h).
 //
 // Scoping follows Jinja: each for-loop iteration and each macro call has its own scope;
 // `set` inside them does not leak out (use namespace() for that); if-blocks share the
@@ -13,11 +13,11 @@
 #include <functional>
 #include <string>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_limits.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/ast.h"
+#include "jinja/limits.h"
+#include "jinja/value.h"
 
-namespace metro::tokenizer::jinja {
+namespace metro::jinja {
 
 struct RenderOptions {
   Limits limits;
@@ -31,4 +31,4 @@ struct RenderOptions {
 // jinja::Error, with the offset of the innermost statement or expression being evaluated.
 std::string render(const Program& program, const Value& context, const RenderOptions& options);
 
-}  // namespace metro::tokenizer::jinja
+}  // namespace metro::jinja
