@@ -8,15 +8,15 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/response_meter.h"
-#include "bench/sse_parser.h"
+#include "loadgen/response_meter.h"
+#include "loadgen/sse_parser.h"
 
 namespace {
 
 std::vector<std::string> events_of(std::string_view bytes, size_t cut_every) {
-  metro::bench::SseParser p(1 << 16);
+  metro::loadgen::SseParser p(1 << 16);
   std::vector<std::string> out;
-  auto sink = [&](const metro::bench::SseEvent& e) { out.push_back(e.type + '\0' + e.data + '\0' + e.id); };
+  auto sink = [&](const metro::loadgen::SseEvent& e) { out.push_back(e.type + '\0' + e.data + '\0' + e.id); };
   for (size_t pos = 0; pos < bytes.size(); pos += cut_every) {
     if (!p.feed(bytes.substr(pos, cut_every), sink).ok()) {
       out.push_back("<error>");
@@ -38,14 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // before it agree too.
   if (whole != pieces) std::abort();
 
-  metro::bench::RequestRecord r;
-  metro::bench::ResponseMeter meter(r, /*stream=*/true, /*keep_text=*/true);
+  metro::loadgen::RequestRecord r;
+  metro::loadgen::ResponseMeter meter(r, /*stream=*/true, /*keep_text=*/true);
   meter.on_head(0.0, 200);
   double t = 0.0;
   for (size_t pos = 0; pos < bytes.size(); pos += cut) {
     t += 0.001;
     if (!meter.on_body(t, bytes.substr(pos, cut))) break;
   }
-  meter.on_done(t + 0.001, metro::bench::HttpOutcome{metro::bench::TransportError::kNone, "", 200});
+  meter.on_done(t + 0.001, metro::loadgen::HttpOutcome{metro::loadgen::TransportError::kNone, "", 200});
   return 0;
 }

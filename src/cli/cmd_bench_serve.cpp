@@ -1,5 +1,5 @@
 // metro bench-serve --url URL [...]: a load generator for OpenAI-compatible servers.
-// The work is in src/bench; this file turns flags into options and writes the reports.
+// The work is in src/loadgen; this file turns flags into options and writes the reports.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,21 +13,21 @@
 #include <string>
 #include <vector>
 
-#include "bench/dataset.h"
-#include "bench/report_json.h"
-#include "bench/report_text.h"
-#include "bench/runner.h"
-#include "bench/slo.h"
-#include "bench/stats.h"
-#include "bench/svg_plot.h"
-#include "bench/url.h"
+#include "loadgen/dataset.h"
+#include "loadgen/report_json.h"
+#include "loadgen/report_text.h"
+#include "loadgen/runner.h"
+#include "loadgen/slo.h"
+#include "loadgen/stats.h"
+#include "loadgen/svg_plot.h"
+#include "loadgen/url.h"
 #include "cli/commands.h"
 
 namespace metro::cli {
 namespace {
 
 using nlohmann::json;
-using namespace metro::bench;
+using namespace metro::loadgen;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
