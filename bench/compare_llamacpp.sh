@@ -4,7 +4,7 @@
 #   bench/compare_llamacpp.sh LLAMA_CPP_BIN_DIR [MODEL...]
 #
 # LLAMA_CPP_BIN_DIR holds llama-bench and llama-batched-bench built outside this repository
-# (see ../shared/BENCHMARKING.md). With no MODEL, uses the default model plus same-shaped
+# (docs/benchmarks.md says how). With no MODEL, uses the default model plus same-shaped
 # Q4_0, Q8_0 and F16 files made with `metro quantize` under $TMPDIR.
 # Prints one line per run; summarise medians into docs/benchmarks.md.
 set -euo pipefail

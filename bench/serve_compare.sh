@@ -4,7 +4,7 @@
 #
 #   bench/serve_compare.sh LLAMA_CPP_BIN_DIR [OUT_DIR]
 #
-# Scenarios (issue 7): 16 concurrent streams of 128-token prompts generating 64 tokens, and
+# Scenarios: 16 concurrent streams of 128-token prompts generating 64 tokens, and
 # 512-token prompts sharing 448 tokens (4 system prompts x 8 users). llama-server gets 16
 # slots (-np 16) and a 16 x 1024-token context so that it, too, decodes all 16 streams at once
 # (its default of 4 slots leaves 12 waiting); both use 2 threads. Prints one summary line per

@@ -291,8 +291,8 @@ def scenario2_mix(args, title, mix_args, mix_name):
     if args.slack2:
         variants.append(("sla-slack", "sla", ("--tpot-slack", "on")))
     if args.strict2:
-        # The default until 2026-12-02: decodes paced at 0.8 x TPOT, a quarter of the step
-        # kept from seats (docs/scheduling.md, "On the engine as measured").
+        # Strict pacing: decodes paced at 0.8 x TPOT, a quarter of the step kept from seats
+        # (docs/scheduling.md, "On the engine as measured").
         variants.append(("sla-strict", "sla", ("--tpot-slack", "off", "--decode-share", "0.75")))
     variants.append(("fcfs", "fcfs", ()))
     if args.variants2:
@@ -479,9 +479,9 @@ def main():
     ap.add_argument("--rate2", type=float, default=0.0,
                     help="scenario 2: offered req/s (default: 0.9 x the capacity measured first)")
     ap.add_argument("--slack2", action="store_true",
-                    help="scenario 2: also run sla with --tpot-slack on (the default since 2026-12-02)")
+                    help="scenario 2: also run sla with --tpot-slack on (the default)")
     ap.add_argument("--strict2", action="store_true",
-                    help="scenario 2: also run sla with --tpot-slack off --decode-share 0.75 (the default before)")
+                    help="scenario 2: also run sla with --tpot-slack off --decode-share 0.75 (strict pacing)")
     ap.add_argument("--serve-args", default="",
                     help="more `metro serve` options for every server of the run, e.g. \"--kv-type q8_0\"")
     ap.add_argument("--quiet4", type=float, default=1.5,

@@ -5,11 +5,11 @@ predicts the steps (docs/scheduling.md, "Step cost model").
     python3 bench/step_cost_fit.py TRACE [--over 0.2]
 
 Models (least squares over the whole trace, and fitted on each half to predict the other):
-  3-term  fixed + per prompt token + per decode          (the engine's model before 2026-12-01)
+  3-term  fixed + per prompt token + per decode          (no attention terms)
   4-term  fixed + per token (prompt or decode) + per prompt attention pair + per decode key
           (sched::StepCostFit, what the engine fits now)
   split   traces with the attention time of each step (their 6th and 7th columns, logit rows
-          and attention seconds; metro writes them since 2026-12-03): attention fitted alone
+          and attention seconds): attention fitted alone
           on prompt pairs and decode keys, the rest on fixed + per token + per logit row
           (a decode's lm_head row and its draw), summed; a check on the 4-term model's one
           shared per-token term (docs/scheduling.md, "Step cost model")

@@ -5,7 +5,7 @@
 //
 // Without METRO_BENCH_TEXT the text is generated English-like prose: words drawn from a
 // Zipf distribution over a list of common English words, with capitals, punctuation,
-// numbers and paragraph breaks. The bar (issue 3) is >= 10 MB/s encoding English prose.
+// numbers and paragraph breaks. The bar is >= 10 MB/s encoding English prose.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

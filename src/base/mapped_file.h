@@ -19,7 +19,7 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
-  // Errors name the file by its base name only (never a full path: RELIABILITY.md 24).
+  // Errors name the file by its base name only (never a full path: docs/reliability.md 24).
   static Expected<MappedFile> open(const std::string& path);
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }

@@ -50,7 +50,7 @@ struct EngineConfig {
   int max_batch_tokens = 256;      // tokens per step (--max-batch-tokens)
   int max_seqs = 64;               // sequences per step (--max-seqs)
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context
-  std::string sched = "sla";       // scheduling policy (--sched); sched::scheduler_names()
+  std::string sched = sched::kDefaultPolicy;  // scheduling policy (--sched); sched::scheduler_names()
   // The policy's own options (--sched-opt key=value; sched::make_scheduler checks them).
   std::vector<std::pair<std::string, std::string>> sched_options;
   SlaConfig sla;                   // per-class objectives (--sla)

@@ -102,7 +102,7 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
     h.n_vocab = static_cast<uint32_t>(nv);
   }
 
-  // Consistency with the tensors present (RELIABILITY.md 4): a layer count far above the
+  // Consistency with the tensors present (docs/reliability.md 4): a layer count far above the
   // tensors in the file is refused here, with the first missing tensor's name.
   for (uint32_t il = 0; il < h.n_layer; ++il) {
     std::string name = "blk." + std::to_string(il) + ".attn_norm.weight";

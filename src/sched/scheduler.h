@@ -122,6 +122,9 @@ struct SchedulerOptions {
   SchedMetrics* metrics = nullptr;  // preemptions and predictor accuracy, when set
 };
 
+// The policy metro serve runs unless told otherwise.
+inline constexpr const char* kDefaultPolicy = "sla";
+
 // `--sched fcfs|sla`. Errors: an unknown policy, an unknown or malformed option.
 Expected<std::unique_ptr<Scheduler>> make_scheduler(std::string_view name, const SchedulerOptions& options,
                                                     kv::KvCacheManager& kv);

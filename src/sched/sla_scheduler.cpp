@@ -279,8 +279,8 @@ class SlaSchedulerImpl final : public SlaScheduler {
 
   // Fair share of seats. VTC orders waiting prompts, but a prompt needs a seat, and a tenant
   // that flooded an idle server holds every seat for as long as its requests run: a quiet
-  // tenant arriving then waits for the flood's requests to finish one by one (measured:
-  // 26% of tokens in the first 10 s instead of half). When a class's seats are all taken,
+  // tenant arriving then waits for the flood's requests to finish one by one, far from its
+  // half of the tokens (docs/scheduling.md, scenario 4). When a class's seats are all taken,
   // a tenant with a waiting prompt and fewer than seats / active tenants of them takes one
   // from the tenant holding the most (above that share, served no less): its most
   // recent admission is preempted, and its blocks stay in the prefix cache, so coming back
@@ -528,8 +528,8 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   // The step's budget is time when the engine has fed a cost model and an objective binds:
   // a decode costs decode_s(its context), a prompt chunk prefill_s(n, its position) (on a
   // CPU a decode costs two or three prompt tokens: attention over its context, the LM head,
-  // sampling). Counting every token at the dearer of the two halved prefill throughput at
-  // 90% load (measured: 50-token steps of 85 ms against a 160 ms objective).
+  // sampling). Counting every token at the dearer of the two would halve prefill throughput
+  // near saturation (steps of half the tokens the objective allows).
   const int budget_total = cfg_.base.max_batch_tokens;
   const double target_s = step_target_s(now_ns, decode_allow, lowest_prompt_class);
   const bool timed = std::isfinite(target_s);

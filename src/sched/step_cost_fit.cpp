@@ -76,8 +76,8 @@ std::optional<StepCostModel> StepCostFit::fit() const {
     // Too few steps to tell the terms apart (a server's first steps: the calibration
     // prefill and the first requests). Every second goes to the per-token term, fixed and
     // attention costs included, so these steps are planned on the safe side, but timed:
-    // untimed, the first requests after start ran max_batch_tokens steps of 0.4-0.6 s and
-    // broke their TPOT objective (9 of 100 in a measured run).
+    // untimed, the first requests after start would run max_batch_tokens steps long enough
+    // to break their TPOT objective.
     if (xtx_[1][1] <= 0.0 || xty_[1] <= 0.0) return std::nullopt;
     StepCostModel m;
     m.per_prefill_token_s = xty_[1] / xtx_[1][1];

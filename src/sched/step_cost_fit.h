@@ -4,11 +4,10 @@
 //             (query, key) pairs + per_decode_ctx x keys the decodes read
 //
 // Prompt tokens and decodes share one per-token coefficient (the matmuls cost the same per
-// row); a decode's extra cost is attention over its context. A separate per-decode term was
-// tried on a server trace (docs/scheduling.md, "Step cost model"): it trades places with the
-// context term from one half of the trace to the other (decodes of a workload have similar
-// contexts), so extrapolation to a new context mix was unreliable; the shared form's
-// coefficients held within 10% across halves.
+// row); a decode's extra cost is attention over its context. A separate per-decode term is
+// not identifiable apart from the context term on a real workload (its decodes have similar
+// contexts), so it would extrapolate badly to a new context mix; docs/scheduling.md ("Step
+// cost model") has the comparison on a server trace.
 //
 // Least squares with exponential forgetting (about the last 1 / (1 - forget) steps), a
 // small ridge relative to each feature's scale, and non-negative coefficients (a term that

@@ -2,7 +2,7 @@
 //   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 //
 // Messages are written for the client: they name the field and what is allowed, and never
-// carry file paths, keys or other secrets (RELIABILITY.md 24).
+// carry file paths, keys or other secrets (docs/reliability.md 24).
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-"""RELIABILITY.md 7-24 against a live metro serve: each bad input gets its status and an
+"""docs/reliability.md 7-24 against a live metro serve: each bad input gets its status and an
 OpenAI-style error body, and the server then still answers a normal request correctly."""
 
 import json

@@ -1,5 +1,5 @@
 """Load and lifecycle: many concurrent streams, a storm of clients hanging up mid-stream,
-and SIGTERM / SIGINT with requests in flight (RELIABILITY.md 20, 25). Counts come from
+and SIGTERM / SIGINT with requests in flight (docs/reliability.md 20, 25). Counts come from
 environment variables (defaults: the issue's sizes)."""
 
 import asyncio

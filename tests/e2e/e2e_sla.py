@@ -1,4 +1,4 @@
-"""Traffic policy end to end (issue 8): SLA classes under a batch flood, admission refusals
+"""Traffic policy end to end: SLA classes under a batch flood, admission refusals
 with Retry-After, tenant quotas and default classes from the key file, deadlines. Each test
 starts its own `metro serve` (the shared server runs with --admission off, so its load tests
 measure raw capacity)."""

@@ -37,7 +37,7 @@ class Context:
         self.n_ctx = 1024
         self.idle_timeout = 3
         self.drain_timeout = 120
-        # Strings no error body may contain (RELIABILITY.md 24).
+        # Strings no error body may contain (docs/reliability.md 24).
         self.secrets = [self.key, os.path.abspath(args.model), key_file, "/work/", "/home/"]
         self.notes = []
         info = json.loads(subprocess.run([self.metro, "inspect", args.model, "--json"], check=True,
@@ -77,7 +77,7 @@ class Context:
     def wait_idle(self, timeout=120):
         """Waits until no request is in flight and the engine has settled. The engine publishes
         its gauges at the end of each step, and an abort processed after the last step shows
-        only at the next one, so a normal request runs each round (RELIABILITY.md 20 asks
+        only at the next one, so a normal request runs each round (docs/reliability.md 20 asks
         for exactly that: after the disconnects, normal requests are served correctly)."""
         deadline = time.time() + timeout
         while metrics(self.port)["metro_inflight_requests"] > 0:

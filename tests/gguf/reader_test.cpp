@@ -142,7 +142,7 @@ TEST(GgufReader, ReadsVersion2) {
   EXPECT_EQ(f->version(), 2u);
 }
 
-// --- RELIABILITY.md 1: bad magic, unknown version, truncated anywhere -------------------
+// --- docs/reliability.md 1: bad magic, unknown version, truncated anywhere -------------------
 
 TEST(GgufHostile, BadMagic) {
   auto bytes = small_valid_gguf();
@@ -185,7 +185,7 @@ TEST(GgufHostile, TruncatedAtEveryByte) {
   }
 }
 
-// --- RELIABILITY.md 2: counts and sizes that overflow ----------------------------------
+// --- docs/reliability.md 2: counts and sizes that overflow ----------------------------------
 
 TEST(GgufHostile, HugeCounts) {
   expect_refused(raw_header(3, std::numeric_limits<uint64_t>::max(), 0).bytes(),
@@ -273,7 +273,7 @@ TEST(GgufHostile, BadAlignmentValues) {
   expect_refused(e.bytes(), "general.alignment");
 }
 
-// --- RELIABILITY.md 3: ranges outside the file, overlapping, misaligned ----------------
+// --- docs/reliability.md 3: ranges outside the file, overlapping, misaligned ----------------
 
 TEST(GgufHostile, TensorRangeOutsideFile) {
   expect_refused(one_tensor_file({8}, 0, 0, 16), "outside the data section");
@@ -299,7 +299,7 @@ TEST(GgufHostile, OverlappingTensors) {
   expect_refused(e.bytes(), "overlapping");
 }
 
-// --- RELIABILITY.md 4 (format level): empty key, duplicates ----------------------------
+// --- docs/reliability.md 4 (format level): empty key, duplicates ----------------------------
 
 TEST(GgufHostile, EmptyKeyAndDuplicates) {
   auto e = raw_header(3, 0, 1);

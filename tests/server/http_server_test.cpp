@@ -1,5 +1,5 @@
 // The HTTP transport in-process, without a model (it "loads" until the test ends): limits,
-// status codes, keep-alive, timeouts, auth and drain (RELIABILITY.md 19, 21, 22, 24, 25).
+// status codes, keep-alive, timeouts, auth and drain (docs/reliability.md 19, 21, 22, 24, 25).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -149,7 +149,7 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<Server> server_;
 };
 
-TEST_F(HttpServerTest, HealthAnswersWhileTheModelLoads) {  // RELIABILITY 22
+TEST_F(HttpServerTest, HealthAnswersWhileTheModelLoads) {  // docs/reliability.md 22
   start();
   auto h = roundtrip(get("/health"));
   ASSERT_TRUE(h.ok);
@@ -187,7 +187,7 @@ TEST_F(HttpServerTest, UnknownRoutesAndMethods) {
   EXPECT_EQ(roundtrip("DELETE /v1/models HTTP/1.1\r\nHost: x\r\n\r\n").status, 405);
 }
 
-TEST_F(HttpServerTest, HugeHeadersAre431AndHugeBodies413) {  // RELIABILITY 19
+TEST_F(HttpServerTest, HugeHeadersAre431AndHugeBodies413) {  // docs/reliability.md 19
   ServerConfig cfg;
   cfg.max_header_bytes = 4096;
   cfg.limits.max_body_bytes = 1 << 16;
@@ -253,7 +253,7 @@ TEST_F(HttpServerTest, ConnectionLimit) {
   EXPECT_EQ(error_of(r)["code"], "too_many_connections");
 }
 
-TEST_F(HttpServerTest, SlowClientsTimeOut) {  // RELIABILITY 21
+TEST_F(HttpServerTest, SlowClientsTimeOut) {  // docs/reliability.md 21
   ServerConfig cfg;
   cfg.idle_timeout_s = 1;
   cfg.keepalive_timeout_s = 1;
@@ -287,7 +287,7 @@ TEST_F(HttpServerTest, ApiKeysGuardV1) {
   EXPECT_EQ(roundtrip(get("/health")).status, 200);  // not under /v1: open
 }
 
-TEST_F(HttpServerTest, DrainClosesIdleConnectionsAndStops) {  // RELIABILITY 25
+TEST_F(HttpServerTest, DrainClosesIdleConnectionsAndStops) {  // docs/reliability.md 25
   start();
   RawClient idle(server_->port());
   idle.send(get("/health"));

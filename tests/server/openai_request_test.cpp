@@ -1,4 +1,4 @@
-// JSON bodies -> engine requests: mapping, bounds and refusals (RELIABILITY.md 7-18).
+// JSON bodies -> engine requests: mapping, bounds and refusals (docs/reliability.md 7-18).
 #include "server/openai_request.h"
 
 #include <gtest/gtest.h>
@@ -121,7 +121,7 @@ TEST_F(OpenAiRequestTest, CompletionPromptForms) {
   refused(Endpoint::kCompletions, json{{"prompt", {{"x", 1}}}});
 }
 
-TEST_F(OpenAiRequestTest, EmptyPromptsAndMessagesAre400) {  // RELIABILITY 7
+TEST_F(OpenAiRequestTest, EmptyPromptsAndMessagesAre400) {  // docs/reliability.md 7
   refused(Endpoint::kCompletions, json{{"prompt", ""}});
   refused(Endpoint::kCompletions, json{{"prompt", json::array()}});
   refused(Endpoint::kCompletions, json{{"prompt", {json::array()}}});
@@ -132,7 +132,7 @@ TEST_F(OpenAiRequestTest, EmptyPromptsAndMessagesAre400) {  // RELIABILITY 7
   refused(Endpoint::kEmbeddings, json{{"input", ""}});
 }
 
-TEST_F(OpenAiRequestTest, TokenIdsOutsideTheVocabularyAre400) {  // RELIABILITY 8
+TEST_F(OpenAiRequestTest, TokenIdsOutsideTheVocabularyAre400) {  // docs/reliability.md 8
   const int64_t n_vocab = tok_->n_vocab();
   for (int64_t bad : {int64_t{-1}, n_vocab, int64_t{1} << 40}) {
     ApiError e = refused(Endpoint::kCompletions, json{{"prompt", {1, bad}}});
@@ -143,7 +143,7 @@ TEST_F(OpenAiRequestTest, TokenIdsOutsideTheVocabularyAre400) {  // RELIABILITY 
   refused(Endpoint::kEmbeddings, json{{"input", {{1}, {-5}}}});
 }
 
-TEST_F(OpenAiRequestTest, ContextOverflowIs400WithCounts) {  // RELIABILITY 9, 10
+TEST_F(OpenAiRequestTest, ContextOverflowIs400WithCounts) {  // docs/reliability.md 9, 10
   std::vector<int32_t> long_prompt(300, 1);
   ApiError e = refused(Endpoint::kCompletions, json{{"prompt", long_prompt}});
   EXPECT_EQ(e.code, "context_length_exceeded");
@@ -165,7 +165,7 @@ TEST_F(OpenAiRequestTest, ContextOverflowIs400WithCounts) {  // RELIABILITY 9, 1
   EXPECT_EQ(chat->requests[0].stop.max_tokens + static_cast<int>(chat->requests[0].prompt.size()), 256);
 }
 
-TEST_F(OpenAiRequestTest, BoundsOnCountsAndIntegers) {  // RELIABILITY 11, 12
+TEST_F(OpenAiRequestTest, BoundsOnCountsAndIntegers) {  // docs/reliability.md 11, 12
   const json p = "hello";
   for (const json& bad :
        {json{{"max_tokens", 0}}, json{{"max_tokens", -5}}, json{{"max_tokens", 1000000}}, json{{"n", 0}},
@@ -186,7 +186,7 @@ TEST_F(OpenAiRequestTest, BoundsOnCountsAndIntegers) {  // RELIABILITY 11, 12
   refused(Endpoint::kCompletions, json{{"prompt", p}, {"seed", 1.5}});
 }
 
-TEST_F(OpenAiRequestTest, NaNAndInfinityAreRefusedSafely) {  // RELIABILITY 13
+TEST_F(OpenAiRequestTest, NaNAndInfinityAreRefusedSafely) {  // docs/reliability.md 13
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   for (const char* field :
@@ -215,7 +215,7 @@ TEST_F(OpenAiRequestTest, NaNAndInfinityAreRefusedSafely) {  // RELIABILITY 13
   refused(Endpoint::kCompletions, std::string(R"({"prompt":"x","temperature":1e999})"));
 }
 
-TEST_F(OpenAiRequestTest, MalformedBodiesAre400) {  // RELIABILITY 14, 15
+TEST_F(OpenAiRequestTest, MalformedBodiesAre400) {  // docs/reliability.md 14, 15
   for (const std::string& body :
        {std::string(""), std::string("{"), std::string("[1,2]"), std::string("\"x\""), std::string("null"),
         std::string("{\"prompt\":\"a\"} trailing"), std::string("{\"prompt\":\"\xff\xfe\"}"),
@@ -229,7 +229,7 @@ TEST_F(OpenAiRequestTest, MalformedBodiesAre400) {  // RELIABILITY 14, 15
   refused(Endpoint::kCompletions, "{\"prompt\":\"a\",\"x\":" + deep + std::string(100, ']') + "}");
 }
 
-TEST_F(OpenAiRequestTest, StopStringsAreBounded) {  // RELIABILITY 17
+TEST_F(OpenAiRequestTest, StopStringsAreBounded) {  // docs/reliability.md 17
   json many = json::array();
   for (int i = 0; i < 17; ++i) many.push_back("s" + std::to_string(i));
   refused(Endpoint::kCompletions, json{{"prompt", "a"}, {"stop", many}});
@@ -305,7 +305,7 @@ TEST_F(OpenAiRequestTest, ChatMessageValidation) {
                   .ok());
 }
 
-TEST_F(OpenAiRequestTest, SpecialTokenTextInContentStaysText) {  // RELIABILITY 18
+TEST_F(OpenAiRequestTest, SpecialTokenTextInContentStaysText) {  // docs/reliability.md 18
   const int32_t im_end = tok_->vocab().find("<|im_end|>");
   const int32_t im_start = tok_->vocab().find("<|im_start|>");
   ASSERT_GE(im_end, 0);

@@ -1,4 +1,4 @@
-// The sandbox around chat templates (RELIABILITY.md item 6): each bound fails with a clear
+// The sandbox around chat templates (docs/reliability.md item 6): each bound fails with a clear
 // error, quickly, instead of hanging, exhausting memory or crashing; no host object or file
 // is reachable; syntax errors name a line and column; Undefined behaves as Jinja's.
 #include <chrono>

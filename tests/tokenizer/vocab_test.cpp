@@ -1,5 +1,5 @@
 // Vocabulary metadata from untrusted files: what is refused, what is ignored with a
-// warning, and that nothing reads out of bounds either way (RELIABILITY.md item 5).
+// warning, and that nothing reads out of bounds either way (docs/reliability.md item 5).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -47,8 +47,8 @@ void tpot_cap_lower(SlaSchedulerConfig& c) { c.tpot_cap_own_class = false; }
 // No step cost model, so no SLO-driven step budget: every step may take max_batch_tokens
 // as under FCFS, and only the order differs.
 void order_only(SlaSchedulerConfig& c) { c.cost = {}; }
-// --tpot-slack off --decode-share 0.75: the default until 2026-12-02, decodes paced at
-// 0.8 x TPOT whatever they banked and a quarter of the step kept from seats.
+// --tpot-slack off --decode-share 0.75: decodes paced at 0.8 x TPOT whatever they banked,
+// and a quarter of the step kept from seats.
 void strict_pace(SlaSchedulerConfig& c) {
   c.tpot_slack = false;
   c.decode_share = 0.75;
