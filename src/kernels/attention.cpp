@@ -193,12 +193,10 @@ void attention_with(const AttentionKernels& k, const AttentionParams& p,
   });
 }
 
-}  // namespace detail
-
-void kv_store(const KvPageLayout& layout, uint8_t* page, int slot, const float* x) {
-  detail::check_layout(layout);
+void kv_store_with(const AttentionKernels& k, const KvPageLayout& layout, uint8_t* page, int slot,
+                   const float* x) {
+  check_layout(layout);
   METRO_CHECK(slot >= 0 && slot < layout.block_size);
-  const detail::AttentionKernels& k = detail::attention_kernels();
   for (int h = 0; h < layout.n_head_kv; ++h) {
     uint8_t* dst = page + static_cast<size_t>(h) * layout.head_bytes() +
                    static_cast<size_t>(slot) * layout.row_bytes();
@@ -209,6 +207,12 @@ void kv_store(const KvPageLayout& layout, uint8_t* page, int slot, const float* 
       k.store_q8_0(src, dst, layout.head_dim);
     }
   }
+}
+
+}  // namespace detail
+
+void kv_store(const KvPageLayout& layout, uint8_t* page, int slot, const float* x) {
+  detail::kv_store_with(detail::attention_kernels(), layout, page, slot, x);
 }
 
 void kv_load(const KvPageLayout& layout, const uint8_t* page, int slot, int head, float* out) {

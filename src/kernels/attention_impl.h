@@ -82,6 +82,9 @@ int attention_tile_rows(int group, int head_dim);
 // attention() with an explicit kernel table (tests run every table present on the CPU).
 void attention_with(const AttentionKernels& k, const AttentionParams& p,
                     std::span<const AttentionSeq> seqs, int ith, int nth);
+// kv_store() with an explicit kernel table.
+void kv_store_with(const AttentionKernels& k, const KvPageLayout& layout, uint8_t* page, int slot,
+                   const float* x);
 
 // The K (or V) rows of one KV head of a sequence, spread over its pages. Sizes are taken
 // from the layout once, and walks go page by page, so there is no division per row.
