@@ -16,13 +16,12 @@
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/attention_impl.h"
+#include "kernels/kernel_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/quant_ref.h"
 
 namespace metro::kernels {
 namespace {
-
-constexpr double kU = 0x1p-24;
 
 std::vector<const detail::AttentionKernels*> kernel_tables() {
   std::vector<const detail::AttentionKernels*> t = {&detail::kAttentionScalar};
@@ -101,15 +100,7 @@ SeqData make_seq(const Shape& sh, int n_q, int64_t pos0, uint32_t seed) {
   return d;
 }
 
-// Error bound of one output row (query i, head h) of the flash kernels against the exact
-// result, from the data. With u = 2^-24, S = scale * max_j sum_d |q_d k_jd|,
-// V = max |v_jd|, n keys visible, R = max_j |s_j - max s|, and D the depth of the score
-// sums (head_dim for a sequential sum, head_dim/8 + 3 for 8 FMA lanes and a 3-level tree):
-//   score error       delta <= (D + 3) u S             (+ the scaled q's rounding)
-//   weight error      eps   <= 2 delta + e + u R + 2u n/32 (exp error e; rounded s - m;
-//                                                          rescale multiplies per chunk)
-//   output error            <= 2 eps V + (n + n/32 + 10) u V (weights' effect on a convex
-//                                                             combination; the two sums)
+// The dense K and V rows of a sequence (kernel_test_util.h bounds each output row from them).
 struct DenseKv {
   std::vector<float> k, v;  // [n_head_kv][n_keys][head_dim]
   int64_t n_keys = 0;
@@ -134,29 +125,11 @@ DenseKv dense_kv(const Shape& sh, const SeqData& d) {
 
 double row_tolerance(const Shape& sh, const AttentionParams& p, const SeqData& d,
                      const DenseKv& kv, int i, int h, int score_depth) {
-  const int group = sh.n_head / sh.n_head_kv;
-  const int kvh = h / group;
-  const int64_t n = d.pos0 + i + 1;
+  const int kvh = h / (sh.n_head / sh.n_head_kv);
   const float* q = d.q.data() + (static_cast<size_t>(i) * sh.n_head + h) * sh.head_dim;
-  double s_abs = 0, v_abs = 0, s_max = -1e300, s_min = 1e300;
-  for (int64_t pos = 0; pos < n; ++pos) {
-    const size_t off = static_cast<size_t>((kvh * kv.n_keys + pos) * sh.head_dim);
-    const float* k = kv.k.data() + off;
-    const float* v = kv.v.data() + off;
-    double sa = 0, s = 0;
-    for (int c = 0; c < sh.head_dim; ++c) {
-      sa += std::fabs(static_cast<double>(q[c]) * k[c]);
-      s += static_cast<double>(q[c]) * k[c];
-      v_abs = std::max(v_abs, std::fabs(static_cast<double>(v[c])));
-    }
-    s_abs = std::max(s_abs, sa * p.scale);
-    s_max = std::max(s_max, s * p.scale);
-    s_min = std::min(s_min, s * p.scale);
-  }
-  const double nd = static_cast<double>(n);
-  const double delta = (score_depth + 3) * kU * s_abs;
-  const double eps = 2 * delta + kExpMaxRelError + kU * (s_max - s_min) + 2 * kU * (nd / 32 + 1);
-  return 2 * eps * v_abs + (nd + nd / 32 + 10) * kU * v_abs;
+  const size_t head = static_cast<size_t>(kvh * kv.n_keys * sh.head_dim);
+  return testing::attention_row_tolerance(q, kv.k.data() + head, kv.v.data() + head, d.pos0 + i + 1,
+                                          sh.head_dim, p.scale, score_depth);
 }
 
 // Q8_0 keys are scored against each query rounded to int8 per block of 32

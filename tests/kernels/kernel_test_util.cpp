@@ -1,7 +1,9 @@
 #include "kernels/kernel_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "kernels/ops.h"
 #include "kernels/quant_ref.h"
 
 namespace metro::kernels::testing {
@@ -49,6 +51,29 @@ std::vector<float> dequantize(DType t, const std::vector<uint8_t>& q, int64_t n)
 std::vector<DType> weight_types() {
   return {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
           DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+}
+
+double attention_row_tolerance(const float* q, const float* k, const float* v, int64_t n_keys,
+                               int head_dim, float scale, int score_depth) {
+  constexpr double kU = 0x1p-24;
+  double s_abs = 0, v_abs = 0, s_max = -1e300, s_min = 1e300;
+  for (int64_t pos = 0; pos < n_keys; ++pos) {
+    const float* kr = k + pos * head_dim;
+    const float* vr = v + pos * head_dim;
+    double sa = 0, s = 0;
+    for (int c = 0; c < head_dim; ++c) {
+      sa += std::fabs(static_cast<double>(q[c]) * kr[c]);
+      s += static_cast<double>(q[c]) * kr[c];
+      v_abs = std::max(v_abs, std::fabs(static_cast<double>(vr[c])));
+    }
+    s_abs = std::max(s_abs, sa * scale);
+    s_max = std::max(s_max, s * scale);
+    s_min = std::min(s_min, s * scale);
+  }
+  const double nd = static_cast<double>(n_keys);
+  const double delta = (score_depth + 3) * kU * s_abs;
+  const double eps = 2 * delta + kExpMaxRelError + kU * (s_max - s_min) + 2 * kU * (nd / 32 + 1);
+  return 2 * eps * v_abs + (nd + nd / 32 + 10) * kU * v_abs;
 }
 
 }  // namespace metro::kernels::testing

@@ -1,0 +1,110 @@
+// The CPU backend's resources: weights as kernels::Weight (repacked where the kernel set
+// has an interleaved kernel), vectors and KV arenas in host memory, workspaces.
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_backend_impl.h"
+#include "base/check.h"
+
+namespace metro::backends {
+
+namespace cpu {
+
+CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
+  METRO_CHECK(spec.max_tokens > 0 && spec.max_logits >= 0 && spec.max_seqs > 0 &&
+              spec.max_blocks_per_seq > 0 && spec.max_products >= 0);
+  acts_.resize(spec.acts.size());
+  for (size_t i = 0; i < spec.acts.size(); ++i) {
+    const size_t rows = static_cast<size_t>(spec.acts[i].rows == RowSet::kTokens ? spec.max_tokens
+                                                                                  : spec.max_logits);
+    acts_[i].resize(rows * static_cast<size_t>(spec.acts[i].cols));
+    bytes_ += acts_[i].size() * sizeof(float);
+  }
+  size_t qa_bytes = 0;
+  const int64_t rows = std::max(spec.max_tokens, spec.max_logits);
+  for (kernels::DType t : spec.product_types) {
+    qa_bytes = std::max(qa_bytes, kernels::quantized_acts_bytes(t, rows, spec.widest_product_k));
+  }
+  for (auto& b : qa) b.resize(qa_bytes);
+  counters = std::make_unique<Counter[]>(static_cast<size_t>(spec.max_products));
+  const size_t pages = static_cast<size_t>(spec.max_seqs) * static_cast<size_t>(spec.max_blocks_per_seq);
+  for (int b = 0; b < 2; ++b) {
+    k_pages[static_cast<size_t>(b)].resize(pages);
+    v_pages[static_cast<size_t>(b)].resize(pages);
+    seqs[static_cast<size_t>(b)].resize(static_cast<size_t>(spec.max_seqs));
+  }
+  bytes_ += 2 * qa_bytes + 4 * pages * sizeof(void*);
+}
+
+void CpuState::upload(ActId act, std::span<const float> src) {
+  const size_t i = static_cast<size_t>(act);
+  METRO_CHECK(i < acts_.size() && src.size() <= acts_[i].size());
+  std::copy(src.begin(), src.end(), acts_[i].data());
+}
+
+std::span<const float> CpuState::download(ActId act, size_t n) {
+  const size_t i = static_cast<size_t>(act);
+  METRO_CHECK(i < acts_.size() && n <= acts_[i].size());
+  return {acts_[i].data(), n};
+}
+
+CpuBackend::CpuBackend(const kernels::KernelSet& set)
+    : set_(set), name_("cpu-" + std::string(set.isa())), arena_(std::make_shared<BumpArena>()) {}
+
+std::unique_ptr<DeviceMatrix> CpuBackend::upload_matrix(const HostMatrix& m, MatrixUse use,
+                                                        bool allow_relayout) {
+  METRO_CHECK(m.n_rows > 0 && m.n_cols > 0 && m.data != nullptr);
+  const size_t rb = kernels::row_bytes(m.type, m.n_cols);
+  METRO_CHECK(m.row_stride >= rb);
+  AlignedBuffer<uint8_t> gathered;
+  const uint8_t* rows = m.data;
+  if (m.row_stride != rb) {
+    gathered.resize(rb * static_cast<size_t>(m.n_rows));
+    for (int64_t i = 0; i < m.n_rows; ++i) {
+      std::memcpy(gathered.data() + static_cast<size_t>(i) * rb, m.data + static_cast<size_t>(i) * m.row_stride, rb);
+    }
+    rows = gathered.data();
+  }
+  const bool repack = use == MatrixUse::kProduct && allow_relayout;
+  kernels::Weight w = set_.make_weight(m.type, rows, m.n_rows, m.n_cols, repack, arena_);
+  return std::make_unique<CpuMatrix>(std::move(w), std::move(gathered));
+}
+
+std::unique_ptr<DeviceVector> CpuBackend::upload_vector(std::span<const float> v) {
+  return std::make_unique<CpuVector>(v);
+}
+
+std::unique_ptr<DeviceBuffer> CpuBackend::alloc_buffer(size_t bytes) {
+  return std::make_unique<CpuBuffer>(bytes);
+}
+
+void CpuBackend::copy_bytes(DeviceBuffer& buf, size_t src_offset, size_t dst_offset, size_t n) {
+  METRO_CHECK(src_offset <= buf.bytes() && n <= buf.bytes() - src_offset);
+  METRO_CHECK(dst_offset <= buf.bytes() && n <= buf.bytes() - dst_offset);
+  METRO_CHECK(src_offset + n <= dst_offset || dst_offset + n <= src_offset);
+  std::memcpy(buf.data() + dst_offset, buf.data() + src_offset, n);
+}
+
+void CpuBackend::write_bytes(DeviceBuffer& buf, size_t offset, std::span<const uint8_t> src) {
+  METRO_CHECK(offset <= buf.bytes() && src.size() <= buf.bytes() - offset);
+  std::memcpy(buf.data() + offset, src.data(), src.size());
+}
+
+void CpuBackend::read_bytes(DeviceBuffer& buf, size_t offset, std::span<uint8_t> dst) {
+  METRO_CHECK(offset <= buf.bytes() && dst.size() <= buf.bytes() - offset);
+  std::memcpy(dst.data(), buf.data() + offset, dst.size());
+}
+
+std::unique_ptr<ExecState> CpuBackend::make_state(const StateSpec& spec) {
+  return std::make_unique<CpuState>(spec);
+}
+
+}  // namespace cpu
+
+std::shared_ptr<Backend> make_cpu_backend(const kernels::KernelSet& set) {
+  return std::make_shared<cpu::CpuBackend>(set);
+}
+
+}  // namespace metro::backends

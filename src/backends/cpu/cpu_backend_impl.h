@@ -1,0 +1,97 @@
+// Internal to backends/cpu: the CPU backend's resource and state types.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "backends/backend.h"
+#include "base/aligned.h"
+#include "kernels/attention.h"
+#include "kernels/kernel_set.h"
+#include "kernels/matmul.h"
+
+namespace metro::backends::cpu {
+
+class CpuMatrix final : public DeviceMatrix {
+ public:
+  CpuMatrix(kernels::Weight w, AlignedBuffer<uint8_t> gathered)
+      : DeviceMatrix(w.type, w.n_rows, w.n_cols), weight(std::move(w)), gathered_(std::move(gathered)) {}
+  std::string describe() const override { return weight.describe(); }
+
+  kernels::Weight weight;  // kRows matrices keep the row-major layout
+
+ private:
+  AlignedBuffer<uint8_t> gathered_;  // a strided slice's rows made contiguous (weight may read it)
+};
+
+class CpuVector final : public DeviceVector {
+ public:
+  explicit CpuVector(std::span<const float> v)
+      : DeviceVector(static_cast<int64_t>(v.size())), values(v.begin(), v.end()) {}
+  std::vector<float> values;
+};
+
+class CpuBuffer final : public DeviceBuffer {
+ public:
+  explicit CpuBuffer(size_t bytes) : DeviceBuffer(bytes), mem_(bytes) {}
+  uint8_t* data() override { return mem_.data(); }
+
+ private:
+  AlignedBuffer<uint8_t> mem_;
+};
+
+class CpuState final : public ExecState {
+ public:
+  explicit CpuState(const StateSpec& spec);
+  size_t bytes() const override { return bytes_; }
+  void upload(ActId act, std::span<const float> src) override;
+  std::span<const float> download(ActId act, size_t n) override;
+
+  float* act(ActId id) { return acts_[static_cast<size_t>(id)].data(); }
+  size_t cols(ActId id) const { return static_cast<size_t>(spec_.acts[static_cast<size_t>(id)].cols); }
+  const StateSpec& spec() const { return spec_; }
+
+  // Quantized activations: a product's input, and a second partner type's beside it.
+  std::array<AlignedBuffer<uint8_t>, 2> qa;
+  // One work counter per matrix product of a step (kernels::matmul's `next`), zeroed
+  // before the step.
+  struct alignas(64) Counter {  // a line each: q, k and v run back to back, unfenced
+    std::atomic<int64_t> next{0};
+  };
+  std::unique_ptr<Counter[]> counters;
+  // Page pointers and sequence views of two attention ops, used alternately: thread 0
+  // prepares the next one's while the other threads may still read the current one's.
+  std::array<std::vector<const uint8_t*>, 2> k_pages, v_pages;
+  std::array<std::vector<kernels::AttentionSeq>, 2> seqs;
+
+ private:
+  StateSpec spec_;
+  std::vector<AlignedBuffer<float>> acts_;
+  size_t bytes_ = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const kernels::KernelSet& set);
+  std::string_view name() const override { return name_; }
+  std::unique_ptr<DeviceMatrix> upload_matrix(const HostMatrix& m, MatrixUse use,
+                                              bool allow_relayout) override;
+  std::unique_ptr<DeviceVector> upload_vector(std::span<const float> v) override;
+  std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) override;
+  void copy_bytes(DeviceBuffer& buf, size_t src_offset, size_t dst_offset, size_t n) override;
+  void write_bytes(DeviceBuffer& buf, size_t offset, std::span<const uint8_t> src) override;
+  void read_bytes(DeviceBuffer& buf, size_t offset, std::span<uint8_t> dst) override;
+  std::unique_ptr<ExecState> make_state(const StateSpec& spec) override;
+  void execute(std::span<const Op> ops, const StepDesc& step, ExecState& state, ThreadPool& pool,
+               StepObserver* observer) override;  // cpu_executor.cpp
+
+ private:
+  const kernels::KernelSet& set_;
+  std::string name_;
+  // Repacked matrices are carved from shared chunks so they share huge pages.
+  std::shared_ptr<BumpArena> arena_;
+};
+
+}  // namespace metro::backends::cpu

@@ -1,0 +1,360 @@
+// The CPU executor. A whole step runs inside one ThreadPool::run: a model step is a few
+// hundred short ops, and one fork/join per step costs less than one per op. Every thread
+// walks the same op sequence; ops are grouped into phases separated by a spin barrier:
+//  - a run of consecutive elementwise ops over the same rows is one phase: each thread
+//    takes the same share of the rows (rows_of) for all of them and chains the ops on a
+//    row while it is in cache, so they need no barrier between them;
+//  - each Project, Attention and AllReduce is a phase of its own.
+// Matrix products are not split in fixed equal shares: the threads claim runs of each
+// product from a per-product counter in the state (zeroed before the step), so a thread
+// that loses its core for a moment does less of it instead of holding the others at the
+// next barrier; every element is computed the same way, so bits do not depend on who
+// computed it. Attention keeps its static cost-balanced split.
+#include <algorithm>
+#include <variant>
+
+#include "backends/cpu/cpu_backend_impl.h"
+#include "base/check.h"
+#include "base/clock.h"
+#include "base/thread_pool.h"
+#include "dist/communicator.h"
+#include "kernels/ops.h"
+#include "kernels/quant_ref.h"
+
+namespace metro::backends::cpu {
+
+namespace {
+
+using kernels::DType;
+
+struct RowRange {
+  int begin, end;
+};
+// Rows [begin, end) of n owned by thread ith of nth: the same split in every phase.
+RowRange rows_of(int n, int ith, int nth) {
+  return {static_cast<int>(static_cast<int64_t>(n) * ith / nth),
+          static_cast<int>(static_cast<int64_t>(n) * (ith + 1) / nth)};
+}
+
+int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+const CpuMatrix& cpu_matrix(const DeviceMatrix* m) { return static_cast<const CpuMatrix&>(*m); }
+const float* cpu_vector(const DeviceVector* v) { return static_cast<const CpuVector&>(*v).values.data(); }
+
+// Checks the ops against the state and the step before any thread runs them. Cheap
+// (no allocation); a failure is a bug in the model that built the ops.
+class Validator {
+ public:
+  Validator(const StepDesc& step, const StateSpec& spec) : step_(step), spec_(spec) {}
+
+  int products() const { return products_; }
+
+  void operator()(const EmbedOp& o) { METRO_CHECK(width(o.dst, kTok) == o.table->n_cols()); }
+  void operator()(const RopeAnglesOp& o) { METRO_CHECK(width(o.dst, kTok) >= o.rope->config().n_rot); }
+  void operator()(const RmsNormOp& o) {
+    const int64_t n = width(o.src, kTok);
+    METRO_CHECK(width(o.dst, o.rows) == n && o.weight->size() == n);
+  }
+  void operator()(const ProjectOp& o) {
+    METRO_CHECK(o.n_out >= 1 && o.n_out <= 3);
+    const int64_t k = width(o.src, o.rows);
+    for (int i = 0; i < o.n_out; ++i) {
+      const DeviceMatrix& w = *o.w[static_cast<size_t>(i)];
+      METRO_CHECK_MSG(w.n_cols() == k && width(o.dst[static_cast<size_t>(i)], o.rows) == w.n_rows(),
+                      "project: buffer widths do not match the weight");
+    }
+    products_ += o.n_out;
+  }
+  void operator()(const AddBiasOp& o) { METRO_CHECK(width(o.x, kTok) == o.bias->size()); }
+  void operator()(const RopeOp& o) {
+    const kernels::RopeConfig& rc = o.rope->config();
+    METRO_CHECK(width(o.x, kTok) == int64_t{o.n_head} * rc.head_dim);
+    METRO_CHECK(width(o.angles, kTok) >= rc.n_rot);
+  }
+  void operator()(const KvStoreOp& o) {
+    METRO_CHECK(step_.kv != nullptr && o.layer >= 0 && o.layer < step_.kv->n_layer);
+    const int64_t n = int64_t{step_.kv->layout.n_head_kv} * step_.kv->layout.head_dim;
+    METRO_CHECK(width(o.k, kTok) == n && width(o.v, kTok) == n);
+  }
+  void operator()(const AttentionOp& o) {
+    METRO_CHECK(step_.kv != nullptr && o.layer >= 0 && o.layer < step_.kv->n_layer);
+    const int64_t n = int64_t{o.n_head} * step_.kv->layout.head_dim;
+    METRO_CHECK(width(o.q, kTok) == n && width(o.out, kTok) == n);
+  }
+  void operator()(const AddOp& o) {
+    const int64_t n = width(o.dst, kTok);
+    METRO_CHECK(width(o.a, kTok) == n && width(o.b, kTok) == n);
+  }
+  void operator()(const SwigluOp& o) {
+    const int64_t n = width(o.dst, kTok);
+    METRO_CHECK(width(o.gate, kTok) == n && width(o.up, kTok) == n);
+  }
+  void operator()(const AllReduceOp& o) {
+    METRO_CHECK(o.comm != nullptr);
+    width(o.x, kTok);
+  }
+
+ private:
+  static constexpr RowSet kTok = RowSet::kTokens;
+
+  int64_t width(ActId id, RowSet rows) const {
+    METRO_CHECK_MSG(static_cast<size_t>(id) < spec_.acts.size(), "op names a buffer the state lacks");
+    METRO_CHECK_MSG(spec_.acts[static_cast<size_t>(id)].rows == rows, "op reads a buffer of other rows");
+    return spec_.acts[static_cast<size_t>(id)].cols;
+  }
+
+  const StepDesc& step_;
+  const StateSpec& spec_;
+  int products_ = 0;
+};
+
+void validate(std::span<const Op> ops, const StepDesc& step, const CpuState& st) {
+  const StateSpec& spec = st.spec();
+  METRO_CHECK(static_cast<int>(step.token.size()) <= spec.max_tokens && step.pos.size() == step.token.size() &&
+              step.seq.size() == step.token.size());
+  METRO_CHECK(static_cast<int>(step.logit_rows.size()) <= spec.max_logits);
+  METRO_CHECK(static_cast<int>(step.runs.size()) <= spec.max_seqs);
+  Validator v(step, spec);
+  for (const Op& op : ops) std::visit(v, op);
+  METRO_CHECK_MSG(v.products() <= spec.max_products, "more matrix products than the state was made for");
+  if (step.kv != nullptr) {
+    const int bs = step.kv->layout.block_size;
+    for (const SeqRun& r : step.runs) {
+      METRO_CHECK(r.seq >= 0 && static_cast<size_t>(r.seq) < step.kv->tables.size());
+      const int need = ceil_div(r.pos0 + r.n, bs);
+      METRO_CHECK(need <= spec.max_blocks_per_seq &&
+                  static_cast<size_t>(need) <= step.kv->tables[static_cast<size_t>(r.seq)].size());
+    }
+  }
+}
+
+// One thread's walk through a step's ops.
+class Executor {
+ public:
+  Executor(const kernels::KernelSet& ks, CpuState& st, const StepDesc& step, std::span<const Op> ops,
+           ThreadPool& pool, StepObserver* observer, int ith, int nth)
+      : ks_(ks),
+        st_(st),
+        step_(step),
+        ops_(ops),
+        pool_(pool),
+        observer_(observer),
+        timing_(observer != nullptr && ith == 0),
+        ith_(ith),
+        nth_(nth),
+        n_tokens_(static_cast<int>(step.token.size())),
+        n_logits_(static_cast<int>(step.logit_rows.size())) {}
+
+  void run() {
+    const size_t n = ops_.size();
+    if (n > 0 && std::holds_alternative<AttentionOp>(ops_[0])) {
+      if (ith_ == 0) prepare_attention(std::get<AttentionOp>(ops_[0]));
+      pool_.barrier();
+    }
+    size_t i = 0;
+    while (i < n) {
+      const OpKind kind = kind_of(ops_[i]);
+      const int64_t t0 = timing_ ? now_ns() : 0;
+      size_t j = i + 1;
+      if (is_elementwise(kind)) {
+        const RowSet rows = row_set(ops_[i]);
+        while (j < n && is_elementwise(kind_of(ops_[j])) && row_set(ops_[j]) == rows) ++j;
+        run_elementwise(i, j, rows);
+      } else {
+        run_global(ops_[i]);
+      }
+      // Thread 0 lays out the next attention's pages while the others finish this phase.
+      int64_t prep_ns = 0;
+      if (j < n && ith_ == 0 && std::holds_alternative<AttentionOp>(ops_[j])) {
+        const int64_t p0 = timing_ ? now_ns() : 0;
+        prepare_attention(std::get<AttentionOp>(ops_[j]));
+        if (timing_) prep_ns = now_ns() - p0;
+      }
+      // The last phase needs no barrier (run() joins), unless it is being timed.
+      if (j < n || observer_ != nullptr) {
+        const int64_t tb = timing_ ? now_ns() : 0;
+        pool_.barrier();
+        if (timing_) {
+          const int64_t te = now_ns();
+          if (is_elementwise(kind)) {
+            observer_->wait_timed(te - tb);
+          } else {
+            observer_->op_timed(i, kind, te - t0 - prep_ns + (kind == OpKind::kAttention ? pending_prep_ns_ : 0));
+          }
+        }
+      }
+      pending_prep_ns_ = prep_ns;
+      i = j;
+    }
+  }
+
+ private:
+  // Ops [i, j), all elementwise over `rows`: row by row, or op by op when observed (the
+  // same arithmetic on every row either way, so the same bits).
+  void run_elementwise(size_t i, size_t j, RowSet rows) {
+    const RowRange mine = rows_of(rows == RowSet::kTokens ? n_tokens_ : n_logits_, ith_, nth_);
+    if (observer_ == nullptr) {
+      for (int r = mine.begin; r < mine.end; ++r) {
+        for (size_t o = i; o < j; ++o) std::visit([&](const auto& op) { row_op(op, r); }, ops_[o]);
+      }
+      return;
+    }
+    for (size_t o = i; o < j; ++o) {
+      const int64_t t0 = timing_ ? now_ns() : 0;
+      for (int r = mine.begin; r < mine.end; ++r) std::visit([&](const auto& op) { row_op(op, r); }, ops_[o]);
+      if (timing_) observer_->op_timed(o, kind_of(ops_[o]), now_ns() - t0);
+    }
+  }
+
+  void run_global(const Op& op) {
+    if (const auto* p = std::get_if<ProjectOp>(&op)) {
+      project(*p);
+    } else if (const auto* a = std::get_if<AttentionOp>(&op)) {
+      kernels::AttentionParams ap;
+      ap.layout = step_.kv->layout;
+      ap.n_head = a->n_head;
+      ap.scale = a->scale;
+      const auto& seqs = st_.seqs[static_cast<size_t>(attention_++ % 2)];
+      ks_.attention(ap, std::span<const kernels::AttentionSeq>(seqs.data(), step_.runs.size()), ith_, nth_);
+    } else if (const auto* r = std::get_if<AllReduceOp>(&op)) {
+      if (ith_ == 0) {
+        r->comm->all_reduce_sum({st_.act(r->x), static_cast<size_t>(n_tokens_) * st_.cols(r->x)});
+      }
+    }
+  }
+
+  // Quantizes the input once per distinct dot-partner type, then runs each product of that
+  // partner; the products' outputs are written in full before the phase's closing barrier.
+  void project(const ProjectOp& p) {
+    const int rows = p.rows == RowSet::kTokens ? n_tokens_ : n_logits_;
+    const float* src = st_.act(p.src);
+    const size_t k = st_.cols(p.src);
+    DType done[3];
+    int n_done = 0;
+    int buf = 0;
+    for (int a = 0; a < p.n_out; ++a) {
+      const DType type = cpu_matrix(p.w[static_cast<size_t>(a)]).weight.type;
+      const DType partner = kernels::traits(type).dot_partner;
+      if (std::find(done, done + n_done, partner) != done + n_done) continue;
+      if (n_done == 2) pool_.barrier();  // a third partner type reuses buffer 0
+      uint8_t* qbuf = st_.qa[static_cast<size_t>(buf++ % 2)].data();
+      const kernels::QuantizedActs qa =
+          ks_.quantize_acts(type, src, rows, static_cast<int64_t>(k), k, qbuf, ith_, nth_);
+      pool_.barrier();
+      for (int o = 0; o < p.n_out; ++o) {
+        const kernels::Weight& w = cpu_matrix(p.w[static_cast<size_t>(o)]).weight;
+        if (kernels::traits(w.type).dot_partner != partner) continue;
+        const ActId dst = p.dst[static_cast<size_t>(o)];
+        ks_.matmul(w, qa, st_.act(dst), st_.cols(dst), ith_, nth_, &st_.counters[static_cast<size_t>(product_ + o)].next);
+      }
+      done[n_done++] = partner;
+    }
+    product_ += p.n_out;
+  }
+
+  // Thread 0 only: the sequence views and this layer's page pointers of the next attention.
+  void prepare_attention(const AttentionOp& a) {
+    const size_t b = static_cast<size_t>(prepared_++ % 2);
+    const KvView& kv = *step_.kv;
+    const int bs = kv.layout.block_size;
+    float* q = st_.act(a.q);
+    float* out = st_.act(a.out);
+    const size_t q_cols = st_.cols(a.q), out_cols = st_.cols(a.out);
+    size_t off = 0;
+    for (size_t r = 0; r < step_.runs.size(); ++r) {
+      const SeqRun& run = step_.runs[r];
+      kernels::AttentionSeq& s = st_.seqs[b][r];
+      s.q = q + static_cast<size_t>(run.start) * q_cols;
+      s.out = out + static_cast<size_t>(run.start) * out_cols;
+      s.n_q = run.n;
+      s.pos0 = run.pos0;
+      s.k_pages = st_.k_pages[b].data() + off;
+      s.v_pages = st_.v_pages[b].data() + off;
+      s.q_stride = q_cols;
+      s.out_stride = out_cols;
+      const auto& table = kv.tables[static_cast<size_t>(run.seq)];
+      const int nb = ceil_div(run.pos0 + run.n, bs);
+      for (int j = 0; j < nb; ++j) {
+        st_.k_pages[b][off + static_cast<size_t>(j)] = kv.k_page(table[static_cast<size_t>(j)], a.layer);
+        st_.v_pages[b][off + static_cast<size_t>(j)] = kv.v_page(table[static_cast<size_t>(j)], a.layer);
+      }
+      off += static_cast<size_t>(nb);
+    }
+  }
+
+  float* row(ActId id, int r) { return st_.act(id) + static_cast<size_t>(r) * st_.cols(id); }
+
+  void row_op(const EmbedOp& o, int t) {
+    const kernels::Weight& w = cpu_matrix(o.table).weight;
+    const uint8_t* src = w.data + static_cast<size_t>(step_.token[static_cast<size_t>(t)]) * w.row_stride;
+    kernels::dequantize_row_ref(w.type, src, row(o.dst, t), w.n_cols);
+  }
+  void row_op(const RopeAnglesOp& o, int t) {
+    float* cs = row(o.dst, t);
+    o.rope->angles(step_.pos[static_cast<size_t>(t)], cs, cs + o.rope->config().n_rot / 2);
+  }
+  void row_op(const RmsNormOp& o, int r) {
+    const int src_row = o.rows == RowSet::kTokens ? r : step_.logit_rows[static_cast<size_t>(r)];
+    ks_.rms_norm(row(o.src, src_row), cpu_vector(o.weight), row(o.dst, r),
+                 static_cast<int64_t>(st_.cols(o.src)), o.eps);
+  }
+  void row_op(const AddBiasOp& o, int t) {
+    float* x = row(o.x, t);
+    ks_.add(x, cpu_vector(o.bias), x, static_cast<int64_t>(st_.cols(o.x)));
+  }
+  void row_op(const RopeOp& o, int t) {
+    const float* cs = row(o.angles, t);
+    ks_.rope_rotate(row(o.x, t), o.n_head, o.rope->config(), cs, cs + o.rope->config().n_rot / 2);
+  }
+  void row_op(const KvStoreOp& o, int t) {
+    const KvView& kv = *step_.kv;
+    const int64_t pos = step_.pos[static_cast<size_t>(t)];
+    const auto& table = kv.tables[static_cast<size_t>(step_.seq[static_cast<size_t>(t)])];
+    const int32_t block = table[static_cast<size_t>(pos / kv.layout.block_size)];
+    const int slot = static_cast<int>(pos % kv.layout.block_size);
+    ks_.kv_store(kv.layout, kv.k_page(block, o.layer), slot, row(o.k, t));
+    ks_.kv_store(kv.layout, kv.v_page(block, o.layer), slot, row(o.v, t));
+  }
+  void row_op(const AddOp& o, int t) {
+    ks_.add(row(o.a, t), row(o.b, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
+  }
+  void row_op(const SwigluOp& o, int t) {
+    ks_.swiglu(row(o.gate, t), row(o.up, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
+  }
+  // Not elementwise: never reached through run_elementwise.
+  void row_op(const ProjectOp&, int) { METRO_CHECK(false); }
+  void row_op(const AttentionOp&, int) { METRO_CHECK(false); }
+  void row_op(const AllReduceOp&, int) { METRO_CHECK(false); }
+
+  const kernels::KernelSet& ks_;
+  CpuState& st_;
+  const StepDesc& step_;
+  std::span<const Op> ops_;
+  ThreadPool& pool_;
+  StepObserver* observer_;
+  const bool timing_;  // thread 0 of an observed step reads clocks
+  const int ith_, nth_;
+  const int n_tokens_, n_logits_;
+  int product_ = 0;    // the first work counter of the next ProjectOp
+  int attention_ = 0;  // attention ops run so far (which view buffer the next one reads)
+  int prepared_ = 0;   // thread 0: attention ops prepared so far
+  int64_t pending_prep_ns_ = 0;  // the preparation time of the op that follows
+};
+
+}  // namespace
+
+void CpuBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecState& state,
+                         ThreadPool& pool, StepObserver* observer) {
+  auto* st = dynamic_cast<CpuState*>(&state);
+  METRO_CHECK_MSG(st != nullptr, "the CPU backend runs on states it made");
+  validate(ops, step, *st);
+  int products = 0;
+  for (const Op& op : ops) {
+    if (const auto* p = std::get_if<ProjectOp>(&op)) products += p->n_out;
+  }
+  for (int i = 0; i < products; ++i) st->counters[static_cast<size_t>(i)].next.store(0, std::memory_order_relaxed);
+  const kernels::KernelSet& set = set_;
+  pool.run([&](int ith, int nth) { Executor(set, *st, step, ops, pool, observer, ith, nth).run(); });
+}
+
+}  // namespace metro::backends::cpu

@@ -1,0 +1,162 @@
+// What a model asks a backend to execute for one step: a sequence of typed ops over
+// step-scoped activation buffers, uploaded weights and the paged KV cache. The ops know
+// nothing of models; a model describes its forward pass with them (model/model.cpp) and a
+// backend (backend.h) runs the sequence in order.
+//
+// Activation buffers are row-major F32 matrices [rows][cols], named by ActId and declared
+// when the backend's state is made (StateSpec). A buffer's rows are either the step's
+// tokens (RowSet::kTokens: row t is batch token t) or its logits rows (RowSet::kLogits:
+// row r is batch token logit_rows[r]); its cols are fixed. Every operand's width is its
+// buffer's cols.
+//
+// Elementwise ops (all but Project, Attention and AllReduce) compute output row r from
+// row r of their operands alone, so an executor may run a run of consecutive elementwise
+// ops over the same row set row by row, without synchronising between them. The other ops
+// read every row (or every sequence's keys) and need all earlier writes done.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <variant>
+
+namespace metro::kernels {
+class Rope;
+}
+namespace metro::dist {
+class Communicator;
+}
+
+namespace metro::backends {
+
+class DeviceMatrix;
+class DeviceVector;
+
+enum class ActId : uint8_t {};
+enum class RowSet : uint8_t { kTokens, kLogits };
+
+// dst[t] = row token[t] of `table` (a MatrixUse::kRows matrix), as F32.
+struct EmbedOp {
+  const DeviceMatrix* table;
+  ActId dst;
+};
+
+// dst[t] = the cos then the sin of token t's rotary angles at position pos[t]
+// (rope->config().n_rot / 2 values each).
+struct RopeAnglesOp {
+  const kernels::Rope* rope;
+  ActId dst;
+};
+
+// dst[r] = rms_norm(src[s]) * weight with s = r, or over logits rows s = logit_rows[r]
+// (src then is a token buffer: the head norms only the rows it computes logits for).
+struct RmsNormOp {
+  ActId src;
+  ActId dst;
+  const DeviceVector* weight;
+  float eps;
+  RowSet rows;
+};
+
+// For each i < n_out: dst[i][r] = src[r] · w[i]ᵀ (dst[i] has w[i]->n_rows() cols, src has
+// w[i]->n_cols()). The products share their input: it is quantized to each weight type's
+// dot partner once, as the reference quantizer does.
+struct ProjectOp {
+  ActId src;
+  RowSet rows;
+  int n_out;
+  std::array<const DeviceMatrix*, 3> w;
+  std::array<ActId, 3> dst;
+};
+
+// x[t] += bias
+struct AddBiasOp {
+  ActId x;
+  const DeviceVector* bias;
+};
+
+// Rotates the n_head heads of x[t] (head_dim = rope->config().head_dim each) by the
+// angles in angles[t] (a RopeAnglesOp's output).
+struct RopeOp {
+  const kernels::Rope* rope;
+  ActId x;
+  ActId angles;
+  int n_head;
+};
+
+// Writes k[t] and v[t] (the KV heads of token t) into the slot of position pos[t] of
+// sequence seq[t], in the K and V pages of arena layer `layer`.
+struct KvStoreOp {
+  ActId k;
+  ActId v;
+  int layer;
+};
+
+// Causal attention of every sequence run's queries (q: n_head heads per token) over the
+// keys and values of its positions [0, pos] in the pages of arena layer `layer`, into out.
+struct AttentionOp {
+  ActId q;
+  ActId out;
+  int layer;
+  int n_head;
+  float scale;
+};
+
+// dst[t] = a[t] + b[t]
+struct AddOp {
+  ActId a;
+  ActId b;
+  ActId dst;
+};
+
+// dst[t] = silu(gate[t]) * up[t]
+struct SwigluOp {
+  ActId gate;
+  ActId up;
+  ActId dst;
+};
+
+// x (its token rows) = the sum over the communicator's ranks of each rank's x: where the
+// ranks of a tensor-parallel group add up their partial products.
+struct AllReduceOp {
+  ActId x;
+  dist::Communicator* comm;
+};
+
+using Op = std::variant<EmbedOp, RopeAnglesOp, RmsNormOp, ProjectOp, AddBiasOp, RopeOp, KvStoreOp,
+                        AttentionOp, AddOp, SwigluOp, AllReduceOp>;
+
+// One kind per alternative of Op, in the same order.
+enum class OpKind : uint8_t {
+  kEmbed,
+  kRopeAngles,
+  kRmsNorm,
+  kProject,
+  kAddBias,
+  kRope,
+  kKvStore,
+  kAttention,
+  kAdd,
+  kSwiglu,
+  kAllReduce,
+  kCount,
+};
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);
+static_assert(std::variant_size_v<Op> == kNumOpKinds);
+
+inline OpKind kind_of(const Op& op) { return static_cast<OpKind>(op.index()); }
+std::string_view op_name(OpKind kind);
+
+// Whether the op computes each output row from the same row of its operands (see above).
+inline bool is_elementwise(OpKind kind) {
+  return kind != OpKind::kProject && kind != OpKind::kAttention && kind != OpKind::kAllReduce;
+}
+
+// The rows an op runs over.
+inline RowSet row_set(const Op& op) {
+  if (const auto* n = std::get_if<RmsNormOp>(&op)) return n->rows;
+  if (const auto* p = std::get_if<ProjectOp>(&op)) return p->rows;
+  return RowSet::kTokens;
+}
+
+}  // namespace metro::backends
