@@ -59,11 +59,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   e->n_ctx_ = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, static_cast<int>(hp.n_ctx_train))
                             : static_cast<int>(hp.n_ctx_train);
 
-  impl->layout.type = cfg.kv_type;
-  impl->layout.block_size = cfg.kv_block;
-  impl->layout.n_head_kv = static_cast<int>(hp.n_head_kv);
-  impl->layout.head_dim = static_cast<int>(hp.head_dim);
-  const size_t block_bytes = kv::KvArena::block_bytes(hp, impl->layout);
+  // The KV arena holds this model's layers and KV heads (a shard's, when it is one), in its
+  // backend's memory.
+  const model::Model& m = *e->model_;
+  impl->layout = m.kv_layout(cfg.kv_type, cfg.kv_block);
+  const size_t block_bytes = impl->layout.page_bytes() * 2 * static_cast<size_t>(m.kv_layers());
   int64_t n_blocks;
   if (cfg.kv_memory_bytes > 0) {
     n_blocks = cfg.kv_memory_bytes / static_cast<int64_t>(block_bytes);
@@ -73,7 +73,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   }
   if (n_blocks < 1) return invalid_argument("the KV budget holds less than one block");
   if (n_blocks > (1 << 24)) return invalid_argument("the KV budget is too large");
-  impl->arena = std::make_unique<kv::KvArena>(hp, impl->layout, static_cast<int32_t>(n_blocks));
+  impl->arena = std::make_unique<kv::KvArena>(m.backend(), m.kv_layers(), impl->layout, static_cast<int32_t>(n_blocks));
   impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
   impl->prefix_hint = impl->kv->prefix_hint();

@@ -116,7 +116,8 @@ struct Engine::Impl {
   void sample(const sched::StepPlan& plan, const model::ForwardOutput& out, sched::StepResult* result);
   void pool_embeddings(const sched::StepPlan& plan, const model::ForwardOutput& out);
   void emit(const sched::StepPlan& plan, const model::ForwardOutput& out);
-  void report(const sched::StepPlan& plan, const model::ForwardOutput& out, int64_t t0);
+  void report(const sched::StepPlan& plan, const model::ForwardOutput& out, const backends::StepProfile& profile,
+              int64_t t0);
 
   // Sampling and emission of one choice's tokens.
   SampleResult sample_one(Choice& c, std::span<const float> logits);

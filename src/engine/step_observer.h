@@ -14,7 +14,7 @@ namespace metro::engine {
 struct StepReport {
   sched::StepCostSample cost;  // time, prompt tokens, decodes, attention work
   int logit_rows = 0;          // rows the step computed logits for
-  double attention_s = 0.0;    // of cost.step_s, the attention phases (measured by the executor)
+  double attention_s = 0.0;    // of cost.step_s, the attention ops (a backends::StepProfile)
   int draft_tokens = 0;        // drafts verified in the step
   int accepted_tokens = 0;     // of which accepted
   std::array<int, kNumSlaClasses> prefill_tokens_by_class{};

@@ -1,7 +1,6 @@
 #include "kv/kv_arena.h"
 
-#include <cstring>
-
+#include "backends/registry.h"
 #include "base/check.h"
 
 namespace metro::kv {
@@ -10,12 +9,17 @@ size_t KvArena::block_bytes(const model::HParams& hp, const kernels::KvPageLayou
   return layout.page_bytes() * 2 * hp.n_layer;
 }
 
-KvArena::KvArena(const model::HParams& hp, const kernels::KvPageLayout& layout, int32_t n_blocks) {
+KvArena::KvArena(const model::HParams& hp, const kernels::KvPageLayout& layout, int32_t n_blocks)
+    : KvArena(backends::default_backend(), static_cast<int>(hp.n_layer), layout, n_blocks) {}
+
+KvArena::KvArena(std::shared_ptr<backends::Backend> backend, int n_layer,
+                 const kernels::KvPageLayout& layout, int32_t n_blocks)
+    : backend_(std::move(backend)) {
   view_.layout = layout;
-  view_.n_layer = static_cast<int>(hp.n_layer);
+  view_.n_layer = n_layer;
   view_.n_blocks = n_blocks;
-  arena_.resize(block_bytes(hp, layout) * static_cast<size_t>(n_blocks));
-  view_.arena = arena_.data();
+  buffer_ = backend_->alloc_buffer(view_.block_bytes() * static_cast<size_t>(n_blocks));
+  view_.arena = buffer_->data();
 }
 
 model::KvView KvArena::view(std::span<const std::span<const BlockId>> tables) const {
@@ -27,8 +31,8 @@ model::KvView KvArena::view(std::span<const std::span<const BlockId>> tables) co
 void KvArena::copy_block(BlockId src, BlockId dst) {
   METRO_CHECK(src >= 0 && dst >= 0 && src < view_.n_blocks && dst < view_.n_blocks);
   const size_t bb = view_.block_bytes();
-  std::memcpy(arena_.data() + static_cast<size_t>(dst) * bb,
-              arena_.data() + static_cast<size_t>(src) * bb, bb);
+  if (src == dst) return;
+  backend_->copy_bytes(*buffer_, static_cast<size_t>(src) * bb, static_cast<size_t>(dst) * bb, bb);
 }
 
 double kv_bytes_per_element(kernels::DType type) {

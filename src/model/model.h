@@ -1,29 +1,38 @@
-// A llama-family model: hyperparameters, bound weights, and the forward pass of a flat
-// token batch over paged KV memory.
+// A llama-family model: hyperparameters, weights bound onto a backend, and the forward pass
+// of a flat token batch over paged KV memory. The model describes each step as a sequence
+// of ops (backends/ops.h) that its backend executes; a model may hold only a shard of the
+// layers and of each layer's heads (model/shard.h).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "base/aligned.h"
+#include "backends/backend.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "dist/communicator.h"
 #include "gguf/gguf.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "model/batch.h"
 #include "model/hparams.h"
 #include "model/kv_view.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace metro::model {
 
 struct ModelOptions {
-  bool allow_repack = true;  // let kernels build interleaved weight copies at load
+  bool allow_repack = true;  // let the backend build interleaved weight copies at load
+  Shard shard;               // default: the whole model
+  // Null: the default backend (the CPU with the widest kernels it runs).
+  std::shared_ptr<backends::Backend> backend;
+  // The tensor-parallel group of a sliced shard (rank shard.tp_rank of shard.tp_size);
+  // unused when tp_size is 1.
+  std::shared_ptr<dist::Communicator> comm;
 };
 
 // Upper bounds a Workspace is sized for; forward() refuses steps beyond them.
@@ -34,55 +43,40 @@ struct WorkspaceLimits {
   int max_blocks_per_seq = 512;   // block-table length per sequence
 };
 
-// All per-step scratch, allocated once for the largest step (nothing allocates in forward).
+// All per-step scratch, allocated once for the largest step (nothing allocates in forward):
+// the backend's state and the host-side description of the step.
 class Workspace {
  public:
   Workspace() = default;
   const WorkspaceLimits& limits() const { return limits_; }
-  size_t bytes() const { return bytes_; }
+  size_t bytes() const { return state_ ? state_->bytes() : 0; }
 
  private:
   friend class Model;
   WorkspaceLimits limits_;
-  size_t bytes_ = 0;
-  AlignedBuffer<float> x, xb, q, k, v, att, tmp, gate, up;  // [max_tokens][...]
-  AlignedBuffer<float> xl;      // [max_logits][n_embd] rows gathered for the head
-  AlignedBuffer<float> logits;  // [max_logits][n_vocab]
-  AlignedBuffer<float> hidden;  // [max_tokens][n_embd] final normed states, on request
-  AlignedBuffer<float> rope_cs;  // [max_tokens][n_rot]: cos then sin of each token's angles
-  AlignedBuffer<uint8_t> qa0, qa1;  // quantized activations
-  // One work counter per matmul of a step, in call order (kernels::matmul's `next`); zeroed
-  // before each step's pool run.
-  struct alignas(64) MatmulCounter {  // a line each: q, k and v run back to back, unfenced
-    std::atomic<int64_t> next{0};
-  };
-  std::unique_ptr<MatmulCounter[]> matmul_next;
-  size_t n_matmul_next = 0;
-  std::vector<const uint8_t*> k_pages, v_pages;  // one layer's page pointers of every run
-  std::vector<kernels::AttentionSeq> attn_seqs;  // one per run
-  struct Run {
-    int seq, start, n;
-    int64_t pos0;
-  };
-  std::vector<Run> runs;
-  std::vector<int> logit_rows;  // batch index of each logits row
+  std::unique_ptr<backends::ExecState> state_;
+  std::vector<backends::Op> ops;         // the step's op sequence, rebuilt in place
+  std::vector<backends::SeqRun> runs;    // one per sequence of the step
+  std::vector<int> logit_rows;           // batch index of each logits row
 };
 
 struct ForwardOptions {
   bool want_hidden = false;  // also return every token's final normed hidden state
+  // Sees the execution of each op (e.g. a backends::StepProfile); null costs nothing.
+  backends::StepObserver* observer = nullptr;
 };
 
 // Rows of logits (and optionally hidden states) of one step; views into the Workspace,
 // valid until the next forward with it.
 struct ForwardOutput {
-  const float* logits = nullptr;  // [n_rows][n_vocab]
+  const float* logits = nullptr;  // [n_rows][n_vocab]; a shard that ends the model only
   int n_rows = 0;
   int n_vocab = 0;
   std::span<const int> batch_index;  // row r holds the logits of batch token batch_index[r]
-  const float* hidden = nullptr;     // [batch size][n_embd] when requested
-  // Wall time of the attention phases (every layer's, barrier to barrier, as the calling
-  // thread saw it): what the step cost fit prices by (query, key) pairs apart from the rest.
-  double attention_s = 0.0;
+  const float* hidden = nullptr;     // [batch size][n_embd] when requested (last shard)
+  // [batch size][n_embd]: the residual stream after the shard's last layer, for the next
+  // shard's forward; null for a shard that ends the model.
+  const float* residual = nullptr;
 
   std::span<const float> row(int r) const {
     return {logits + static_cast<size_t>(r) * static_cast<size_t>(n_vocab),
@@ -98,24 +92,40 @@ class Model {
   static Expected<std::unique_ptr<Model>> from_file(gguf::File file,
                                                     const ModelOptions& opts = {});
 
-  const HParams& hparams() const { return hp_; }
+  const HParams& hparams() const { return hp_; }  // of the whole model
   const gguf::File& file() const { return file_; }
   const ModelWeights& weights() const { return w_; }
+  const ShardGeometry& shard() const { return w_.shard; }
+  const std::shared_ptr<backends::Backend>& backend() const { return backend_; }
+  // The KV page layout of this shard's arena (its KV heads), with kv_layers() layers.
+  kernels::KvPageLayout kv_layout(kernels::DType type, int block_size) const;
+  int kv_layers() const { return shard().n_layer(); }
 
   Workspace make_workspace(const WorkspaceLimits& limits) const;
 
-  // Runs one step. The KV view must hold blocks for every position in the batch; this call
-  // writes the batch's K/V into them. Errors (bad batch, limits exceeded) leave KV as it was.
+  // Runs one step. The KV view must hold blocks for every position in the batch (in this
+  // shard's layout); this call writes the batch's K/V into them. Errors (bad batch, limits
+  // exceeded) leave KV as it was. A shard that does not start the model cannot run this.
   Expected<ForwardOutput> forward(const Batch& batch, const KvView& kv, Workspace& ws,
                                   ThreadPool& pool, const ForwardOptions& opts = {}) const;
+  // The same for a shard of any layer range: one that starts the model embeds the batch's
+  // tokens and takes an empty residual_in; a later one starts from residual_in
+  // ([batch size][n_embd], the previous shard's ForwardOutput::residual).
+  Expected<ForwardOutput> forward(const Batch& batch, std::span<const float> residual_in,
+                                  const KvView& kv, Workspace& ws, ThreadPool& pool,
+                                  const ForwardOptions& opts = {}) const;
 
  private:
-  Model(gguf::File file, HParams hp, ModelWeights w);
+  Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backends::Backend> backend,
+        std::shared_ptr<dist::Communicator> comm);
   Status plan(const Batch& batch, const KvView& kv, Workspace& ws) const;
+  void build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>& ops) const;
 
   gguf::File file_;
   HParams hp_;
   ModelWeights w_;
+  std::shared_ptr<backends::Backend> backend_;
+  std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<kernels::Rope> rope_;
 };
 
@@ -123,13 +133,19 @@ class Model {
 // perplexity and tests. (The engine uses the kv layer's shared block pool instead.)
 class SequenceKv {
  public:
+  // The whole model's layers and KV heads, in host memory.
   SequenceKv(const HParams& hp, int n_ctx, kernels::DType type = kernels::DType::kF16,
+             int block_size = 16);
+  // A model's shard, in its backend's memory.
+  SequenceKv(const Model& m, int n_ctx, kernels::DType type = kernels::DType::kF16,
              int block_size = 16);
   const KvView& view() const { return view_; }
   int capacity() const { return capacity_; }
 
  private:
-  AlignedBuffer<uint8_t> arena_;
+  SequenceKv(backends::Backend& backend, const kernels::KvPageLayout& layout, int n_layer, int n_ctx);
+
+  std::unique_ptr<backends::DeviceBuffer> arena_;
   std::vector<int32_t> table_;
   KvView view_;
   int capacity_ = 0;

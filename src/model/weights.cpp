@@ -1,8 +1,9 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <map>
 
-#include "base/fp16.h"
+#include "backends/registry.h"
 #include "kernels/quant_ref.h"
 
 namespace metro::model {
@@ -43,43 +44,110 @@ Expected<const gguf::TensorInfo*> find(const gguf::File& f, const std::string& n
   return t;
 }
 
-// A small vector (norm, bias, rope factors) converted to F32.
-Expected<std::vector<float>> load_vector(const gguf::File& f, const std::string& name,
-                                         uint64_t n) {
+// A small vector (norm, bias, rope factors) converted to F32: elements [begin, end).
+Expected<std::vector<float>> load_vector(const gguf::File& f, const std::string& name, uint64_t n,
+                                         uint64_t begin = 0, uint64_t end = 0) {
   METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f, name, {n}));
   auto dt = kernels::dtype_from_ggml(t->type());
   if (!dt || (*dt != DType::kF32 && *dt != DType::kF16 && *dt != DType::kBF16)) {
     return unimplemented("tensor '" + name + "' has type " + std::string(t->type_info.name) +
                          "; a norm/bias vector must be F32, F16 or BF16");
   }
-  std::vector<float> out(n);
-  kernels::dequantize_row_ref(*dt, t->data, out.data(), static_cast<int64_t>(n));
-  return out;
+  std::vector<float> all(n);
+  kernels::dequantize_row_ref(*dt, t->data, all.data(), static_cast<int64_t>(n));
+  if (end == 0) return all;
+  return std::vector<float>(all.begin() + static_cast<ptrdiff_t>(begin), all.begin() + static_cast<ptrdiff_t>(end));
 }
 
-Expected<kernels::Weight> load_matrix(const gguf::File& f, const std::string& name,
-                                      uint64_t n_in, uint64_t n_out, bool allow_repack,
-                                      const std::shared_ptr<BumpArena>& arena) {
-  METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f, name, {n_in, n_out}));
-  auto dt = kernels::dtype_from_ggml(t->type());
+Expected<DType> matrix_type(const gguf::TensorInfo& t, const std::string& name) {
+  auto dt = kernels::dtype_from_ggml(t.type());
   if (!dt || *dt == DType::kQ8_1 || *dt == DType::kQ8_K) {
-    return unimplemented("tensor '" + name + "' has type " + std::string(t->type_info.name) +
+    return unimplemented("tensor '" + name + "' has type " + std::string(t.type_info.name) +
                          ", which metro cannot compute with yet");
   }
-  return kernels::make_weight(*dt, t->data, static_cast<int64_t>(n_out),
-                              static_cast<int64_t>(n_in), allow_repack, arena);
+  return *dt;
 }
+
+// Binds tensors onto one backend, slicing them for one shard.
+class Binder {
+ public:
+  Binder(const gguf::File& f, backends::Backend& b, bool allow_repack)
+      : f_(f), b_(b), allow_repack_(allow_repack) {}
+
+  // Rows [row_begin, row_end) and columns [col_begin, col_end) of the [n_out][n_in] matrix
+  // `name` (a range end of 0 means the whole dimension).
+  Expected<std::unique_ptr<backends::DeviceMatrix>> matrix(const std::string& name, uint64_t n_in,
+                                                           uint64_t n_out, int64_t row_begin = 0,
+                                                           int64_t row_end = 0, int64_t col_begin = 0,
+                                                           int64_t col_end = 0) {
+    METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f_, name, {n_in, n_out}));
+    METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(*t, name));
+    if (row_end == 0) row_end = static_cast<int64_t>(n_out);
+    if (col_end == 0) col_end = static_cast<int64_t>(n_in);
+    for (int64_t c : {col_begin, col_end}) {
+      if (c != 0 && c != static_cast<int64_t>(n_in) && !column_cut_ok(dt, c)) {
+        return invalid_argument("tensor '" + name + "' (" + std::string(kernels::dtype_name(dt)) +
+                                ") cannot be cut for tensor parallelism at column " + std::to_string(c) +
+                                ": not a multiple of its block size");
+      }
+    }
+    backends::HostMatrix m;
+    m.type = dt;
+    m.n_rows = row_end - row_begin;
+    m.n_cols = col_end - col_begin;
+    m.row_stride = kernels::row_bytes(dt, static_cast<int64_t>(n_in));
+    m.data = t->data + static_cast<size_t>(row_begin) * m.row_stride + kernels::row_bytes(dt, col_begin);
+    return b_.upload_matrix(m, backends::MatrixUse::kProduct, allow_repack_);
+  }
+
+  Expected<std::unique_ptr<backends::DeviceVector>> vector(const std::string& name, uint64_t n,
+                                                           uint64_t begin = 0, uint64_t end = 0) {
+    METRO_ASSIGN_OR_RETURN(std::vector<float> v, load_vector(f_, name, n, begin, end));
+    return b_.upload_vector(v);
+  }
+
+  // A column cut must fall on a block of the weight and of its activation partner.
+  static bool column_cut_ok(DType t, int64_t c) {
+    const auto& tr = kernels::traits(t);
+    return c % tr.block_size == 0 && c % kernels::traits(tr.dot_partner).block_size == 0;
+  }
+
+ private:
+  const gguf::File& f_;
+  backends::Backend& b_;
+  bool allow_repack_;
+};
 
 }  // namespace
 
-Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp,
-                                          bool allow_repack) {
+std::vector<const backends::DeviceMatrix*> LayerWeights::matrices() const {
+  return {wq.get(), wk.get(), wv.get(), wo.get(), w_gate.get(), w_up.get(), w_down.get()};
+}
+
+Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp, bool allow_repack) {
+  auto backend = backends::default_backend();
+  return bind(f, hp, Shard{}, *backend, allow_repack);
+}
+
+Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp, const Shard& shard,
+                                          backends::Backend& backend, bool allow_repack) {
   ModelWeights w;
-  // Repacked matrices share huge pages: a 16 MiB chunk holds about seven of SmolLM2's layers.
-  const auto arena = std::make_shared<BumpArena>();
-  const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff;
-  const uint64_t n_q = static_cast<uint64_t>(hp.n_head) * hp.head_dim;
-  const uint64_t n_kv = static_cast<uint64_t>(hp.n_head_kv) * hp.head_dim;
+  const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff, hd = hp.head_dim;
+  const uint64_t n_q = static_cast<uint64_t>(hp.n_head) * hd;
+  const uint64_t n_kv = static_cast<uint64_t>(hp.n_head_kv) * hd;
+
+  // FFN slices are whole blocks of the down projections' columns.
+  int ff_align = 1;
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    const std::string name = "blk." + std::to_string(il) + ".ffn_down.weight";
+    METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f, name, {n_ff, n_embd}));
+    METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(*t, name));
+    ff_align = std::max({ff_align, kernels::traits(dt).block_size,
+                         kernels::traits(kernels::traits(dt).dot_partner).block_size});
+  }
+  METRO_ASSIGN_OR_RETURN(w.shard, ShardGeometry::resolve(shard, hp, ff_align));
+  const ShardGeometry& g = w.shard;
+  Binder b(f, backend, allow_repack);
 
   METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* embd, find(f, "token_embd.weight", {n_embd, n_vocab}));
   auto et = kernels::dtype_from_ggml(embd->type());
@@ -87,79 +155,81 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
     return unimplemented("tensor 'token_embd.weight' has unsupported type " +
                          std::string(embd->type_info.name));
   }
-  w.embd_type = *et;
-  w.token_embd = embd->data;
-  w.token_embd_row_bytes = kernels::row_bytes(*et, static_cast<int64_t>(n_embd));
-  METRO_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", n_embd));
-  if (hp.tied_output) {
-    w.output = kernels::make_weight(*et, embd->data, static_cast<int64_t>(n_vocab),
-                                    static_cast<int64_t>(n_embd), allow_repack, arena);
-  } else {
-    METRO_ASSIGN_OR_RETURN(w.output, load_matrix(f, "output.weight", n_embd, n_vocab, allow_repack, arena));
+  backends::HostMatrix embd_m;
+  embd_m.type = *et;
+  embd_m.n_rows = static_cast<int64_t>(n_vocab);
+  embd_m.n_cols = static_cast<int64_t>(n_embd);
+  embd_m.data = embd->data;
+  embd_m.row_stride = kernels::row_bytes(*et, static_cast<int64_t>(n_embd));
+  if (g.starts_model()) w.token_embd = backend.upload_matrix(embd_m, backends::MatrixUse::kRows, false);
+  if (g.ends_model) {
+    METRO_ASSIGN_OR_RETURN(w.output_norm, b.vector("output_norm.weight", n_embd));
+    if (hp.tied_output) {
+      w.output = backend.upload_matrix(embd_m, backends::MatrixUse::kProduct, allow_repack);
+    } else {
+      METRO_ASSIGN_OR_RETURN(w.output, b.matrix("output.weight", n_embd, n_vocab));
+    }
   }
   if (hp.has_rope_freq_factors) {
     METRO_ASSIGN_OR_RETURN(w.rope_freqs, load_vector(f, "rope_freqs.weight", hp.n_rot / 2));
   }
 
-  w.layers.resize(hp.n_layer);
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& L = w.layers[il];
+  // This rank's rows of Q (its heads), of K and V (its KV heads), of gate and up (its FFN
+  // columns); its columns of the output and down projections. All of them when unsliced.
+  const int64_t q0 = int64_t{g.head_begin} * static_cast<int64_t>(hd), q1 = int64_t{g.head_end} * static_cast<int64_t>(hd);
+  const int64_t k0 = int64_t{g.kv_head_begin} * static_cast<int64_t>(hd), k1 = int64_t{g.kv_head_end} * static_cast<int64_t>(hd);
+  const int64_t f0 = g.ff_begin, f1 = g.ff_end;
+  w.layers.resize(static_cast<size_t>(g.n_layer()));
+  for (int il = g.layer_begin; il < g.layer_end; ++il) {
+    LayerWeights& L = w.layers[static_cast<size_t>(il - g.layer_begin)];
     const std::string p = "blk." + std::to_string(il) + ".";
-    METRO_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", n_embd, n_q, allow_repack, arena));
-    METRO_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", n_embd, n_kv, allow_repack, arena));
-    METRO_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", n_embd, n_kv, allow_repack, arena));
-    METRO_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", n_q, n_embd, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.attn_norm, b.vector(p + "attn_norm.weight", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_q, q0, q1));
+    METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(p + "attn_k.weight", n_embd, n_kv, k0, k1));
+    METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(p + "attn_v.weight", n_embd, n_kv, k0, k1));
+    METRO_ASSIGN_OR_RETURN(L.wo, b.matrix(p + "attn_output.weight", n_q, n_embd, 0, 0, q0, q1));
     if (hp.has_qkv_bias) {
-      METRO_ASSIGN_OR_RETURN(L.bq, load_vector(f, p + "attn_q.bias", n_q));
-      METRO_ASSIGN_OR_RETURN(L.bk, load_vector(f, p + "attn_k.bias", n_kv));
-      METRO_ASSIGN_OR_RETURN(L.bv, load_vector(f, p + "attn_v.bias", n_kv));
+      METRO_ASSIGN_OR_RETURN(L.bq, b.vector(p + "attn_q.bias", n_q, static_cast<uint64_t>(q0), static_cast<uint64_t>(q1)));
+      METRO_ASSIGN_OR_RETURN(L.bk, b.vector(p + "attn_k.bias", n_kv, static_cast<uint64_t>(k0), static_cast<uint64_t>(k1)));
+      METRO_ASSIGN_OR_RETURN(L.bv, b.vector(p + "attn_v.bias", n_kv, static_cast<uint64_t>(k0), static_cast<uint64_t>(k1)));
     }
-    METRO_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", n_embd, n_ff, allow_repack, arena));
-    METRO_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", n_embd, n_ff, allow_repack, arena));
-    METRO_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", n_ff, n_embd, allow_repack, arena));
+    METRO_ASSIGN_OR_RETURN(L.ffn_norm, b.vector(p + "ffn_norm.weight", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_gate.weight", n_embd, n_ff, f0, f1));
+    METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff, f0, f1));
+    METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd, 0, 0, f0, f1));
   }
   return w;
 }
 
+std::vector<const backends::DeviceMatrix*> ModelWeights::product_matrices() const {
+  std::vector<const backends::DeviceMatrix*> all;
+  if (output) all.push_back(output.get());
+  for (const auto& L : layers) {
+    for (const auto* m : L.matrices()) all.push_back(m);
+  }
+  return all;
+}
+
 std::vector<kernels::DType> ModelWeights::matmul_types() const {
   std::vector<kernels::DType> types;
-  auto add = [&](const kernels::Weight& m) {
-    for (auto t : types) {
-      if (t == m.type) return;
-    }
-    types.push_back(m.type);
-  };
-  add(output);
-  for (const auto& L : layers) {
-    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*m);
+  for (const auto* m : product_matrices()) {
+    if (std::find(types.begin(), types.end(), m->type()) == types.end()) types.push_back(m->type());
   }
   return types;
 }
 
 uint64_t ModelWeights::bytes_per_token() const {
-  auto bytes = [](const kernels::Weight& m) {
-    return static_cast<uint64_t>(kernels::row_bytes(m.type, m.n_cols)) *
-           static_cast<uint64_t>(m.n_rows);
-  };
-  uint64_t total = bytes(output) + token_embd_row_bytes;
-  for (const auto& L : layers) {
-    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      total += bytes(*m);
-    }
+  uint64_t total = token_embd ? kernels::row_bytes(token_embd->type(), token_embd->n_cols()) : 0;
+  for (const auto* m : product_matrices()) {
+    total += static_cast<uint64_t>(kernels::row_bytes(m->type(), m->n_cols())) *
+             static_cast<uint64_t>(m->n_rows());
   }
   return total;
 }
 
 std::string ModelWeights::describe_layouts() const {
   std::map<std::string, int> counts;
-  counts[output.describe()]++;
-  for (const auto& L : layers) {
-    for (const auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      counts[m->describe()]++;
-    }
-  }
+  for (const auto* m : product_matrices()) counts[m->describe()]++;
   std::string s;
   for (const auto& [k, n] : counts) {
     if (!s.empty()) s += ", ";

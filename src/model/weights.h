@@ -1,47 +1,59 @@
-// Weights of a llama-family model bound from GGUF tensors, every shape and dtype checked
-// at load with the tensor's name in the error.
+// Weights of a llama-family model bound from GGUF tensors onto a backend, every shape and
+// dtype checked at load with the tensor's name in the error. A shard binds only its layers
+// and its tensor-parallel slice of each (model/shard.h).
 //
 // GGUF stores a linear layer's weight with ne[0] = input features (contiguous) and
-// ne[1] = output features, i.e. row-major [out][in]: exactly kernels::Weight's layout.
+// ne[1] = output features, i.e. row-major [out][in]: a backends::HostMatrix as it is.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kernels/dtype.h"
-#include "kernels/matmul.h"
 #include "model/hparams.h"
+#include "model/shard.h"
 
 namespace metro::model {
 
+// Shapes with n_q = shard's n_head * head_dim, n_kv = shard's n_head_kv * head_dim and
+// n_ff = shard's FFN columns (the whole model's when it is not sliced).
 struct LayerWeights {
-  std::vector<float> attn_norm;           // [n_embd]
-  kernels::Weight wq;                     // [n_head * head_dim][n_embd]
-  kernels::Weight wk;                     // [n_head_kv * head_dim][n_embd]
-  kernels::Weight wv;                     // [n_head_kv * head_dim][n_embd]
-  kernels::Weight wo;                     // [n_embd][n_head * head_dim]
-  std::vector<float> bq, bk, bv;          // biases (qwen2); empty when absent
-  std::vector<float> ffn_norm;            // [n_embd]
-  kernels::Weight w_gate;                 // [n_ff][n_embd]
-  kernels::Weight w_up;                   // [n_ff][n_embd]
-  kernels::Weight w_down;                 // [n_embd][n_ff]
+  std::unique_ptr<backends::DeviceVector> attn_norm;  // [n_embd]
+  std::unique_ptr<backends::DeviceMatrix> wq;         // [n_q][n_embd]: its query heads' rows
+  std::unique_ptr<backends::DeviceMatrix> wk;         // [n_kv][n_embd]
+  std::unique_ptr<backends::DeviceMatrix> wv;         // [n_kv][n_embd]
+  std::unique_ptr<backends::DeviceMatrix> wo;         // [n_embd][n_q]: its heads' columns
+  std::unique_ptr<backends::DeviceVector> bq, bk, bv;  // biases (qwen2); null when absent
+  std::unique_ptr<backends::DeviceVector> ffn_norm;   // [n_embd]
+  std::unique_ptr<backends::DeviceMatrix> w_gate;     // [n_ff][n_embd]
+  std::unique_ptr<backends::DeviceMatrix> w_up;       // [n_ff][n_embd]
+  std::unique_ptr<backends::DeviceMatrix> w_down;     // [n_embd][n_ff]
+
+  std::vector<const backends::DeviceMatrix*> matrices() const;
 };
 
 struct ModelWeights {
-  kernels::DType embd_type = kernels::DType::kF32;
-  const uint8_t* token_embd = nullptr;    // [n_vocab][n_embd] rows in embd_type
-  size_t token_embd_row_bytes = 0;
-  std::vector<float> output_norm;         // [n_embd]
-  kernels::Weight output;                 // [n_vocab][n_embd] (the embedding when tied)
-  std::vector<float> rope_freqs;          // [n_rot / 2] llama3 factors; empty when absent
-  std::vector<LayerWeights> layers;
+  ShardGeometry shard;
+  std::unique_ptr<backends::DeviceMatrix> token_embd;   // [n_vocab][n_embd] rows; first shard only
+  std::unique_ptr<backends::DeviceVector> output_norm;  // [n_embd]; last shard only
+  std::unique_ptr<backends::DeviceMatrix> output;       // [n_vocab][n_embd]; last shard only
+  std::vector<float> rope_freqs;    // [n_rot / 2] llama3 factors; empty when absent
+  std::vector<LayerWeights> layers;  // the shard's, layers[0] being layer shard.layer_begin
 
-  static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp,
-                                     bool allow_repack);
+  // `allow_repack` lets the backend copy product matrices into the layouts its kernels
+  // prefer; otherwise it may keep reading the file's mapped bytes.
+  static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, const Shard& shard,
+                                     backends::Backend& backend, bool allow_repack);
+  // The whole model on the default backend (what `metro serve` would load).
+  static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, bool allow_repack);
 
+  // Every matrix used in products (the head included), in a fixed order.
+  std::vector<const backends::DeviceMatrix*> product_matrices() const;
   // Every distinct weight type used by matrix products (sizes activation buffers).
   std::vector<kernels::DType> matmul_types() const;
   // Bytes of weights a single decode token reads (every matrix once + its embedding row).

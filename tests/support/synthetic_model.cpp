@@ -43,11 +43,16 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string_array("tokenizer.ggml.tokens", toks);
 
-  auto add = [&](const std::string& name, kernels::DType t, std::vector<uint64_t> dims, float scale) {
+  auto add = [&](const std::string& name, kernels::DType t, std::vector<uint64_t> dims, float scale,
+                 SyntheticModelSpec::Cols zero = {}) {
     uint64_t n = 1;
     for (auto d : dims) n *= d;
     std::vector<float> v(n);
     for (auto& x : v) x = nd(rng) * scale;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t col = i % dims[0];
+      if (col >= zero.begin && col < zero.end) v[i] = 0.0f;
+    }
     auto bytes = quantized(t, v, static_cast<int64_t>(dims[0]));
     auto st = w.add_tensor(name, kernels::traits(t).ggml, dims, bytes);
     (void)st;
@@ -76,11 +81,12 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
       add(p + "attn_k.bias", kernels::DType::kF32, {nkv}, 0.1f);
       add(p + "attn_v.bias", kernels::DType::kF32, {nkv}, 0.1f);
     }
-    add(p + "attn_output.weight", s.matrix_type, {nq, s.n_embd}, ws);
+    add(p + "attn_output.weight", s.matrix_type, {nq, s.n_embd}, ws, s.zero_attn_output_cols);
     add_norm(p + "ffn_norm.weight", s.n_embd);
     add(p + "ffn_gate.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
     add(p + "ffn_up.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
-    add(p + "ffn_down.weight", s.matrix_type, {s.n_ff, s.n_embd}, 1.0f / std::sqrt(static_cast<float>(s.n_ff)));
+    add(p + "ffn_down.weight", s.matrix_type, {s.n_ff, s.n_embd}, 1.0f / std::sqrt(static_cast<float>(s.n_ff)),
+        s.zero_ffn_down_cols);
   }
   return w.serialize();
 }

@@ -25,6 +25,12 @@ struct SyntheticModelSpec {
   bool tied_output = true;
   bool qkv_bias = false;
   uint64_t seed = 1;
+  // Columns [begin, end) of every layer's attention output and FFN down projections set to
+  // zero (whole blocks: what makes one tensor-parallel rank's partial sums exactly 0).
+  struct Cols {
+    uint32_t begin = 0, end = 0;
+  };
+  Cols zero_attn_output_cols, zero_ffn_down_cols;
 };
 
 // The GGUF bytes of such a model (a byte-level-free minimal "gpt2" vocabulary included).
