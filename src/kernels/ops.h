@@ -73,6 +73,9 @@ class Rope {
   void apply(float* x, int n_head, const float* cos, const float* sin) const;
 
   const RopeConfig& config() const { return cfg_; }
+  // theta_i / pos for each rotated pair (n_rot/2 values, scaling and factors applied): what
+  // a device backend computes the angles from, the same way angles() does.
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
   static constexpr int kMaxRot = 512;
 
  private:

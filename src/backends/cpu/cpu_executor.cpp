@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "backends/cpu/cpu_backend_impl.h"
+#include "backends/validate.h"
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/thread_pool.h"
@@ -40,93 +41,6 @@ int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 const CpuMatrix& cpu_matrix(const DeviceMatrix* m) { return static_cast<const CpuMatrix&>(*m); }
 const float* cpu_vector(const DeviceVector* v) { return static_cast<const CpuVector&>(*v).values.data(); }
-
-// Checks the ops against the state and the step before any thread runs them. Cheap
-// (no allocation); a failure is a bug in the model that built the ops.
-class Validator {
- public:
-  Validator(const StepDesc& step, const StateSpec& spec) : step_(step), spec_(spec) {}
-
-  int products() const { return products_; }
-
-  void operator()(const EmbedOp& o) { METRO_CHECK(width(o.dst, kTok) == o.table->n_cols()); }
-  void operator()(const RopeAnglesOp& o) { METRO_CHECK(width(o.dst, kTok) >= o.rope->config().n_rot); }
-  void operator()(const RmsNormOp& o) {
-    const int64_t n = width(o.src, kTok);
-    METRO_CHECK(width(o.dst, o.rows) == n && o.weight->size() == n);
-  }
-  void operator()(const ProjectOp& o) {
-    METRO_CHECK(o.n_out >= 1 && o.n_out <= 3);
-    const int64_t k = width(o.src, o.rows);
-    for (int i = 0; i < o.n_out; ++i) {
-      const DeviceMatrix& w = *o.w[static_cast<size_t>(i)];
-      METRO_CHECK_MSG(w.n_cols() == k && width(o.dst[static_cast<size_t>(i)], o.rows) == w.n_rows(),
-                      "project: buffer widths do not match the weight");
-    }
-    products_ += o.n_out;
-  }
-  void operator()(const AddBiasOp& o) { METRO_CHECK(width(o.x, kTok) == o.bias->size()); }
-  void operator()(const RopeOp& o) {
-    const kernels::RopeConfig& rc = o.rope->config();
-    METRO_CHECK(width(o.x, kTok) == int64_t{o.n_head} * rc.head_dim);
-    METRO_CHECK(width(o.angles, kTok) >= rc.n_rot);
-  }
-  void operator()(const KvStoreOp& o) {
-    METRO_CHECK(step_.kv != nullptr && o.layer >= 0 && o.layer < step_.kv->n_layer);
-    const int64_t n = int64_t{step_.kv->layout.n_head_kv} * step_.kv->layout.head_dim;
-    METRO_CHECK(width(o.k, kTok) == n && width(o.v, kTok) == n);
-  }
-  void operator()(const AttentionOp& o) {
-    METRO_CHECK(step_.kv != nullptr && o.layer >= 0 && o.layer < step_.kv->n_layer);
-    const int64_t n = int64_t{o.n_head} * step_.kv->layout.head_dim;
-    METRO_CHECK(width(o.q, kTok) == n && width(o.out, kTok) == n);
-  }
-  void operator()(const AddOp& o) {
-    const int64_t n = width(o.dst, kTok);
-    METRO_CHECK(width(o.a, kTok) == n && width(o.b, kTok) == n);
-  }
-  void operator()(const SwigluOp& o) {
-    const int64_t n = width(o.dst, kTok);
-    METRO_CHECK(width(o.gate, kTok) == n && width(o.up, kTok) == n);
-  }
-  void operator()(const AllReduceOp& o) {
-    METRO_CHECK(o.comm != nullptr);
-    width(o.x, kTok);
-  }
-
- private:
-  static constexpr RowSet kTok = RowSet::kTokens;
-
-  int64_t width(ActId id, RowSet rows) const {
-    METRO_CHECK_MSG(static_cast<size_t>(id) < spec_.acts.size(), "op names a buffer the state lacks");
-    METRO_CHECK_MSG(spec_.acts[static_cast<size_t>(id)].rows == rows, "op reads a buffer of other rows");
-    return spec_.acts[static_cast<size_t>(id)].cols;
-  }
-
-  const StepDesc& step_;
-  const StateSpec& spec_;
-  int products_ = 0;
-};
-
-void validate(std::span<const Op> ops, const StepDesc& step, const CpuState& st) {
-  const StateSpec& spec = st.spec();
-  METRO_CHECK(static_cast<int>(step.token.size()) <= spec.max_tokens && step.pos.size() == step.token.size() &&
-              step.seq.size() == step.token.size());
-  METRO_CHECK(static_cast<int>(step.logit_rows.size()) <= spec.max_logits);
-  METRO_CHECK(static_cast<int>(step.runs.size()) <= spec.max_seqs);
-  Validator v(step, spec);
-  for (const Op& op : ops) std::visit(v, op);
-  METRO_CHECK_MSG(v.products() <= spec.max_products, "more matrix products than the state was made for");
-  if (step.kv != nullptr) {
-    const int bs = step.kv->layout.block_size;
-    for (const SeqRun& r : step.runs) {
-      METRO_CHECK(r.seq >= 0 && static_cast<size_t>(r.seq) < step.kv->tables.size());
-      const int need = ceil_div(r.pos0 + r.n, bs);
-      METRO_CHECK(need <= spec.max_blocks_per_seq &&
-                  static_cast<size_t>(need) <= step.kv->tables[static_cast<size_t>(r.seq)].size());
-    }
-  }
-}
 
 // One thread's walk through a step's ops.
 class Executor {
@@ -347,7 +261,7 @@ void CpuBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecStat
                          ThreadPool& pool, StepObserver* observer) {
   auto* st = dynamic_cast<CpuState*>(&state);
   METRO_CHECK_MSG(st != nullptr, "the CPU backend runs on states it made");
-  validate(ops, step, *st);
+  validate_step(ops, step, st->spec());
   int products = 0;
   for (const Op& op : ops) {
     if (const auto* p = std::get_if<ProjectOp>(&op)) products += p->n_out;
