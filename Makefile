@@ -1,4 +1,7 @@
 # metro: `make serve` and `make test` are all a fresh Debian machine needs.
+# The CUDA backend builds where nvcc is found (CMAKE_FLAGS=-DMETRO_CUDA=OFF to leave it out);
+# the sanitizer and fuzz builds leave it out: ASan's shadow memory and the CUDA runtime's
+# address-space reservations do not mix, and libFuzzer's clang is not nvcc's host compiler.
 SHELL := /bin/bash
 MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 BUILD ?= build
@@ -34,13 +37,13 @@ test: build model
 
 test-asan: deps model
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_SANITIZE=ON \
-	  -DMETRO_BUILD_BENCH=OFF >/dev/null
+	  -DMETRO_BUILD_BENCH=OFF -DMETRO_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  METRO_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
 fuzz: deps model
-	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_FUZZ=ON \
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_FUZZ=ON -DMETRO_CUDA=OFF \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 	@scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)

@@ -30,9 +30,14 @@ if(METRO_FUZZ)
       -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 endif()
 
+# nvcc: its own warnings are errors, and the host compiler's on the code it hands over.
+set(METRO_CUDA_FLAGS --Werror=all-warnings -Xcompiler=-Wall -Xcompiler=-Wextra
+    -Xcompiler=-Werror -Xcompiler=-Wno-missing-field-initializers)
+
 function(metro_target_flags target)
-  target_compile_options(${target} PRIVATE ${METRO_WARNINGS} ${METRO_BASELINE_ARCH}
-                         ${METRO_SAN_FLAGS})
+  target_compile_options(${target} PRIVATE
+                         "$<$<COMPILE_LANGUAGE:CXX>:${METRO_WARNINGS};${METRO_BASELINE_ARCH};${METRO_SAN_FLAGS}>"
+                         "$<$<COMPILE_LANGUAGE:CUDA>:${METRO_CUDA_FLAGS}>")
   if(METRO_SANITIZE OR METRO_FUZZ)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
