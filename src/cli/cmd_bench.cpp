@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backends/registry.h"
 #include "base/aligned.h"
 #include "base/clock.h"
 #include "base/thread_pool.h"
@@ -83,13 +84,9 @@ struct Runner {
   // Returns {prefill seconds, decode seconds, unused KV slot fraction}.
   std::tuple<double, double, double> run(int n_seq, int p, int n) {
     const int bs = 16;
-    kernels::KvPageLayout layout;
-    layout.type = kv_type;
-    layout.block_size = bs;
-    layout.n_head_kv = static_cast<int>(m.hparams().n_head_kv);
-    layout.head_dim = static_cast<int>(m.hparams().head_dim);
+    const kernels::KvPageLayout layout = m.kv_layout(kv_type, bs);
     const int per_seq_blocks = (p + n + bs - 1) / bs;
-    kv::KvArena arena(m.hparams(), layout, n_seq * per_seq_blocks);
+    kv::KvArena arena(m.backend(), m.kv_layers(), layout, n_seq * per_seq_blocks);  // in the model's device memory
     kv_bytes = arena.bytes();
     std::vector<std::vector<kv::BlockId>> owned(static_cast<size_t>(n_seq));
     std::vector<std::span<const kv::BlockId>> tables;
@@ -149,7 +146,7 @@ std::vector<int> parse_list(const std::string& s) {
 
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Measure prompt processing and generation speed", "metro bench"};
-  std::string model_path, batch_list, kv_type = "f16";
+  std::string model_path, batch_list, kv_type = "f16", device = "cpu";
   int p = 512, n = 128, reps = 5, threads = default_threads();
   bool as_json = false, no_repack = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
@@ -161,6 +158,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--kv-type", kv_type, "KV cache type, as metro serve's: f16 or q8_0")->capture_default_str();
   app.add_flag("--json", as_json, "print one JSON object");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -177,10 +175,11 @@ int cmd_bench(int argc, char** argv) {
   for (int b : batches) {
     if (b < 1 || b > 1024) return fail("bench", invalid_argument("--batch counts must be in [1, 1024]"));
   }
-  auto lm = load_model(model_path, !no_repack);
+  auto lm = load_model(model_path, !no_repack, device);
   if (!lm.ok()) return fail("bench", lm.status());
   const model::Model& m = *lm->model;
-  ThreadPool pool(threads);
+  const bool on_cpu = device == "cpu";
+  ThreadPool pool(on_cpu ? threads : 1);  // a device backend only enqueues
   const int max_seq = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
   model::WorkspaceLimits lim;
   lim.max_tokens = std::max(512, max_seq);
@@ -195,10 +194,12 @@ int cmd_bench(int argc, char** argv) {
   j["threads"] = threads;
   j["kv_type"] = kv_type;
   j["kernel_isa"] = std::string(kernels::kernel_isa());
+  j["backend"] = std::string(m.backend()->name());
   j["n_prompt"] = p;
   j["n_gen"] = n;
   j["repetitions"] = reps;
-  const double bw = measure_read_bandwidth(pool);
+  // The host's read bandwidth is the anchor of a CPU run only.
+  const double bw = on_cpu ? measure_read_bandwidth(pool) : 0.0;
   const uint64_t bpt = m.weights().bytes_per_token();
   j["mem_read_gbps"] = bw;
   j["weight_bytes_per_token"] = bpt;
@@ -233,14 +234,18 @@ int cmd_bench(int argc, char** argv) {
     if (as_json) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("model: %s | threads %d | kernels %s | KV %s\nweights: %s\n", m.hparams().name.c_str(),
-                  threads, std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(),
-                  m.weights().describe_layouts().c_str());
+      std::printf("model: %s | backend %s | threads %d | kernels %s | KV %s\nweights: %s\n",
+                  m.hparams().name.c_str(), std::string(m.backend()->name()).c_str(), threads,
+                  std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), m.weights().describe_layouts().c_str());
       std::printf("%-8s %12s %12s %12s\n", "test", "tokens/s", "min", "max");
       std::printf("pp%-6d %12.2f %12.2f %12.2f\n", p, a.median, a.min, a.max);
       std::printf("tg%-6d %12.2f %12.2f %12.2f\n", n, b.median, b.min, b.max);
-      std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s, %.0f%% of the %.2f GB/s measured read bandwidth\n",
-                  static_cast<double>(bpt) / (1 << 20), gbps, 100.0 * gbps / bw, bw);
+      if (bw > 0) {
+        std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s, %.0f%% of the %.2f GB/s measured read bandwidth\n",
+                    static_cast<double>(bpt) / (1 << 20), gbps, 100.0 * gbps / bw, bw);
+      } else {
+        std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s\n", static_cast<double>(bpt) / (1 << 20), gbps);
+      }
     }
     return 0;
   }
@@ -248,9 +253,10 @@ int cmd_bench(int argc, char** argv) {
   runner.run(1, 16, 4);
   json arr = json::array();
   if (!as_json) {
-    std::printf("model: %s | threads %d | kernels %s | KV %s | prompt %d, generate %d per sequence\n",
-                m.hparams().name.c_str(), threads, std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), p, n);
-    std::printf("%6s %14s %14s %12s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused");
+    std::printf("model: %s | backend %s | threads %d | kernels %s | KV %s | prompt %d, generate %d per sequence\n",
+                m.hparams().name.c_str(), std::string(m.backend()->name()).c_str(), threads,
+                std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), p, n);
+    std::printf("%6s %14s %14s %12s %16s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused", "weights GB/s");
   }
   for (int ns : batches) {
     std::vector<double> pre, dec;
@@ -262,12 +268,14 @@ int cmd_bench(int argc, char** argv) {
       unused_frac = unused;
     }
     const Spread a = spread(pre), b = spread(dec);
-    arr.push_back({{"n_seq", ns}, {"prefill_tps", a.median}, {"decode_tps", b.median},
+    // A decode step reads every weight once for all ns sequences.
+    const double step_gbps = static_cast<double>(bpt) * b.median / ns / 1e9;
+    arr.push_back({{"n_seq", ns}, {"prefill_tps", a.median}, {"decode_tps", b.median}, {"decode_weight_gbps", step_gbps},
                    {"prefill_min", a.min}, {"prefill_max", a.max}, {"decode_min", b.min},
                    {"decode_max", b.max}, {"kv_unused_fraction", unused_frac},
                    {"kv_bytes", runner.kv_bytes}});
     if (!as_json) {
-      std::printf("%6d %14.2f %14.2f %11.1f%%\n", ns, a.median, b.median, 100 * unused_frac);
+      std::printf("%6d %14.2f %14.2f %11.1f%% %16.1f\n", ns, a.median, b.median, 100 * unused_frac, step_gbps);
     }
   }
   j["batch"] = arr;

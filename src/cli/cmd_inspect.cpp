@@ -10,6 +10,9 @@
 #include "kernels/matmul.h"
 #include "model/hparams.h"
 #include "model/weights.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/registry.h"
+#include "cli/common.h"
 #include "tokenizer/pre_tokenizer.h"
 
 namespace metro::cli {
@@ -223,6 +226,9 @@ int cmd_inspect(int argc, char** argv) {
   app.add_flag("--json", as_json, "one JSON object on stdout");
   app.add_flag("--tensors", tensors, "list every tensor");
   app.add_flag("--metadata", metadata, "list every metadata key");
+  std::string device = "cpu";
+  app.add_option("--device", device, "also report this device (" + backends::device_names() + ")")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -234,6 +240,15 @@ int cmd_inspect(int argc, char** argv) {
     return 1;
   }
   json j = summarize(*file, path);
+  if (device != "cpu") {
+    if (device != "cuda") return fail("inspect", invalid_argument("--device must be " + backends::device_names()));
+    auto info = backends::cuda_device_info(0);
+    if (!info.ok()) return fail("inspect", info.status());
+    j["device"] = {{"name", info->name},
+                   {"memory_bytes", info->memory_bytes},
+                   {"compute_capability", std::to_string(info->major) + "." + std::to_string(info->minor)},
+                   {"multiprocessors", info->multiprocessors}};
+  }
   if (as_json) {
     if (tensors) {
       json list = json::array();
@@ -248,6 +263,16 @@ int cmd_inspect(int argc, char** argv) {
     std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     print_text(j, *file, tensors, metadata);
+    if (j.contains("device")) {
+      const json& d = j["device"];
+      std::printf("device:          %s, %s, compute capability %s, %d multiprocessors\n",
+                  d["name"].get<std::string>().c_str(), human_bytes(d["memory_bytes"].get<uint64_t>()).c_str(),
+                  d["compute_capability"].get<std::string>().c_str(), d["multiprocessors"].get<int>());
+      if (j.contains("weight_bytes_per_token")) {
+        std::printf("bytes per step:  %s of weights read per decode step (any batch size)\n",
+                    human_bytes(j["weight_bytes_per_token"].get<uint64_t>()).c_str());
+      }
+    }
   }
   return 0;
 }

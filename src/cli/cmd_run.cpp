@@ -7,6 +7,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "backends/registry.h"
 #include "base/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -22,6 +23,7 @@ int cmd_run(int argc, char** argv) {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   int64_t seed = -1;
   bool chat = false, ignore_eos = false, no_repack = false;
+  std::string device = "cpu";
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("-p,--prompt", prompt, "prompt text");
   app.add_option("-f,--file", prompt_file, "read the prompt from a file");
@@ -36,6 +38,7 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
   try {
     app.parse(argc, argv);
@@ -47,7 +50,7 @@ int cmd_run(int argc, char** argv) {
     if (!in) return fail("run", io_error("cannot read the prompt file"));
     prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  auto lm = load_model(model_path, !no_repack);
+  auto lm = load_model(model_path, !no_repack, device);
   if (!lm.ok()) return fail("run", lm.status());
   const tokenizer::Tokenizer& tok = *lm->tokenizer;
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "backends/registry.h"
 #include "base/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -75,6 +76,7 @@ int cmd_serve(int argc, char** argv) {
   engine::EngineConfig ec;
   int port = 8080, threads = default_threads();
   bool no_prefix_cache = false, no_repack = false;
+  std::string device = "cpu";
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("--host", sc.host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port to listen on (0: any free port)")
@@ -155,6 +157,7 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::Range(4, 1 << 20))
       ->capture_default_str();
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   app.add_option("--drain-timeout", sc.drain_timeout_s, "seconds in-flight requests get after SIGTERM")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
@@ -274,7 +277,7 @@ int cmd_serve(int argc, char** argv) {
 
   const int64_t t_start = now_ns();
   auto loader = [=](gateway::FrontDoor& door) -> Status {
-    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack));
+    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack, device));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());

@@ -2,16 +2,18 @@
 
 #include <cstdio>
 
+#include "backends/registry.h"
 #include "base/clock.h"
 #include "base/cpu_features.h"
 
 namespace metro::cli {
 
-Expected<LoadedModel> load_model(const std::string& path, bool allow_repack) {
+Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device) {
   Stopwatch sw;
   LoadedModel lm;
   model::ModelOptions opts;
   opts.allow_repack = allow_repack;
+  METRO_ASSIGN_OR_RETURN(opts.backend, backends::make_backend(device));
   METRO_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::load(path, opts));
   METRO_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(m->file()));
   lm.model = std::move(m);

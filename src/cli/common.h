@@ -17,7 +17,9 @@ struct LoadedModel {
   double load_seconds = 0.0;
 };
 
-Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true);
+// `device`: what --device names (backends::make_backend): "cpu" or "cuda".
+Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true,
+                                 const std::string& device = "cpu");
 
 // Physical cores (the default for -t).
 int default_threads();
