@@ -124,6 +124,7 @@ StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateS
       }
     } else if (const auto* a = std::get_if<RopeAnglesOp>(&op)) {
       METRO_CHECK_MSG(x.n_ropes < kMaxRopesPerStep, "more RoPE angle ops in one step than the CUDA state holds");
+      METRO_CHECK(x.rope_bytes + static_cast<size_t>(x.n_ropes + 1) * kHalfRot * sizeof(double) <= index_bytes(spec));
       const auto& f = a->rope->inv_freq();
       METRO_CHECK(f.size() <= static_cast<size_t>(kHalfRot));
       std::copy(f.begin(), f.end(), rope + static_cast<size_t>(x.n_ropes) * kHalfRot);
@@ -132,7 +133,6 @@ StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateS
       METRO_CHECK_MSG(all_in_runs, "attention needs every token in a sequence run");
     }
   }
-  METRO_CHECK(x.rope_bytes + static_cast<size_t>(x.n_ropes) * kHalfRot * sizeof(double) <= index_bytes(spec));
   return x;
 }
 
