@@ -7,7 +7,10 @@
 #   MODEL=path/to/model.gguf                      (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
 #
 # Needs no compiler, cmake or libraries there when BUILD_DIR/bin holds metro and
-# metro_tests; builds them only when they are missing. Writes at most 8 files to OUT_DIR:
+# metro_tests, or when BUILD_DIR/gpu holds what scripts/gpu_bundle.sh packed (the binaries,
+# and a model used when MODEL is unset); builds them only when neither is there. Tests
+# find the source tree, binaries and model through METRO_SOURCE_DIR, METRO_BIN_DIR and
+# METRO_MODEL, which this script sets. Writes at most 8 files to OUT_DIR:
 # env.log, tests.log, tests.xml, bench.log, bench_cuda.json, bench_batch.json, bench_cpu.json,
 # summary.txt. Every step has a time limit; steps still to come are skipped once the whole
 # run nears BUDGET_S seconds (default 420), so it ends well within 8 minutes.
@@ -17,6 +20,9 @@ OUT=${1:?usage: scripts/gpu_check.sh OUT_DIR [BUILD_DIR]}
 BUILD=${2:-build-cuda}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
+if [[ -z ${MODEL:-} && ! -f models/SmolLM2-135M-Instruct.Q4_1.gguf && -f $BUILD/gpu/model.gguf ]]; then
+  MODEL=$BUILD/gpu/model.gguf
+fi
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 BUDGET_S=${BUDGET_S:-420}
 mkdir -p "$OUT"
@@ -37,6 +43,12 @@ time_left() {
 note "gpu_check: build $BUILD, model $MODEL, out $OUT"
 
 # ---- binaries ---------------------------------------------------------------------------
+if [[ (! -x $BUILD/bin/metro || ! -x $BUILD/bin/metro_tests) && -f $BUILD/gpu/bin.tar.xz ]]; then
+  mkdir -p "$BUILD"
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$BUILD/gpu/bin.tar.xz" "$BUILD" ||
+    tar -C "$BUILD" -xJf "$BUILD/gpu/bin.tar.xz"
+  note "unpacked $BUILD/gpu/bin.tar.xz"
+fi
 if [[ ! -x $BUILD/bin/metro || ! -x $BUILD/bin/metro_tests ]]; then
   note "binaries missing in $BUILD/bin: building (needs cmake, nvcc and metro's dependencies here)"
   { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMETRO_CUDA=ON -DMETRO_BUILD_BENCH=OFF &&
@@ -45,6 +57,9 @@ if [[ ! -x $BUILD/bin/metro || ! -x $BUILD/bin/metro_tests ]]; then
 fi
 METRO=$BUILD/bin/metro
 TESTS=$BUILD/bin/metro_tests
+export METRO_SOURCE_DIR=$ROOT METRO_BIN_DIR=$ROOT/$BUILD/bin METRO_MODEL=$ROOT/$MODEL
+[[ $BUILD == /* ]] && METRO_BIN_DIR=$BUILD/bin
+[[ $MODEL == /* ]] && METRO_MODEL=$MODEL
 
 # ---- the device and the binaries ----------------------------------------------------------
 {

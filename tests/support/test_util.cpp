@@ -21,7 +21,10 @@ extern char** environ;
 
 namespace metro::testing {
 
+// METRO_SOURCE_DIR and METRO_BIN_DIR in the environment override the build's paths: for
+// a test binary carried to another machine (scripts/gpu_check.sh).
 std::string source_path(const std::string& relative) {
+  if (const char* env = std::getenv("METRO_SOURCE_DIR")) return std::string(env) + "/" + relative;
   return std::string(METRO_SOURCE_DIR) + "/" + relative;
 }
 
@@ -64,7 +67,8 @@ CommandResult run_metro(const std::vector<std::string>& args) {
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe");
   }
-  std::string bin = std::string(METRO_BIN_DIR) + "/metro";
+  const char* bin_dir = std::getenv("METRO_BIN_DIR");
+  std::string bin = std::string(bin_dir != nullptr ? bin_dir : METRO_BIN_DIR) + "/metro";
   std::vector<char*> argv;
   argv.push_back(bin.data());
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
