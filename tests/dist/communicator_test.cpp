@@ -65,6 +65,7 @@ TEST(LocalGroup, SumsInRankOrderToTheSameBitsOnEveryRank) {
       for (int r = 0; r < n_ranks; ++r) {
         const auto& x = got[static_cast<size_t>(r)][round];
         ASSERT_EQ(x.size(), want.size());
+        if (want.empty()) continue;  // memcmp must not see the null data of an empty vector
         EXPECT_EQ(0, std::memcmp(x.data(), want.data(), want.size() * sizeof(float)))
             << n_ranks << " ranks, round " << round << ", rank " << r;
       }
