@@ -92,6 +92,12 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--kv-block", ec.kv_block, "tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--kv-type", kv_type, "KV cache type: f16 or q8_0")->capture_default_str();
   app.add_flag("--no-prefix-cache", no_prefix_cache, "do not share KV blocks between equal prompt prefixes");
+  std::string prefix_cache_scope = "tenant";
+  app.add_option("--prefix-cache-scope", prefix_cache_scope,
+                 "who shares prefix-cache blocks: tenant (requests of one API-key tenant) or global (every "
+                 "request; cache hits then tell one tenant what another sent)")
+      ->check(CLI::IsMember({"tenant", "global"}))
+      ->capture_default_str();
   std::string sla_spec, admission_mode = "auto";
   double ttft_margin = 3.0;
   app.add_option("--sched", ec.sched, "scheduling policy: sla or fcfs")->capture_default_str();
@@ -182,7 +188,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--keepalive-timeout", sc.keepalive_timeout_s, "seconds an idle keep-alive connection stays open")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
-  app.add_option("--send-buffer", sc.socket_send_buffer, "socket send buffer per connection in bytes (0: OS default)")
+  app.add_option("--send-buffer", sc.socket_send_buffer,
+                 "socket send buffer per connection in bytes (0: the OS default, which lets a client that stops "
+                 "reading hold megabytes before its stream stalls)")
       ->check(CLI::Range(0, 1 << 26))
       ->capture_default_str();
   app.add_option("--http-threads", sc.http_threads, "HTTP I/O threads")
@@ -190,6 +198,14 @@ int cmd_serve(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--prep-threads", sc.prep_threads, "threads that parse and tokenize requests")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--prep-queue", sc.prep_queue,
+                 "requests that may wait to be parsed and tokenized, all tenants together (503 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--prep-queue-per-tenant", sc.prep_queue_per_tenant,
+                 "of which one tenant's; the threads take tenants in turn (503 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -217,6 +233,8 @@ int cmd_serve(int argc, char** argv) {
   }
   ec.n_threads = threads;
   ec.prefix_cache = !no_prefix_cache;
+  ec.prefix_cache_scope =
+      prefix_cache_scope == "global" ? engine::PrefixCacheScope::kGlobal : engine::PrefixCacheScope::kTenant;
   ec.max_n = sc.limits.max_n;
   // The policy's options: what --sched-opt names, and the flags that map onto them when given.
   if (app.count("--tpot-slack")) ec.sched_options.emplace_back("tpot_slack", tpot_slack);
@@ -309,11 +327,15 @@ int cmd_serve(int argc, char** argv) {
       const engine::Engine& e = *m->engine;
       std::printf(
           "metro serve: model '%s' ready in %.2f s | context %d tokens | KV capacity %lld tokens "
-          "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s | scheduler %s, admission %s "
+          "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s%s | scheduler %s, admission %s "
           "(measured prefill %.0f tokens/s)%s\n",
           m->id().c_str(), m->load_seconds, e.n_ctx(), static_cast<long long>(e.kv_capacity_tokens()),
           static_cast<double>(e.kv_bytes()) / (1 << 20), e.config().kv_type == kernels::DType::kQ8_0 ? "q8_0" : "f16",
-          e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off", e.scheduler_name(),
+          e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off",
+          !e.config().prefix_cache                                                  ? ""
+          : e.config().prefix_cache_scope == engine::PrefixCacheScope::kGlobal ? " (global)"
+                                                                                : " (per tenant)",
+          e.scheduler_name(),
           m->admission ? "on" : "off", m->calibrated_prefill_tokens_per_s,
           m->chat_template ? "" : " | no chat template");
     }

@@ -4,6 +4,7 @@
 
 #include "base/clock.h"
 #include "base/cpu_features.h"
+#include "base/hash.h"
 #include "engine/engine_impl.h"
 
 namespace metro::engine {
@@ -125,13 +126,19 @@ int64_t Engine::kv_capacity_tokens() const {
   return static_cast<int64_t>(impl_->arena->n_blocks()) * cfg_.kv_block;
 }
 size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
-int Engine::cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending) const {
+int Engine::cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending, std::string_view tenant) const {
   const auto& hint = impl_->prefix_hint;
-  return hint ? hint->cached_tokens(prompt, with_pending) : 0;
+  return hint ? hint->cached_tokens(prompt, with_pending, cache_scope(tenant)) : 0;
 }
-std::shared_ptr<const kv::PendingPrefix> Engine::hold_pending_prefix(std::span<const int32_t> prompt) const {
+std::shared_ptr<const kv::PendingPrefix> Engine::hold_pending_prefix(std::span<const int32_t> prompt,
+                                                                     std::string_view tenant) const {
   const auto& hint = impl_->prefix_hint;
-  return hint ? hint->hold_pending(prompt) : nullptr;
+  return hint ? hint->hold_pending(prompt, cache_scope(tenant)) : nullptr;
+}
+uint64_t Engine::cache_scope(std::string_view tenant) const {
+  if (cfg_.prefix_cache_scope == PrefixCacheScope::kGlobal) return 0;
+  // Never 0 (the global scope), whatever the tenant's name; "" is the anonymous tenant.
+  return hash_bytes(tenant.data(), tenant.size(), 0x74656e616e74ull) | 1u;
 }
 size_t Engine::workspace_bytes() const { return impl_->ws.bytes(); }
 const char* Engine::scheduler_name() const { return impl_->sched->name(); }
@@ -282,6 +289,7 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
     c->seq.deadline_ns = q.deadline_ns;
     c->seq.prefix_hash = q.prefix_hash;
     c->seq.use_prefix_cache = q.kind == RequestKind::kGenerate;
+    c->seq.cache_scope = self->cache_scope(q.tenant);
     if (q.kind == RequestKind::kGenerate) {
       c->sampler = std::make_unique<Sampler>(q.sampling, base_seed + static_cast<uint64_t>(i));
       c->history.set_prompt(q.prompt);

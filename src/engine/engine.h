@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,14 @@
 
 namespace metro::engine {
 
+// Who shares prefix-cache blocks. A hit is visible to the requester (`cached_tokens` in
+// the usage, and a shorter time to first token), so a cache shared by every tenant tells
+// one tenant, block by block, whether another sent the same prompt.
+enum class PrefixCacheScope : uint8_t {
+  kTenant,  // blocks are shared only between requests of the same tenant (the default)
+  kGlobal,  // every request of the model shares them (more hits; leaks timing between tenants)
+};
+
 struct EngineConfig {
   int n_threads = 0;               // compute threads of its own pool; 0: physical cores
   // A compute pool shared with other engines (steps of the engines take turns on it);
@@ -47,6 +56,7 @@ struct EngineConfig {
   int kv_block = 16;               // tokens per KV block (--kv-block)
   kernels::DType kv_type = kernels::DType::kF16;  // --kv-type f16|q8_0
   bool prefix_cache = true;        // --no-prefix-cache turns it off
+  PrefixCacheScope prefix_cache_scope = PrefixCacheScope::kTenant;  // --prefix-cache-scope
   int max_batch_tokens = 256;      // tokens per step (--max-batch-tokens)
   int max_seqs = 64;               // sequences per step (--max-seqs)
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context
@@ -139,10 +149,15 @@ class Engine {
   // `with_pending`, holds or is about to hold: prefixes of prompts registered with
   // hold_pending_prefix count too. Any thread; an estimate, since blocks may be evicted
   // before the request runs, and a pending prompt may run after the one asking.
-  int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false) const;
+  // `tenant`: the requester (the cache is scoped per tenant unless configured global).
+  int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false,
+                           std::string_view tenant = {}) const;
   // Registers an admitted prompt whose prefix the engine will compute, until the returned
   // hold is dropped (when its first token is out or it ends). Null with the prefix cache off.
-  std::shared_ptr<const kv::PendingPrefix> hold_pending_prefix(std::span<const int32_t> prompt) const;
+  std::shared_ptr<const kv::PendingPrefix> hold_pending_prefix(std::span<const int32_t> prompt,
+                                                                std::string_view tenant = {}) const;
+  // The prefix-cache scope of a tenant's requests (KvCacheManager::computed_blocks).
+  uint64_t cache_scope(std::string_view tenant) const;
   size_t kv_bytes() const;
   size_t workspace_bytes() const;
   const char* scheduler_name() const;

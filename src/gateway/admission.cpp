@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace metro::gateway {
@@ -106,6 +107,26 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
   const ClassQueueLimits& lim = cfg_.limits[k];
   const int prompt = std::max(0, prompt_tokens);
   const double drain = std::max(kMinRate, order_->by_class() ? q_.drain_tokens_per_s[k] : q_.fifo_drain_tokens_per_s);
+  const double limit = cfg_.ttft_margin * cfg_.sla.of(cls).ttft_s;
+
+  // What no amount of waiting would let in is not load: 400 naming the bound, no Retry-After.
+  if (prompt > lim.max_prompt_tokens) {
+    Decision d = Decision::reject(400, kReasonOverQueueBound, 0.0);
+    d.message = "the prompt's " + std::to_string(prompt) + " tokens exceed the " + sla_class_name(cls) +
+                " queue's bound of " + std::to_string(lim.max_prompt_tokens) + " tokens; send less at once";
+    return d;
+  }
+  const double idle_ttft = prompt / std::max(kMinRate, q_.prefill_tokens_per_s) + q_.step_s;
+  if (idle_ttft > limit) {
+    Decision d = Decision::reject(400, kReasonTooLongForClass, 0.0);
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "the prompt's %d tokens take about %.1f s to prefill even on an idle server, over the %s class's "
+                  "bound on time to first token (%.1f s); use a lower class or a shorter prompt",
+                  prompt, idle_ttft, sla_class_name(cls), limit);
+    d.message = buf;
+    return d;
+  }
 
   // A full class still takes a tenant that holds less than its share of the bound, so one
   // tenant's flood cannot fill the queue for everybody (the overshoot is at most a share).
@@ -123,7 +144,6 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
     return refuse(kReasonQueueTokens, excess / drain);
   }
   const double ttft = predicted_ttft_locked(cls, prompt, tenant);
-  const double limit = cfg_.ttft_margin * cfg_.sla.of(cls).ttft_s;
   if (ttft > limit) {
     // When the queue ahead has drained by (ttft - limit) seconds of prefill, it would fit.
     return refuse(kReasonTtft, ttft - limit);

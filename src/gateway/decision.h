@@ -15,12 +15,18 @@ inline constexpr const char* kReasonDeadline = "deadline_unreachable";     // 50
 inline constexpr const char* kReasonTenantRate = "tenant_tokens_per_minute"; // 429: over the token quota
 inline constexpr const char* kReasonTenantConcurrency = "tenant_concurrency"; // 429: too many in flight
 inline constexpr const char* kReasonOverloaded = "overloaded";              // 503: the server's bound on choices
+// Requests no amount of waiting would let in: 400, not load.
+inline constexpr const char* kReasonOverQuotaBucket = "request_exceeds_quota";     // 400: dearer than the whole bucket
+inline constexpr const char* kReasonOverQueueBound = "prompt_exceeds_queue_bound";  // 400: larger than its class queue
+inline constexpr const char* kReasonTooLongForClass = "prompt_too_long_for_class";  // 400: misses the TTFT even idle
 
 class Call;
 
 struct Decision {
   bool admit = true;
-  int http_status = 200;     // 429 (the tenant is over its quota) or 503 (the server is full)
+  // 429 (the tenant is over its quota), 503 (the server is full, for now) or 400 (the
+  // request can never be admitted as it is: no Retry-After)
+  int http_status = 200;
   std::string reason;        // one of the codes above when refused
   double retry_after_s = 0;  // whole seconds >= 1 when refused (the Retry-After header)
   std::string message;       // for the client, when refused (the front door writes it)

@@ -273,8 +273,25 @@ std::string FrontDoor::message_for(const Decision& d, SlaClass c) const {
 
 Decision FrontDoor::refuse(const CallRequest& r, Decision d) {
   d.admit = false;
-  d.message = message_for(d, r.sla_class);
+  if (d.message.empty()) d.message = message_for(d, r.sla_class);
   count_refusal(r.model ? r.model->id() : std::string(), r.sla_class, d.reason);
+  return d;
+}
+
+TenantSlot::~TenantSlot() {
+  if (!taken_over_.load()) door_->quota_.leave(tenant_, now_ns());
+}
+
+Decision FrontDoor::enter(const std::string& tenant, SlaClass cls, std::shared_ptr<TenantSlot>* slot) {
+  slot->reset();
+  Decision d = quota_.enter(tenant, now_ns());
+  if (!d.admit) {
+    d.message = message_for(d, cls);
+    auto m = registry_.default_model();
+    count_refusal(m ? m->id() : std::string(), cls, d.reason);
+    return d;
+  }
+  *slot = std::shared_ptr<TenantSlot>(new TenantSlot(this, tenant));
   return d;
 }
 
@@ -284,14 +301,22 @@ Decision FrontDoor::admit(const CallRequest& r) {
   const int64_t now = now_ns();
   const int64_t charge = static_cast<int64_t>(r.prompt_tokens) + static_cast<int64_t>(r.max_tokens) * r.n_choices;
   // The tenant's quota first: a tenant over its share is told so (429) even when the server
-  // has room, and its requests never take queue places.
-  Decision q = quota_.admit(r.tenant, charge, now);
+  // has room, and its requests never take queue places. A slot taken before tokenizing is
+  // this request's from here on: its release is the Call's, or the refund below.
+  Decision q;
+  if (r.slot) {
+    METRO_CHECK(r.slot->tenant() == r.tenant && !r.slot->taken_over_.exchange(true));
+    q = quota_.charge(r.tenant, charge, now);
+    if (!q.admit) quota_.leave(r.tenant, now);
+  } else {
+    q = quota_.admit(r.tenant, charge, now);
+  }
   if (!q.admit) return refuse(r, std::move(q));
   auto refund = [&] { quota_.release(r.tenant, charge, 0, -1.0, now); };  // nothing ran
   // Prefix-cache hits are not queued work (embeddings compute every position).
   int cached = 0;
   for (const engine::Request& e : r.requests) {
-    if (e.kind == engine::RequestKind::kGenerate) cached += m.engine->cached_prefix_tokens(e.prompt, true);
+    if (e.kind == engine::RequestKind::kGenerate) cached += m.engine->cached_prefix_tokens(e.prompt, true, r.tenant);
   }
   const int queued = uncached(r.prompt_tokens, cached);
   if (m.admission) {
@@ -312,7 +337,7 @@ Decision FrontDoor::admit(const CallRequest& r) {
   // Requests behind it that share its prefix are credited with it from now on.
   for (const engine::Request& e : r.requests) {
     if (e.kind != engine::RequestKind::kGenerate) continue;
-    if (auto hold = m.engine->hold_pending_prefix(e.prompt)) call->pending_prefixes_.push_back(std::move(hold));
+    if (auto hold = m.engine->hold_pending_prefix(e.prompt, r.tenant)) call->pending_prefixes_.push_back(std::move(hold));
   }
   Decision d = Decision::admitted();
   d.call = std::move(call);

@@ -57,6 +57,25 @@ struct FrontDoorConfig {
 
 Status validate(const FrontDoorConfig& cfg);
 
+class FrontDoor;
+
+// A tenant's place taken before its request is parsed and tokenized (FrontDoor::enter):
+// its concurrency slot. admit() takes it over; dropped unused, it gives the slot back.
+class TenantSlot {
+ public:
+  ~TenantSlot();
+  TenantSlot(const TenantSlot&) = delete;
+  TenantSlot& operator=(const TenantSlot&) = delete;
+  const std::string& tenant() const { return tenant_; }
+
+ private:
+  friend class FrontDoor;
+  TenantSlot(FrontDoor* door, std::string tenant) : door_(door), tenant_(std::move(tenant)) {}
+  FrontDoor* door_;
+  std::string tenant_;
+  std::atomic<bool> taken_over_{false};
+};
+
 // One model request, as the server hands it over.
 struct CallRequest {
   std::shared_ptr<const ServedModel> model;  // from FrontDoor::resolve()
@@ -67,6 +86,9 @@ struct CallRequest {
   int prompt_tokens = 0;                      // over every prompt
   int max_tokens = 0;                         // per choice
   int n_choices = 1;                          // prompts x n
+  // From enter(), when the server took the tenant's slot before tokenizing (null: admit()
+  // takes it itself). Must be the same tenant's.
+  std::shared_ptr<TenantSlot> slot;
 };
 
 // How an admitted request ended.
@@ -141,6 +163,12 @@ class FrontDoor {
   std::shared_ptr<const ServedModel> resolve(const std::string& name) const;
   const ModelRegistry& models() const { return registry_; }
 
+  // Before a request's body is parsed and tokenized (work that grows with its size): the
+  // tenant's concurrency quota, and a tenant whose token bucket is empty, are refused here,
+  // so that a tenant cannot make the server tokenize more of its requests than its quota
+  // lets run. Admitted, the decision carries nothing; `*slot` holds the place until
+  // admit() takes it over or it is dropped. Thread-safe.
+  Decision enter(const std::string& tenant, SlaClass cls, std::shared_ptr<TenantSlot>* slot);
   // Decides for one request before any work is done for it (thread-safe).
   Decision admit(const CallRequest& r);
 
@@ -155,6 +183,7 @@ class FrontDoor {
 
  private:
   friend class Call;
+  friend class TenantSlot;
   Decision refuse(const CallRequest& r, Decision d);
   void count_refusal(const std::string& model, SlaClass c, const std::string& reason);
   std::string message_for(const Decision& d, SlaClass c) const;

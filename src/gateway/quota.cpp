@@ -58,26 +58,51 @@ void QuotaManager::set_quota(const std::string& tenant, const TenantQuota& q) {
 }
 
 Decision QuotaManager::admit(const std::string& tenant, int64_t cost_tokens, int64_t now_ns) {
+  Decision d = enter(tenant, now_ns);
+  if (!d.admit) return d;
+  d = charge(tenant, cost_tokens, now_ns);
+  if (!d.admit) leave(tenant, now_ns);
+  return d;
+}
+
+Decision QuotaManager::enter(const std::string& tenant, int64_t now_ns) {
   std::lock_guard lock(mu_);
   Tenant& t = tenant_locked(tenant);
   refill(t, now_ns);
-  auto refuse = [&](const char* reason, double retry_s) {
-    return Decision::reject(429, reason, retry_s);
-  };
   if (t.quota.max_concurrent > 0 && t.in_flight >= t.quota.max_concurrent) {
-    return refuse(kReasonTenantConcurrency, t.mean_duration_s / std::max(1, t.in_flight));
+    return Decision::reject(429, kReasonTenantConcurrency, t.mean_duration_s / std::max(1, t.in_flight));
   }
-  double cost = 0.0;
-  if (t.quota.tokens_per_minute > 0.0) {
-    cost = std::min(static_cast<double>(std::max<int64_t>(0, cost_tokens)), capacity(t.quota));
-    if (t.level < cost) {
-      return refuse(kReasonTenantRate, (cost - t.level) / (t.quota.tokens_per_minute / 60.0));
-    }
-    t.level -= cost;
+  if (t.quota.tokens_per_minute > 0.0 && t.level <= 0.0) {
+    // Nothing costs less than a token: no need to know the cost to refuse it.
+    return Decision::reject(429, kReasonTenantRate, (1.0 - t.level) / (t.quota.tokens_per_minute / 60.0));
   }
   ++t.in_flight;
   return Decision::admitted();
 }
+
+Decision QuotaManager::charge(const std::string& tenant, int64_t cost_tokens, int64_t now_ns) {
+  std::lock_guard lock(mu_);
+  Tenant& t = tenant_locked(tenant);
+  refill(t, now_ns);
+  if (t.quota.tokens_per_minute > 0.0) {
+    const double cost = static_cast<double>(std::max<int64_t>(0, cost_tokens));
+    if (cost > capacity(t.quota)) {
+      // No wait would make room: the bucket never holds more than its capacity.
+      Decision d = Decision::reject(400, kReasonOverQuotaBucket, 0.0);
+      d.message = "this request may use up to " + std::to_string(std::max<int64_t>(0, cost_tokens)) +
+                  " tokens (prompt + max_tokens x choices), more than your key's quota allows at once (" +
+                  std::to_string(static_cast<int64_t>(capacity(t.quota))) + "); lower max_tokens or n";
+      return d;
+    }
+    if (t.level < cost) {
+      return Decision::reject(429, kReasonTenantRate, (cost - t.level) / (t.quota.tokens_per_minute / 60.0));
+    }
+    t.level -= cost;
+  }
+  return Decision::admitted();
+}
+
+void QuotaManager::leave(const std::string& tenant, int64_t now_ns) { release(tenant, 0, 0, -1.0, now_ns); }
 
 void QuotaManager::release(const std::string& tenant, int64_t charged_tokens, int64_t used_tokens,
                            double duration_s, int64_t now_ns) {
@@ -88,9 +113,11 @@ void QuotaManager::release(const std::string& tenant, int64_t charged_tokens, in
   refill(t, now_ns);
   t.in_flight = std::max(0, t.in_flight - 1);
   if (t.quota.tokens_per_minute > 0.0) {
-    const double charged = std::min(static_cast<double>(std::max<int64_t>(0, charged_tokens)), capacity(t.quota));
-    const double refund = std::max(0.0, charged - static_cast<double>(std::max<int64_t>(0, used_tokens)));
-    t.level = std::min(capacity(t.quota), t.level + refund);
+    // Settles to actual usage: refunds what was charged and not used, and debits usage
+    // beyond the charge (the bucket may go below zero: later requests wait for it).
+    const double charged = static_cast<double>(std::max<int64_t>(0, charged_tokens));
+    const double used = used_tokens < 0 ? charged : static_cast<double>(used_tokens);
+    t.level = std::min(capacity(t.quota), t.level + (charged - used));
   }
   if (std::isfinite(duration_s) && duration_s >= 0.0) {
     t.mean_duration_s = t.mean_duration_s == 0.0 ? duration_s

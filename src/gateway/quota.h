@@ -3,9 +3,9 @@
 // Tokens per minute is a token bucket per tenant: it holds up to `burst_tokens` (default one
 // minute's worth), refills continuously at tokens_per_minute / 60 per second and starts
 // full. A request is charged prompt + max_tokens when admitted (what it may use at most);
-// release() refunds what it did not use, so a tenant is billed for real usage while a burst
-// of long max_tokens cannot overshoot the quota. A request dearer than the whole bucket is
-// charged the whole bucket (it waits for a full one) rather than being refused forever.
+// release() settles to what it used (refunds the rest), so a tenant is billed for real usage
+// while a burst of long max_tokens cannot overshoot the quota. A request dearer than the
+// whole bucket could never be charged: it is refused with 400 (request_exceeds_quota).
 // A bucket was chosen over a sliding window because its state is two numbers and its
 // Retry-After is exact: (cost - level) / rate.
 //
@@ -40,9 +40,19 @@ class QuotaManager {
   void set_quota(const std::string& tenant, const TenantQuota& q);
 
   // Decides; an admitted request holds a concurrency slot and `cost_tokens` of the bucket
-  // until release().
+  // until release(). The same as enter() then charge().
   Decision admit(const std::string& tenant, int64_t cost_tokens, int64_t now_ns);
-  // The request ended: frees its slot and refunds charged - used tokens.
+  // The first half, before the request's cost is known (before tokenizing): takes a
+  // concurrency slot, and refuses a tenant whose bucket is empty. Admitted, the slot is
+  // held until release() or leave().
+  Decision enter(const std::string& tenant, int64_t now_ns);
+  // The second half, for a tenant that entered: charges `cost_tokens`. Refused, the slot
+  // is still held (leave() it).
+  Decision charge(const std::string& tenant, int64_t cost_tokens, int64_t now_ns);
+  // Gives back a slot that was never charged.
+  void leave(const std::string& tenant, int64_t now_ns);
+  // The request ended: frees its slot and settles the charge to `used_tokens` (negative:
+  // unknown, the charge stands).
   void release(const std::string& tenant, int64_t charged_tokens, int64_t used_tokens, double duration_s,
                int64_t now_ns);
 

@@ -15,7 +15,10 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& cfg)
   }
 }
 
-uint64_t KvCacheManager::root_hash_of(uint64_t variant) { return mix64(variant ^ 0x6b7663616368ull); }
+uint64_t KvCacheManager::root_hash_of(uint64_t variant, uint64_t scope) {
+  const uint64_t global = mix64(variant ^ 0x6b7663616368ull);
+  return scope == 0 ? global : hash_combine(global, mix64(scope));
+}
 uint64_t KvCacheManager::root_hash() const { return root_hash_of(cfg_.model_variant); }
 
 uint64_t KvCacheManager::chain_hash(uint64_t variant, uint64_t parent,
@@ -27,9 +30,10 @@ uint64_t KvCacheManager::block_hash(uint64_t parent, std::span<const int32_t> to
   return chain_hash(cfg_.model_variant, parent, tokens);
 }
 
-int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens) {
+int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens, uint64_t scope) {
   SeqBlocks& s = seqs_[seq];
   METRO_CHECK(s.blocks.empty() && s.chain.empty());
+  s.root = scope == 0 ? 0 : root_hash_of(cfg_.model_variant, scope);
   if (!cfg_.prefix_cache || tokens.empty()) return 0;
   const int bs = cfg_.block_size;
   const int usable = static_cast<int>(tokens.size()) - 1;  // keep the last token to compute
@@ -147,6 +151,7 @@ std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId
   // The shared prefix has the same chained hashes as the parent's at that depth.
   const size_t n_chain = std::min(p.chain.size(), static_cast<size_t>(n_full));
   c.chain.assign(p.chain.begin(), p.chain.begin() + static_cast<long>(n_chain));
+  c.root = p.root;  // the child is in its parent's scope
   std::optional<BlockCopy> copy;
   if (partial) {
     c.blocks.push_back(*copy_dst);

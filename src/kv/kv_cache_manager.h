@@ -68,8 +68,11 @@ class KvCacheManager {
 
   // For a sequence without blocks: attaches the longest chain of cached full blocks that
   // match `tokens` and returns how many tokens they hold. The last token is never taken
-  // from the cache (it must be computed to yield logits).
-  int computed_blocks(SeqId seq, std::span<const int32_t> tokens);
+  // from the cache (it must be computed to yield logits). `scope` salts the sequence's
+  // chain (0: the model's global scope): blocks are shared only between sequences of the
+  // same scope, and the blocks this sequence commits are published in it. A sequence that
+  // must not look up (empty `tokens`) still gets its scope this way.
+  int computed_blocks(SeqId seq, std::span<const int32_t> tokens, uint64_t scope = 0);
 
   // Reserves slots for the next n_new + n_lookahead tokens of `seq` (n_lookahead: draft
   // tokens a speculative step computes ahead of the accepted ones; the manager reserves
@@ -125,7 +128,8 @@ class KvCacheManager {
 
   // The key of a full block: (model variant, parent block's key, the block's tokens).
   static uint64_t chain_hash(uint64_t variant, uint64_t parent, std::span<const int32_t> tokens);
-  static uint64_t root_hash_of(uint64_t variant);  // the parent hash of a prompt's first block
+  // The parent hash of a prompt's first block in a scope (0: the global one).
+  static uint64_t root_hash_of(uint64_t variant, uint64_t scope = 0);
 
  private:
   // blocks.size() == ceil(n_tokens / block_size) at all times.
@@ -135,9 +139,12 @@ class KvCacheManager {
     // chain[i]: chained hash of blocks[i], for the leading blocks already committed; its
     // size is the number of committed blocks and its back() the parent of the next one.
     std::vector<uint64_t> chain;
+    uint64_t root = 0;  // the parent of blocks[0] in the sequence's scope; 0: global
   };
   uint64_t root_hash() const;
-  uint64_t last_hash(const SeqBlocks& s) const { return s.chain.empty() ? root_hash() : s.chain.back(); }
+  uint64_t last_hash(const SeqBlocks& s) const {
+    return !s.chain.empty() ? s.chain.back() : s.root != 0 ? s.root : root_hash();
+  }
   uint64_t block_hash(uint64_t parent, std::span<const int32_t> tokens) const;
 
   KvCacheConfig cfg_;

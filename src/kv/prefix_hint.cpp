@@ -26,29 +26,29 @@ size_t PrefixHint::pending_size() const {
   return pending_.size();
 }
 
-std::vector<uint64_t> PrefixHint::chain(std::span<const int32_t> prompt) const {
+std::vector<uint64_t> PrefixHint::chain(std::span<const int32_t> prompt, uint64_t scope) const {
   if (prompt.size() < 2) return {};
   const size_t bs = static_cast<size_t>(block_size_);
   const size_t full = (prompt.size() - 1) / bs;  // blocks that leave the last token out
   std::vector<uint64_t> out(full);
-  uint64_t parent = KvCacheManager::root_hash_of(variant_);
+  uint64_t parent = KvCacheManager::root_hash_of(variant_, scope);
   for (size_t i = 0; i < full; ++i) {
     parent = out[i] = KvCacheManager::chain_hash(variant_, parent, prompt.subspan(i * bs, bs));
   }
   return out;
 }
 
-int PrefixHint::cached_tokens(std::span<const int32_t> prompt, bool with_pending) const {
+int PrefixHint::cached_tokens(std::span<const int32_t> prompt, bool with_pending, uint64_t scope) const {
   // Hash outside the lock: the engine thread takes it for every block it commits.
-  const std::vector<uint64_t> c = chain(prompt);
+  const std::vector<uint64_t> c = chain(prompt, scope);
   size_t n = 0;
   std::lock_guard<std::mutex> lock(mu_);
   while (n < c.size() && (hashes_.count(c[n]) != 0 || (with_pending && pending_.count(c[n]) != 0))) ++n;
   return static_cast<int>(n * static_cast<size_t>(block_size_));
 }
 
-std::shared_ptr<const PendingPrefix> PrefixHint::hold_pending(std::span<const int32_t> prompt) const {
-  std::vector<uint64_t> c = chain(prompt);
+std::shared_ptr<const PendingPrefix> PrefixHint::hold_pending(std::span<const int32_t> prompt, uint64_t scope) const {
+  std::vector<uint64_t> c = chain(prompt, scope);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (uint64_t x : c) ++pending_[x];

@@ -50,16 +50,17 @@ class PrefixHint : public std::enable_shared_from_this<PrefixHint> {
   // Leading prompt tokens, in whole blocks, whose blocks are cached now, or, with
   // `with_pending`, cached or pending. At most prompt.size() - 1: the last prompt token is
   // always computed (its logits are needed).
-  int cached_tokens(std::span<const int32_t> prompt, bool with_pending = false) const;
+  // `scope` is the prefix-cache scope the prompt would run in (KvCacheManager).
+  int cached_tokens(std::span<const int32_t> prompt, bool with_pending = false, uint64_t scope = 0) const;
   // Marks the prompt's full blocks pending until the returned handle is dropped (holds of
   // the same block count up). The hint must be owned by a shared_ptr.
-  std::shared_ptr<const PendingPrefix> hold_pending(std::span<const int32_t> prompt) const;
+  std::shared_ptr<const PendingPrefix> hold_pending(std::span<const int32_t> prompt, uint64_t scope = 0) const;
   size_t size() const;
   size_t pending_size() const;
 
  private:
   friend class PendingPrefix;
-  std::vector<uint64_t> chain(std::span<const int32_t> prompt) const;
+  std::vector<uint64_t> chain(std::span<const int32_t> prompt, uint64_t scope) const;
   void drop_pending(const std::vector<uint64_t>& chain) const;
 
   uint64_t variant_;

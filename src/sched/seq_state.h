@@ -26,6 +26,7 @@ struct SeqState {
   int max_new_tokens = 0;        // upper bound on generated tokens
   int64_t arrival_ns = 0;
   bool use_prefix_cache = true;  // off for embeddings (every hidden state must be computed)
+  uint64_t cache_scope = 0;      // prefix-cache scope (KvCacheManager::computed_blocks); 0: global
 
   // Traffic policy: class, tenant, optional deadline.
   SlaClass sla_class = SlaClass::kStandard;

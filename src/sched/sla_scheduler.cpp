@@ -577,7 +577,9 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     if (realtime_prefill && e->key.tier != 0 && s->sla_class != SlaClass::kRealtime) continue;
     const bool was_running = e->running;
     if (!was_running && !kv_.has(s->id)) {
-      const int cached = s->use_prefix_cache ? kv_.computed_blocks(s->id, s->tokens) : 0;
+      const std::span<const int32_t> lookup = s->use_prefix_cache ? std::span<const int32_t>(s->tokens)
+                                                                 : std::span<const int32_t>();
+      const int cached = kv_.computed_blocks(s->id, lookup, s->cache_scope);
       s->n_computed = cached;
       if (s->n_preemptions == 0) s->n_cached_prompt = std::min(cached, s->n_prompt);
     }

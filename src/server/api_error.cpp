@@ -30,6 +30,13 @@ ApiError not_found_error(std::string message, std::string param, std::string cod
   return e;
 }
 
+ApiError forbidden_error(std::string message, std::string param, std::string code) {
+  ApiError e = bad_request(std::move(message), std::move(param), std::move(code));
+  e.status = 403;
+  e.type = "permission_error";
+  return e;
+}
+
 ApiError unavailable_error(std::string message, std::string code, int retry_after_seconds) {
   ApiError e;
   e.status = 503;

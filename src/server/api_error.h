@@ -29,6 +29,8 @@ struct ApiError {
 
 ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
 ApiError not_found_error(std::string message, std::string param = {}, std::string code = {});
+// 403: the caller is known but not allowed this (type permission_error).
+ApiError forbidden_error(std::string message, std::string param = {}, std::string code = {});
 ApiError unavailable_error(std::string message, std::string code, int retry_after_seconds = 1);
 // Maps an engine/tokenizer Status: invalid_argument -> 400, out_of_range -> 400
 // context_length_exceeded, unavailable / resource_exhausted -> 503, anything else -> 500.

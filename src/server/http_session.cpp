@@ -1,13 +1,17 @@
 #include "server/http_session.h"
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -80,13 +84,14 @@ void HttpSession::begin_request() {
   parser_->body_limit(static_cast<uint64_t>(cfg.limits.max_body_bytes));
   request_bytes_seen_ = buf_.size() > 0;
   continue_sent_ = false;
+  framing_checked_ = false;
   request_start_ns_ = now_ns();
   last_read_ns_ = request_start_ns_;
   parse_buffered();
 }
 
 void HttpSession::arm_read() {
-  if (read_in_flight_ || phase_ == Phase::kClosed) return;
+  if (read_in_flight_ || phase_ == Phase::kClosed || read_ended_) return;
   if ((phase_ == Phase::kPrepare || phase_ == Phase::kGenerate || phase_ == Phase::kRespondDone) &&
       buf_.size() >= kMaxBufferedAhead) {
     return;  // a pipelining client waits until its previous request is answered
@@ -111,7 +116,11 @@ void HttpSession::on_read(boost::system::error_code ec, size_t n) {
   }
   if (ec) {
     if (phase_ == Phase::kPrepare || phase_ == Phase::kGenerate) {
-      client_gone();
+      if (ec == asio::error::eof) {
+        peer_write_closed();  // a half-close still wants its answer
+      } else {
+        client_gone();
+      }
     } else {
       close();
     }
@@ -180,6 +189,13 @@ void HttpSession::parse_buffered() {
       on_parse_error(ec);
       return;
     }
+    if (parser_->is_header_done() && !framing_checked_) {
+      framing_checked_ = true;
+      if (std::optional<ApiError> e = check_framing(parser_->get())) {
+        respond(HttpResponse::error(*e), "other", /*close_after=*/true);
+        return;
+      }
+    }
     if (parser_->is_done()) {
       on_request();
       return;
@@ -196,6 +212,60 @@ void HttpSession::parse_buffered() {
       return;
     }
   }
+}
+
+// What the parser lets through but a server must refuse (RFC 9112): a request whose
+// framing it cannot be sure of would let the bytes after its header be read as another
+// request (smuggling past a proxy that framed it differently), so the connection closes.
+//   Transfer-Encoding: metro decodes chunked alone. A list whose last coding is not
+//   chunked leaves the body's length unknown: 400. Another coding before chunked (gzip,
+//   identity, a repeated chunked): 501.
+//   Host: exactly one in HTTP/1.1.
+std::optional<ApiError> HttpSession::check_framing(const http::request_header<>& h) {
+  size_t n_te = 0, n_host = 0;
+  std::string codings;
+  for (const auto& f : h) {
+    if (f.name() == http::field::transfer_encoding) {
+      ++n_te;
+      if (!codings.empty()) codings += ',';
+      codings += std::string(f.value());
+    } else if (f.name() == http::field::host) {
+      ++n_host;
+    }
+  }
+  if (n_te > 0) {
+    std::vector<std::string> list;
+    size_t i = 0;
+    while (i <= codings.size()) {
+      const size_t comma = std::min(codings.find(',', i), codings.size());
+      std::string c = codings.substr(i, comma - i);
+      while (!c.empty() && (c.back() == ' ' || c.back() == '\t')) c.pop_back();
+      size_t b = 0;
+      while (b < c.size() && (c[b] == ' ' || c[b] == '\t')) ++b;
+      c.erase(0, b);
+      std::transform(c.begin(), c.end(), c.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      if (!c.empty()) list.push_back(std::move(c));
+      i = comma + 1;
+    }
+    if (h.version() < 11) {
+      return bad_request("Transfer-Encoding is not allowed in an HTTP/1.0 request", "", "bad_http");
+    }
+    if (list.empty() || list.back() != "chunked") {
+      return bad_request("the last Transfer-Encoding must be chunked: the body's length is unknown otherwise", "",
+                         "bad_http");
+    }
+    if (list.size() > 1) {
+      ApiError e = bad_request("only the chunked transfer coding is supported", "", "unsupported_transfer_coding");
+      e.status = 501;
+      e.type = "server_error";
+      return e;
+    }
+  }
+  if (h.version() >= 11 && n_host != 1) {
+    return bad_request(n_host == 0 ? "an HTTP/1.1 request must have a Host header" : "more than one Host header", "",
+                       "bad_http");
+  }
+  return std::nullopt;
 }
 
 void HttpSession::on_parse_error(boost::system::error_code ec) {
@@ -241,23 +311,65 @@ void HttpSession::on_request() {
 // Model requests
 
 void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label) {
+  // Before any work that grows with the body: the tenant's concurrency slot (and an empty
+  // token bucket) is decided here, so a tenant cannot have more of its requests parsed and
+  // tokenized than its quota lets run.
+  SlaClass cls = call.default_class.value_or(SlaClass::kStandard);
+  if (call.class_header) parse_sla_class(*call.class_header, &cls);  // validated later
+  std::shared_ptr<gateway::TenantSlot> slot;
+  gateway::Decision d = core_.front_door().enter(call.tenant, cls, &slot);
+  if (!d.admit) {
+    respond(HttpResponse::error(refusal_error(d)), endpoint_label);
+    return;
+  }
   phase_ = Phase::kPrepare;
   preparing_ = true;
   core_.metrics().inflight_requests.fetch_add(1);
   const int64_t start = request_start_ns_;
+  const std::string tenant = call.tenant;
+  const PrepQueue::Submit queued = core_.prep_pool().submit(
+      tenant, [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
+               slot = std::move(slot), label = endpoint_label, start]() mutable {
+        Prepared p = self->prepare_on_worker(endpoint, body, call, std::move(slot));
+        asio::post(self->strand_, [self, p = std::move(p), label = std::move(label), start]() mutable {
+          self->on_prepared(std::move(p), std::move(label), start);
+        });
+      });
+  if (queued != PrepQueue::Submit::kQueued) {
+    // Too much is waiting to be tokenized (in all, or of this tenant): refuse now rather
+    // than after the wait. The job and its tenant slot were dropped with it.
+    preparing_ = false;
+    core_.metrics().inflight_requests.fetch_sub(1);
+    respond(HttpResponse::error(unavailable_error(
+                queued == PrepQueue::Submit::kTenantFull
+                    ? "too many of your requests are waiting to be tokenized; retry shortly"
+                    : "too many requests are waiting to be tokenized; retry shortly",
+                "overloaded")),
+            endpoint_label);
+    return;
+  }
   arm_read();  // notice a client that leaves while its request is prepared or generated
-  asio::post(core_.prep_pool(), [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
-                                 label = std::move(endpoint_label), start]() mutable {
-    Prepared p = self->prepare_on_worker(endpoint, body, call);
-    asio::post(self->strand_, [self, p = std::move(p), label = std::move(label), start]() mutable {
-      self->on_prepared(std::move(p), std::move(label), start);
-    });
-  });
+}
+
+// The error a refusal of the gateway is answered with.
+ApiError HttpSession::refusal_error(const gateway::Decision& d) {
+  ApiError e;
+  if (d.http_status == 400) {  // can never be admitted as it is: the client must change it
+    e = bad_request(d.message, "", d.reason);
+  } else {
+    e.status = d.http_status == 429 ? 429 : 503;
+    e.type = d.http_status == 429 ? "rate_limit_error" : "server_error";
+    e.code = d.reason.empty() ? (d.http_status == 429 ? "rate_limit_exceeded" : "overloaded") : d.reason;
+    e.message = d.message.empty() ? "the server cannot take this request now" : d.message;
+    e.retry_after_seconds = std::max(1, static_cast<int>(d.retry_after_s));
+  }
+  return e;
 }
 
 // On a prep thread: parse, pick the model, validate, tokenize, then the front door decides.
 HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::string_view body,
-                                                     const CallContext& call) {
+                                                     const CallContext& call,
+                                                     std::shared_ptr<gateway::TenantSlot> slot) {
   Prepared p;
   gateway::FrontDoor& door = core_.front_door();
   auto json = parse_body(body);
@@ -294,15 +406,10 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
     r.max_tokens = pc.requests.front().stop.max_tokens;
   }
   r.requests = pc.requests;
+  r.slot = std::move(slot);
   gateway::Decision d = door.admit(r);
   if (!d.admit) {
-    ApiError e;
-    e.status = d.http_status == 429 ? 429 : 503;
-    e.type = d.http_status == 429 ? "rate_limit_error" : "server_error";
-    e.code = d.reason.empty() ? (d.http_status == 429 ? "rate_limit_exceeded" : "overloaded") : d.reason;
-    e.message = d.message.empty() ? "the server cannot take this request now" : d.message;
-    e.retry_after_seconds = std::max(1, static_cast<int>(d.retry_after_s));
-    p.result = std::move(e);
+    p.result = refusal_error(d);
     return p;
   }
   p.admitted = std::move(d.call);
@@ -549,6 +656,40 @@ void HttpSession::client_gone() {
   if (call_ || preparing_) core_.metrics().client_disconnects.fetch_add(1);
   end_call(/*client_gone=*/true);
   close();
+}
+
+// The client ended its side of the connection with a request in flight. That is either a
+// half-close (shutdown(SHUT_WR) after a complete request: it still reads, and is answered)
+// or a full close (it is gone). Reads cannot tell them apart; the kernel of a client that
+// closed fully answers any byte sent to it with a reset. So a response that has not begun
+// is preceded by an interim "100 Continue" (RFC 9110 allows any number of 1xx responses
+// before the final one, and clients must skip those they did not expect), and the socket
+// is checked for that reset while the request runs. A stream that has begun needs no probe:
+// its own chunks do the same. Nothing more is read, and the connection closes after the
+// answer.
+void HttpSession::peer_write_closed() {
+  read_ended_ = true;
+  close_after_response_ = true;
+  const bool response_begun = phase_ == Phase::kGenerate && call_ && call_->formatter && call_->formatter->spec().stream;
+  if (!response_begun && chunked_) {  // chunked_: HTTP/1.1, which may be sent a 1xx
+    out_ += "HTTP/1.1 100 Continue\r\n\r\n";
+    flush();
+  }
+  arm_peer_check();
+}
+
+void HttpSession::arm_peer_check() {
+  read_timer_.expires_after(std::chrono::milliseconds(100));
+  read_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || (self->phase_ != Phase::kPrepare && self->phase_ != Phase::kGenerate)) return;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(self->socket_.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+      self->client_gone();
+      return;
+    }
+    self->arm_peer_check();
+  });
 }
 
 void HttpSession::close() {

@@ -68,6 +68,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_read(boost::system::error_code ec, size_t n);
   void parse_buffered();
   void on_parse_error(boost::system::error_code ec);
+  static std::optional<ApiError> check_framing(const boost::beast::http::request_header<>& h);
   void on_request();
   void arm_read_timer();
   void on_read_timer();
@@ -75,7 +76,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Model requests.
   void prepare(Endpoint endpoint, std::string body, CallContext call, std::string endpoint_label);
-  Prepared prepare_on_worker(Endpoint endpoint, std::string_view body, const CallContext& call);
+  Prepared prepare_on_worker(Endpoint endpoint, std::string_view body, const CallContext& call,
+                             std::shared_ptr<gateway::TenantSlot> slot);
+  static ApiError refusal_error(const gateway::Decision& d);
   void on_prepared(Prepared p, std::string endpoint_label, int64_t start_ns);
   // The front door submitted call `seq`: its handles, or the engine's refusal.
   void on_submitted(uint64_t seq, Expected<std::vector<engine::Handle>> handles);
@@ -93,6 +96,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void after_response();
 
   // Closing.
+  void peer_write_closed();
+  void arm_peer_check();
   void client_gone();
   void close();
   void linger_close();
@@ -107,8 +112,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::array<char, 16 * 1024> read_chunk_;  // a read in flight fills this, never buf_
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   bool read_in_flight_ = false;
+  bool read_ended_ = false;  // the client shut its side: nothing more to read
   bool request_bytes_seen_ = false;  // of the request being read
   bool continue_sent_ = false;
+  bool framing_checked_ = false;  // check_framing ran on this request's header
   bool head_request_ = false;
   int64_t request_start_ns_ = 0;
   int64_t last_read_ns_ = 0;

@@ -97,6 +97,7 @@ ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const Pr
   std::mt19937_64 rng(std::random_device{}());
   const std::string nonce = std::to_string(rng());
   std::vector<ProtectedContent> protected_contents;
+  size_t content_bytes = 0;  // of every message so far, for the bound before tokenizing
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   size_t i = 0;
   for (const auto& m : *it) {
@@ -123,6 +124,8 @@ ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const Pr
     } else {
       auto text = content_text(*content, p + ".content");
       if (!text.ok()) return text.error();
+      content_bytes += text->size();
+      if (auto e = check_prompt_bytes(content_bytes, ctx, "messages")) return *e;
       if (has_control_text(*ctx.tokenizer, *text)) {
         ProtectedContent pc{
             "\x1f"

@@ -186,13 +186,20 @@ std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endp
 std::optional<ApiError> parse_traffic_fields(const nlohmann::json& body, const CallContext& call,
                                              SlaClass* cls, int64_t* deadline_ns) {
   std::optional<ApiError> err;
-  // SLA class: the header wins over the body field, which wins over the key's default.
+  // SLA class: the header wins over the body field, which wins over the key's default. The
+  // key's class is also a ceiling: a batch key asking for realtime would take the seats and
+  // step time its operator gave to others, so that is refused, not lowered in silence.
   *cls = call.default_class.value_or(SlaClass::kStandard);
   std::optional<std::string> name = call.class_header;
   if (auto v = get_string(body, "metro_class", 64, &err); v && !name) name = v;
   if (err) return err;
   if (name && !parse_sla_class(*name, cls)) {
     return bad_request("metro_class (X-Metro-Class) must be realtime, standard or batch", "metro_class");
+  }
+  if (call.default_class && static_cast<int>(*cls) < static_cast<int>(*call.default_class)) {
+    return forbidden_error(std::string("this API key may use class ") + sla_class_name(*call.default_class) +
+                               " or lower, not " + sla_class_name(*cls),
+                           "metro_class", "class_not_allowed");
   }
   constexpr double kMaxDeadlineMs = 86400.0 * 1000.0;
   std::optional<double> ms;

@@ -25,27 +25,40 @@ ApiResult<std::vector<int32_t>> token_ids(const nlohmann::json& arr, const std::
   std::vector<int32_t> ids;
   ids.reserve(arr.size());
   for (const auto& v : arr) {
-    int64_t id = -1;
+    // The id as sent (any 64-bit integer; JSON's unsigned ones too) goes into the message.
+    std::string as_sent;
+    bool inside = false;
     if (v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
-      id = u > static_cast<uint64_t>(INT32_MAX) ? static_cast<int64_t>(INT32_MAX) + 1 : static_cast<int64_t>(u);
+      as_sent = std::to_string(u);
+      inside = u < static_cast<uint64_t>(n_vocab);
     } else if (v.is_number_integer()) {
-      id = v.get<int64_t>();
+      const int64_t i = v.get<int64_t>();
+      as_sent = std::to_string(i);
+      inside = i >= 0 && i < n_vocab;
     } else {
       return bad_request(param + " must hold only token ids (integers)", param);
     }
-    if (id < 0 || id >= n_vocab) {
-      return bad_request("token id " + std::to_string(id) + " in " + param + " is outside the vocabulary [0, " +
+    if (!inside) {
+      return bad_request("token id " + as_sent + " in " + param + " is outside the vocabulary [0, " +
                              std::to_string(n_vocab) + ")",
                          param);
     }
-    ids.push_back(static_cast<int32_t>(id));
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   if (ids.empty()) return bad_request(param + " must not be empty", param);
   return ids;
 }
 
 }  // namespace
+
+std::optional<ApiError> check_prompt_bytes(size_t bytes, const PromptContext& ctx, const std::string& param) {
+  if (ctx.max_prompt_bytes == 0 || bytes <= ctx.max_prompt_bytes) return std::nullopt;
+  return bad_request("the " + param + " is " + std::to_string(bytes) + " bytes: far more than the model's context of " +
+                         std::to_string(ctx.n_ctx) + " tokens can hold (at most " +
+                         std::to_string(ctx.max_prompt_bytes) + " bytes are tokenized)",
+                     param, "context_length_exceeded");
+}
 
 ApiResult<std::vector<Prompt>> parse_prompts(const nlohmann::json& value, const char* param, const PromptContext& ctx,
                                              bool parse_special) {
@@ -54,6 +67,7 @@ ApiResult<std::vector<Prompt>> parse_prompts(const nlohmann::json& value, const 
   std::vector<Prompt> out;
   auto from_text = [&](const std::string& s) -> std::optional<ApiError> {
     if (s.empty()) return bad_request(p + " must not be empty", p);
+    if (auto e = check_prompt_bytes(s.size(), ctx, p)) return e;
     Prompt pr;
     pr.tokens = tok.encode(s, /*add_special=*/true, parse_special);
     pr.text = s;
@@ -330,6 +344,7 @@ PromptContext prompt_context(const gateway::ServedModel& m, const RequestLimits&
   p.model_name = m.name;
   p.n_ctx = m.engine->n_ctx();
   p.n_embd = static_cast<int>(m.engine->model().hparams().n_embd);
+  p.max_prompt_bytes = 2 * static_cast<size_t>(std::max(1, p.n_ctx)) * m.tokenizer().vocab().max_token_bytes();
   p.limits = limits;
   return p;
 }

@@ -38,6 +38,9 @@ struct PromptContext {
   std::string model_name;
   int n_ctx = 0;   // context window per sequence
   int n_embd = 0;  // embedding width (the `dimensions` an embeddings request may name)
+  // Text longer than this cannot fit the context whatever it tokenizes to (twice the
+  // context times the most bytes a token stands for): refused before tokenizing. 0: no bound.
+  size_t max_prompt_bytes = 0;
   RequestLimits limits;
 };
 
@@ -46,7 +49,8 @@ struct CallContext {
   std::string tenant;                       // from the API key
   std::optional<std::string> class_header;  // X-Metro-Class
   std::optional<std::string> deadline_header;  // X-Metro-Deadline-Ms
-  // The class of requests that name none: the API key's `class=` (standard without one).
+  // The API key's `class=`: the class of requests that name none (standard without one),
+  // and the highest class its requests may ask for (a lower one is always allowed).
   std::optional<SlaClass> default_class;
 };
 
@@ -141,6 +145,8 @@ ApiResult<std::vector<int32_t>> tokenize_rendered(const tokenizer::Tokenizer& to
                                                   const std::vector<ProtectedContent>& protected_contents);
 // True when `text` holds the text of a control token.
 bool has_control_text(const tokenizer::Tokenizer& tok, std::string_view text);
+// 400 context_length_exceeded when `bytes` of text are over ctx.max_prompt_bytes.
+std::optional<ApiError> check_prompt_bytes(size_t bytes, const PromptContext& ctx, const std::string& param);
 
 }  // namespace detail
 

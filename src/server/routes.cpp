@@ -118,6 +118,28 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     return d;
   }
 
+  // Every route below is behind the keys: a caller without one learns nothing, not even
+  // which routes exist (401 before 404 or 405).
+  const ApiKeys& keys = core.config().api_keys;
+  if (keys.enabled()) {
+    auto tenant = keys.authenticate(head.authorization);
+    if (!tenant) {
+      ApiError e;
+      e.status = 401;
+      e.message = head.authorization.empty()
+                      ? "You didn't provide an API key. Send it as `Authorization: Bearer <key>`."
+                      : "Incorrect API key provided.";
+      e.code = "invalid_api_key";
+      if (path != "/v1/completions" && path != "/v1/chat/completions" && path != "/v1/embeddings" &&
+          path != "/v1/models") {
+        d.endpoint = "other";  // unknown routes share one label
+      }
+      d.response = HttpResponse::error(e);
+      return d;
+    }
+    d.call.tenant = *tenant;
+    if (const TenantSettings* ts = keys.tenant_settings(*tenant)) d.call.default_class = ts->default_class;
+  }
   std::optional<Endpoint> endpoint;
   if (path == "/v1/completions")
     endpoint = Endpoint::kCompletions;
@@ -141,22 +163,6 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     return d;
   }
 
-  const ApiKeys& keys = core.config().api_keys;
-  if (keys.enabled()) {
-    auto tenant = keys.authenticate(head.authorization);
-    if (!tenant) {
-      ApiError e;
-      e.status = 401;
-      e.message = head.authorization.empty()
-                      ? "You didn't provide an API key. Send it as `Authorization: Bearer <key>`."
-                      : "Incorrect API key provided.";
-      e.code = "invalid_api_key";
-      d.response = HttpResponse::error(e);
-      return d;
-    }
-    d.call.tenant = *tenant;
-    if (const TenantSettings* ts = keys.tenant_settings(*tenant)) d.call.default_class = ts->default_class;
-  }
   if (core.draining()) {
     d.response = HttpResponse::error(unavailable_error("the server is shutting down", "server_draining"));
     return d;

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -7,7 +8,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <csignal>
 
@@ -41,7 +41,7 @@ void stop_engines(ServerCore& core) {
 
 }  // namespace
 
-ServerCore::ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool)
+ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
     : config_(std::move(config)), front_door_(config_.front_door), prep_pool_(prep_pool) {
   if (!front_door_) {
     gateway::FrontDoorConfig fd;
@@ -53,8 +53,8 @@ ServerCore::ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool)
 }
 
 struct Server::Impl {
-  explicit Impl(int prep_threads)
-      : prep(static_cast<size_t>(std::max(1, prep_threads))),
+  explicit Impl(const PrepQueueLimits& prep_limits)
+      : prep(prep_limits),
         strand(asio::make_strand(ioc)),
         acceptor(strand),
         signals(strand),
@@ -63,7 +63,7 @@ struct Server::Impl {
         work(asio::make_work_guard(ioc)) {}
 
   asio::io_context ioc;
-  asio::thread_pool prep;
+  PrepQueue prep;
   asio::strand<asio::io_context::executor_type> strand;  // accept, signals, drain
   tcp::acceptor acceptor;
   asio::signal_set signals;
@@ -89,6 +89,12 @@ struct Server::Impl {
   bool engine_stopped = false;
 
   void finish(int code) {
+    // From here on, connections are refused (at once when called on the strand, as the
+    // drain does; the loader thread's failure posts it there).
+    asio::dispatch(strand, [this] {
+      boost::system::error_code ec;
+      acceptor.close(ec);
+    });
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!exit_code) exit_code = code;
@@ -141,8 +147,10 @@ struct Server::Impl {
     if (drain_started) return;
     drain_started = true;
     core->set_draining();
-    boost::system::error_code ec;
-    acceptor.close(ec);
+    // The listener stays open until the process is done: orchestrators probe /health and
+    // /ready on new connections during a drain, and a refused probe reads as a dead
+    // process. Every other request on them gets 503 server_draining, and each connection
+    // closes after its response.
     if (callbacks.on_drain) callbacks.on_drain(what);
     core->close_idle_connections();
     const int64_t timeout_ns = static_cast<int64_t>(core->config().drain_timeout_s * 1e9);
@@ -178,7 +186,7 @@ struct Server::Impl {
 };
 
 Server::Server(ServerConfig config, Loader loader, Callbacks callbacks)
-    : impl_(std::make_unique<Impl>(config.prep_threads)) {
+    : impl_(std::make_unique<Impl>(PrepQueueLimits{config.prep_threads, config.prep_queue, config.prep_queue_per_tenant})) {
   core_ = std::make_unique<ServerCore>(std::move(config), &impl_->prep);
   impl_->core = core_.get();
   impl_->loader = std::move(loader);
@@ -202,7 +210,7 @@ Server::~Server() {
   im.work.reset();
   im.ioc.stop();
   for (std::thread& t : im.io_threads) t.join();
-  im.prep.join();
+  im.prep.drain_and_join();
   impl_.reset();  // destroys pending handlers and with them the sessions, which use core_
 }
 

@@ -31,12 +31,17 @@ struct ServerConfig {
   uint16_t port = 8080;                 // 0: any free port (see Server::port())
   int http_threads = 2;                 // Asio I/O threads
   int prep_threads = 2;                 // threads that parse, render templates and tokenize
+  int prep_queue = 512;                 // requests waiting for them, all tenants (503 beyond)
+  int prep_queue_per_tenant = 64;       // of which one tenant's (503 beyond)
   size_t max_header_bytes = 16u << 10;  // 431 above
   int max_connections = 4096;           // 503 to connections beyond
   int idle_timeout_s = 30;              // per read / per write progress
   int request_timeout_s = 120;          // to receive one whole request (headers and body)
   int keepalive_timeout_s = 60;         // an idle keep-alive connection is closed after
-  int socket_send_buffer = 0;           // SO_SNDBUF of connections in bytes; 0: the OS default
+  // SO_SNDBUF of connections in bytes (0: the OS default, which grows to megabytes): with a
+  // bounded buffer a client that stops reading stalls the stream's writes within a few
+  // dozen kilobytes, and the write timeout then aborts its request.
+  int socket_send_buffer = 64 * 1024;
   double drain_timeout_s = 30.0;        // SIGTERM: wait this long for in-flight requests
   bool handle_signals = true;           // SIGTERM/SIGINT drain (off for in-process tests)
   RequestLimits limits;

@@ -9,21 +9,19 @@
 
 #include "gateway/front_door.h"
 #include "server/metrics.h"
+#include "server/prep_queue.h"
 #include "server/server_config.h"
-
-namespace boost::asio {
-class thread_pool;
-}
 
 namespace metro::server {
 
 class ServerCore {
  public:
-  ServerCore(ServerConfig config, boost::asio::thread_pool* prep_pool);
+  ServerCore(ServerConfig config, PrepQueue* prep_pool);
 
   const ServerConfig& config() const { return config_; }
   ServerMetrics& metrics() { return metrics_; }
-  boost::asio::thread_pool& prep_pool() { return *prep_pool_; }
+  // Parsing and tokenizing, per tenant in turn.
+  PrepQueue& prep_pool() { return *prep_pool_; }
   // Quotas, admission and the served models (never null).
   gateway::FrontDoor& front_door() { return *front_door_; }
   const gateway::FrontDoor& front_door() const { return *front_door_; }
@@ -60,7 +58,7 @@ class ServerCore {
   std::shared_ptr<gateway::FrontDoor> front_door_;
   ServerMetrics metrics_;
   metrics::Registration metrics_registration_;
-  boost::asio::thread_pool* prep_pool_;
+  PrepQueue* prep_pool_;
   std::atomic<bool> loaded_{false};
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;

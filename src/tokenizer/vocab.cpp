@@ -121,6 +121,9 @@ class VocabLoader {
     apply_strip_rules();
     build_pieces();
     build_special_text_list();
+    for (const TokenData& t : v_.tokens_) {
+      v_.max_token_bytes_ = std::max({v_.max_token_bytes_, t.piece.size(), t.text.size()});
+    }
     if (v_.kind_ == VocabKind::kBpe) METRO_RETURN_IF_ERROR(read_merges());
     for (const auto& w : v_.warnings_) METRO_LOG_WARN("tokenizer: %s", w.c_str());
     return std::move(v_);

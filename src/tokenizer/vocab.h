@@ -95,6 +95,11 @@ class Vocab {
   // the one-byte string). -1 when the vocabulary lacks it.
   int32_t byte_token(uint8_t b) const { return byte_token_[b]; }
 
+  // The most input bytes one token can stand for: its decoded bytes, or for a token matched
+  // as special text, that text. So a text of n bytes is at least n / max_token_bytes()
+  // tokens (a cheap bound before tokenizing).
+  size_t max_token_bytes() const { return max_token_bytes_; }
+
   // Ids of tokens matched in text before model splitting, longest text first.
   const std::vector<int32_t>& special_text_tokens() const { return special_text_tokens_; }
 
@@ -130,6 +135,7 @@ class Vocab {
   std::unordered_map<std::string_view, int32_t> text_to_id_;
   int32_t byte_token_[256];
   std::vector<int32_t> special_text_tokens_;
+  size_t max_token_bytes_ = 1;
   std::vector<BpeMerge> merges_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;

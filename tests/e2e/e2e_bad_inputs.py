@@ -257,6 +257,8 @@ def t_auth_and_routes(t):
         assert "bearer" in h.get("www-authenticate", "").lower(), h
     st, _, data = request(t.port, "GET", "/v1/models", headers={})
     check_error(st, data, 401)
+    st, _, data = request(t.port, "GET", "/v1/nothing", headers={})
+    check_error(st, data, 401)  # no key: not even whether the route exists
     st, _, data = request(t.port, "GET", "/v1/nothing", headers=t.auth)
     check_error(st, data, 404)
     st, h, data = request(t.port, "GET", C, headers=t.auth)
@@ -265,7 +267,55 @@ def t_auth_and_routes(t):
     t.assert_serves()
 
 
+def t_framing_smuggling_and_half_close(t):
+    """RFC 9112 framing: a Transfer-Encoding whose last coding is not chunked is 400 and other
+    codings 501, each closing the connection, so the bytes after the header are never read
+    as a second request; an HTTP/1.1 request without Host is 400. A client that half-closes
+    after a complete request is still answered."""
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = b'{"prompt": "hi", "max_tokens": 1}'
+    auth = f"Authorization: Bearer {t.key}\r\n".encode()
+    for te, want, code in ((b"xchunked", 400, "bad_http"), (b"chunked, identity", 400, "bad_http"),
+                           (b"identity", 400, "bad_http"), (b"gzip, chunked", 501, "unsupported_transfer_coding")):
+        head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
+                b"Transfer-Encoding: " + te + b"\r\n\r\n")
+        data = raw_exchange(t.port, head + body + smuggled)
+        status, _, rest = parse_raw_response(data)
+        check_error(status, rest, want, code)
+        assert data.count(b"HTTP/1.1 ") == 1, (te, data[:600])  # nothing answered the smuggled request
+    data = raw_exchange(t.port, b"GET /health HTTP/1.1\r\n\r\n")
+    status, _, rest = parse_raw_response(data)
+    check_error(status, rest, 400, "bad_http")
+    data = raw_exchange(t.port, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+    assert parse_raw_response(data)[0] == 400, data[:300]
+    data = raw_exchange(t.port, b"GET /health HTTP/1.0\r\n\r\n")  # 1.0 needs no Host
+    assert parse_raw_response(data)[0] == 200, data[:300]
+
+    # Half-close: the whole request, then shutdown(SHUT_WR); the answer still comes, after
+    # any interim 1xx responses.
+    for stream in (False, True):
+        req = json.dumps({"prompt": "Hello", "max_tokens": 4, "stream": stream}).encode()
+        s = socket.create_connection(("127.0.0.1", t.port), timeout=60)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
+                  f"Content-Length: {len(req)}\r\n\r\n".encode() + req)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        s.close()
+        while data.startswith(b"HTTP/1.1 1"):
+            data = data.partition(b"\r\n\r\n")[2]
+        status, _, rest = parse_raw_response(data)
+        assert status == 200, (stream, data[:400])
+        assert (b"[DONE]" in rest) if stream else (b'"choices"' in rest), rest[:400]
+    t.assert_serves()
+
+
 TESTS = [t_07_empty, t_08_token_ids, t_09_prompt_beyond_context, t_10_max_tokens, t_11_huge_counts,
          t_12_negative_integers, t_13_nan_inf_ranges, t_14_malformed, t_15_invalid_utf8_request,
          t_16_unknown_fields, t_17_stop_bounds, t_18_special_text_in_content, t_19_huge_headers_and_body,
-         t_20_disconnects, t_21_slow_clients, t_23_health_fast_during_long_prompt, t_auth_and_routes]
+         t_20_disconnects, t_21_slow_clients, t_23_health_fast_during_long_prompt, t_auth_and_routes,
+         t_framing_smuggling_and_half_close]

@@ -7,7 +7,10 @@ import asyncio
 import json
 import os
 import re
+import socket
+import statistics
 import subprocess
+import threading
 import time
 
 from e2e_util import MetroServer, check_error, env_int, metrics, request, sse_request
@@ -165,8 +168,10 @@ def t_sla_admission_refuses_early_with_retry_after(ctx):
 
 
 def t_sla_admission_counts_prefix_cache_hits(ctx):
-    """A prompt whose long prefix is in the prefix cache is little work: admission predicts
-    its TTFT from the tokens left to compute, so the same request refused cold is served warm."""
+    """A prompt whose long prefix is in the tenant's prefix cache is little work: admission
+    predicts its TTFT from the tokens left to compute, so the same request refused cold (400:
+    not even an idle server would meet the objective) is served warm. Another tenant's copy
+    of the prefix does not count (the cache is per tenant)."""
     keys = write_keys(ctx)
     prefix = "Context document. " + FLOOD_PROMPT * 5
     prefix_tokens = len(ctx.token_ids(prefix, special=True))
@@ -183,9 +188,17 @@ def t_sla_admission_counts_prefix_cache_hits(ctx):
                 {"Authorization": f"Bearer {key}", "X-Metro-Class": cls})
 
         question = prefix + " Question: what is the first word?"
+        # Cold, even an idle server cannot meet the objective: a 400 that names the bound,
+        # not a 503 to retry.
         st, h, body = post(KEYS["rt"], question, "realtime")
-        check_error(st, body, 503, "predicted_ttft_over_slo")
-        st, _, body = post(KEYS["flood"], prefix, "batch")  # warms the prefix cache
+        check_error(st, body, 400, "prompt_too_long_for_class")
+        assert "retry-after" not in h, h
+        # The prefix cache is per tenant: another tenant's copy of the prefix does not help.
+        st, _, body = post(KEYS["flood"], prefix, "batch")
+        assert st == 200, body[:300]
+        st, _, body = post(KEYS["rt"], question, "realtime")
+        check_error(st, body, 400, "prompt_too_long_for_class")
+        st, _, body = post(KEYS["rt"], prefix, "batch")  # the tenant warms its own cache
         assert st == 200, body[:300]
         st, _, body = post(KEYS["rt"], question, "realtime")
         assert st == 200, body[:300]
@@ -193,7 +206,7 @@ def t_sla_admission_counts_prefix_cache_hits(ctx):
         assert cached >= prefix_tokens - 32, (cached, prefix_tokens)
         # Another prompt as long, not cached, is still refused.
         st, _, body = post(KEYS["rt"], "Other document. " + FLOOD_PROMPT * 5, "realtime")
-        check_error(st, body, 503, "predicted_ttft_over_slo")
+        check_error(st, body, 400, "prompt_too_long_for_class")
         ctx.note(f"admission with the prefix cache: realtime objective {objective:.2f} s; a {prefix_tokens}-token "
                  f"prompt refused cold, served with {cached} tokens cached")
     finally:
@@ -249,9 +262,12 @@ def t_sla_quotas_deadlines_and_classes(ctx):
         st, _, body = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Deadline-Ms": "soon"})
         check_error(st, body, 400)
 
-        # The key's default class, overridden by the header.
+        # The key's class is a ceiling: the batch key may not ask for standard (403); the
+        # realtime key may ask for a lower class, and runs in it.
+        st, _, body = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Class": "standard"})
+        check_error(st, body, 403, "class_not_allowed")
         before = metrics(port)
-        st, _, _ = post(KEYS["flood"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Class": "standard"})
+        st, _, _ = post(KEYS["rt"], {"prompt": "Hi", "max_tokens": 2}, {"X-Metro-Class": "standard"})
         assert st == 200
         after = metrics(port)
         key = 'metro_class_finished_total{class="standard"}'
@@ -332,6 +348,103 @@ def t_sla_scheduler_flags(ctx):
         srv.kill()
 
 
-TESTS = [t_sla_scheduler_flags, t_sla_embeddings_window, t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
+def t_sla_tokenize_flood_does_not_delay_others(ctx):
+    """Huge prompts (megabytes of spaces) from one tenant: refused before tokenizing (a text
+    longer than the context can hold whatever it tokenizes to is a 400 at once), a tenant
+    limited to one request at a time gets 429 for the rest before any parsing, and parsing
+    takes tenants in turn, so another tenant's normal request is not delayed."""
+    keys = write_keys(ctx)
+    srv = start_server(ctx, keys, [])
+    try:
+        port = srv.port
+
+        def normal():
+            t0 = time.time()
+            st, _, body = request(port, "POST", "/v1/completions", {
+                "model": ctx.model_name, "prompt": "Hello", "max_tokens": 1},
+                {"Authorization": f"Bearer {KEYS['rt']}"}, timeout=120)
+            assert st == 200, body[:300]
+            return time.time() - t0
+
+        before = statistics.median([normal() for _ in range(5)])
+        huge = " " * (3900 * 1000) + "400"
+        statuses = []
+        lock = threading.Lock()
+
+        def flood(key):
+            st, _, body = request(port, "POST", "/v1/completions", {
+                "model": ctx.model_name, "prompt": huge, "max_tokens": 1},
+                {"Authorization": f"Bearer {KEYS[key]}"}, timeout=300)
+            with lock:
+                statuses.append((key, st, body))
+
+        threads = [threading.Thread(target=flood, args=("flood" if i % 2 else "conc",)) for i in range(40)]
+        for t in threads:
+            t.start()
+        during = []
+        while any(t.is_alive() for t in threads) and len(during) < 30:
+            during.append(normal())
+        for t in threads:
+            t.join()
+        for key, st, body in statuses:
+            assert st in (400, 429, 503), (key, st, body[:300])
+            if st == 400:
+                check_error(st, body, 400, "context_length_exceeded")
+            elif st == 429:
+                check_error(st, body, 429, "tenant_concurrency")
+        conc = [st for key, st, _ in statuses if key == "conc"]
+        assert all(st in (400, 429) for st in conc), conc
+        assert [st for key, st, _ in statuses if key == "flood"].count(400) >= 1, [x[:2] for x in statuses]
+        after = statistics.median(during) if during else before
+        # Generous under sanitizers and on a loaded machine: the point is seconds, not tens.
+        assert after < before + (3.0 if SANITIZED else 1.0), (before, after, len(during))
+        ctx.note(f"tokenize flood (40 x 3.9 MB, two tenants): normal request median {1000 * before:.0f} ms before, "
+                 f"{1000 * after:.0f} ms during ({len(during)} probes); concurrency-1 tenant: "
+                 f"{conc.count(429)} x 429, {conc.count(400)} x 400")
+    finally:
+        srv.kill()
+
+
+def t_sla_stalled_reader_is_aborted_with_default_settings(ctx):
+    """A client that never reads its stream, against a server with default buffer settings:
+    its writes stall within the bounded socket buffer and the request is aborted long before
+    it would have finished generating, its KV blocks freed."""
+    keys = write_keys(ctx)
+    srv = MetroServer(ctx.metro, ctx.model_path, [
+        "--model-name", ctx.model_name, "--api-key-file", keys, "--ctx", "8192", "--ctx-total", "16384", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    srv.wait_ready()
+    try:
+        port = srv.port
+        before = metrics(port)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.connect(("127.0.0.1", port))
+        body = json.dumps({"model": ctx.model_name, "prompt": "Write forever.", "max_tokens": 8000, "stream": True,
+                           "ignore_eos": True}).encode()
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Authorization: Bearer {KEYS['flood']}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        t0 = time.time()
+        while time.time() - t0 < 600:
+            m = metrics(port)
+            if m["metro_requests_aborted_total"] > before["metro_requests_aborted_total"]:
+                break
+            time.sleep(0.5)
+        took = time.time() - t0
+        m = metrics(port)
+        s.close()
+        assert m["metro_requests_aborted_total"] > before["metro_requests_aborted_total"], "never aborted"
+        generated = m["metro_generation_tokens_total"] - before["metro_generation_tokens_total"]
+        assert generated < 8000, generated
+        deadline = time.time() + 30
+        while metrics(port)["metro_kv_blocks_used"] != 0 and time.time() < deadline:
+            time.sleep(0.2)
+        assert metrics(port)["metro_kv_blocks_used"] == 0
+        ctx.note(f"stalled reader with default buffers: aborted after {took:.1f} s and {generated:.0f} of 8000 tokens")
+    finally:
+        srv.kill()
+
+
+TESTS = [t_sla_stalled_reader_is_aborted_with_default_settings, t_sla_tokenize_flood_does_not_delay_others, t_sla_scheduler_flags, t_sla_embeddings_window, t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
          t_sla_admission_counts_prefix_cache_hits,
          t_sla_realtime_survives_a_batch_flood]

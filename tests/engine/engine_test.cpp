@@ -136,6 +136,43 @@ TEST(Engine, PrefixCacheHitsAndSameOutput) {
   EXPECT_GT(eng->stats().prefix_hits, 0u);
 }
 
+// The prefix cache is scoped per tenant by default: a tenant finds its own prefixes, never
+// another's (cached_tokens and time to first token would tell it what the other sent);
+// configured global, every request shares them.
+TEST(Engine, PrefixCacheIsScopedPerTenant) {
+  REQUIRE_MODEL();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; ++i) prompt.push_back(300 + (i * 37) % 900);
+  auto request = [&](const std::string& tenant) {
+    Request r = greedy_request(prompt, 2);
+    r.tenant = tenant;
+    return r;
+  };
+  for (PrefixCacheScope scope : {PrefixCacheScope::kTenant, PrefixCacheScope::kGlobal}) {
+    EngineConfig cfg;
+    cfg.prefix_cache_scope = scope;
+    auto eng = make_engine(cfg);
+    const bool global = scope == PrefixCacheScope::kGlobal;
+    Generation a1 = collect(*eng->submit(request("alice")));
+    EXPECT_EQ(a1.usage.cached_prompt_tokens, 0);
+    EXPECT_EQ(eng->cached_prefix_tokens(prompt, false, "alice"), 64);
+    EXPECT_EQ(eng->cached_prefix_tokens(prompt, false, "bob"), global ? 64 : 0);
+    EXPECT_EQ(eng->cached_prefix_tokens(prompt, false, ""), global ? 64 : 0);
+    Generation b = collect(*eng->submit(request("bob")));
+    EXPECT_EQ(b.usage.cached_prompt_tokens, global ? 64 : 0) << (global ? "global" : "tenant");
+    Generation a2 = collect(*eng->submit(request("alice")));
+    EXPECT_EQ(a2.usage.cached_prompt_tokens, 64);
+    EXPECT_EQ(a1.tokens, b.tokens);  // the scope changes sharing, never outputs
+    EXPECT_EQ(a1.tokens, a2.tokens);
+    // A pending prefix credits only requests of its own scope.
+    auto other = prompt;
+    other[0] = 299;
+    auto hold = eng->hold_pending_prefix(other, "alice");
+    EXPECT_EQ(eng->cached_prefix_tokens(other, true, "alice"), 64);
+    EXPECT_EQ(eng->cached_prefix_tokens(other, true, "bob"), global ? 64 : 0);
+  }
+}
+
 TEST(Engine, PreemptionUnderATightBudgetKeepsOutputs) {
   REQUIRE_MODEL();
   // Every sequence grows to ~3 blocks of 16 while the budget holds 9: even the smaller

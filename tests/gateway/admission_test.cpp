@@ -64,6 +64,31 @@ TEST(Admission, QueueBoundOnPromptTokens) {
   EXPECT_TRUE(admit(a, {SlaClass::kBatch, 1000}, 0).admit);
 }
 
+// What no wait would let in is a 400 naming the bound, never a 503 with a Retry-After: a
+// prompt larger than its class queue's token bound, or one whose own prefill on an idle
+// server already misses the class's time-to-first-token bound.
+TEST(Admission, WhatCanNeverBeAdmittedIs400) {
+  AdmissionConfig cfg = base_cfg();
+  cfg.limits[2] = {.max_requests = 100, .max_prompt_tokens = 5000};
+  AdmissionController a = make(cfg);
+  Decision big = admit(a, {SlaClass::kBatch, 6000}, 0);
+  EXPECT_FALSE(big.admit);
+  EXPECT_EQ(big.http_status, 400);
+  EXPECT_EQ(big.reason, kReasonOverQueueBound);
+  EXPECT_NE(big.message.find("5000"), std::string::npos) << big.message;
+  // Standard: 2 s objective x margin 1. 4000 tokens at 1000 tok/s take 4 s even idle.
+  Decision slow = admit(a, {SlaClass::kStandard, 4000}, 0);
+  EXPECT_FALSE(slow.admit);
+  EXPECT_EQ(slow.http_status, 400);
+  EXPECT_EQ(slow.reason, kReasonTooLongForClass);
+  EXPECT_NE(slow.message.find("standard"), std::string::npos) << slow.message;
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 4000}, 0).admit) << "the batch class takes it";
+  // A prompt that fits an idle server but not the queue now is load: 503.
+  Decision later = admit(a, {SlaClass::kBatch, 4000}, 0);
+  EXPECT_EQ(later.http_status, 503);
+  EXPECT_EQ(a.state().requests[2], 1);  // refusals queue nothing
+}
+
 TEST(Admission, PredictedTtftOverTheObjectiveIsRefusedEarly) {
   AdmissionConfig cfg = base_cfg();
   // FIFO inside the class keeps the arithmetic plain.
@@ -242,14 +267,39 @@ TEST(Quota, UnusedTokensAreRefunded) {
   EXPECT_TRUE(q.admit("t", 50, 0).admit);
 }
 
-TEST(Quota, OversizedRequestWaitsForAFullBucket) {
+// A request dearer than the whole bucket could never be charged: 400, not a wait. Each
+// request is charged in full (prompt + max_tokens), so the quota cannot be outrun by large
+// max_tokens, and settles to what it used.
+TEST(Quota, ChargesInFullAndRefusesWhatNoBucketHolds) {
   QuotaManager q;
-  q.set_quota("t", {.tokens_per_minute = 60.0});
-  ASSERT_TRUE(q.admit("t", 10, 0).admit);
-  Decision d = q.admit("t", 1000, 0);  // > the 60-token bucket
+  q.set_quota("t", {.tokens_per_minute = 60.0});  // bucket 60
+  Decision d = q.admit("t", 1000, 0);
   EXPECT_FALSE(d.admit);
-  EXPECT_DOUBLE_EQ(d.retry_after_s, 10.0);  // until the bucket is full again
-  EXPECT_TRUE(q.admit("t", 1000, 10 * kS).admit);
+  EXPECT_EQ(d.http_status, 400);
+  EXPECT_EQ(d.reason, kReasonOverQuotaBucket);
+  EXPECT_NE(d.message.find("1000"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("60"), std::string::npos) << d.message;
+  EXPECT_FALSE(q.admit("t", 1000, 3600 * kS).admit) << "no wait makes it fit";
+  // A 60-token request empties the bucket: one of 10 is then refused until it refills.
+  ASSERT_TRUE(q.admit("t", 60, 3600 * kS).admit);
+  EXPECT_EQ(q.admit("t", 10, 3600 * kS).reason, kReasonTenantRate);
+  // It used 70 (more than charged, e.g. a count the charge missed): the excess is debited,
+  // and the bucket refills from below zero.
+  q.release("t", 60, 70, 1.0, 3600 * kS);
+  EXPECT_NEAR(q.state("t", 3600 * kS).bucket_tokens, -10.0, 1e-9);
+  EXPECT_FALSE(q.admit("t", 5, 3600 * kS + 10 * kS).admit);  // 0 tokens after 10 s
+  EXPECT_TRUE(q.admit("t", 5, 3600 * kS + 15 * kS).admit);
+  // Over a minute a tenant gets its tokens per minute, whatever max_tokens it asks for.
+  QuotaManager r;
+  r.set_quota("u", {.tokens_per_minute = 600.0});
+  int64_t granted = 0;
+  for (int s = 0; s <= 60; ++s) {
+    while (r.admit("u", 100, s * kS).admit) {
+      granted += 100;
+      r.release("u", 100, 100, 0.1, s * kS);
+    }
+  }
+  EXPECT_LE(granted, 600 + 600);  // a full bucket at the start plus a minute's refill
 }
 
 TEST(Quota, ConcurrencyLimit) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "base/clock.h"
@@ -57,6 +59,27 @@ CallRequest req(const std::shared_ptr<const ServedModel>& m, const std::string& 
   r.max_tokens = max_tokens;
   return r;
 }
+
+// Waits for a step report after which the engine holds no sequence.
+class IdleWatch : public engine::StepObserver {
+ public:
+  void on_step(const engine::StepReport& rep) override {
+    int n = 0;
+    for (size_t c = 0; c < rep.running_by_class.size(); ++c) n += rep.running_by_class[c] + rep.waiting_by_class[c];
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_ = n == 0;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return idle_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool idle_ = false;
+};
 
 bool has_line(const std::string& text, const std::string& line) {
   return text.find(line + "\n") != std::string::npos;
@@ -130,6 +153,40 @@ TEST(FrontDoor, AdmissionRefusalRefundsTheQuotaChargeAndTheCallEndsOnce) {
   EXPECT_TRUE(door.admit(req(m, "t", SlaClass::kBatch, 1, 1)).admit);
 }
 
+// The tenant's concurrency slot is taken before its request is parsed and tokenized
+// (enter), and admit() takes that slot over instead of taking a second one.
+TEST(FrontDoor, TheTenantSlotIsTakenBeforeTokenizing) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
+  cfg.tenant_quotas = {{"one", TenantQuota{.tokens_per_minute = 0, .burst_tokens = 0, .max_concurrent = 1}}};
+  FrontDoor door(cfg);
+  ASSERT_TRUE(door.add_model(served("m")).ok());
+  auto m = door.resolve("m");
+  std::shared_ptr<TenantSlot> slot, second;
+  ASSERT_TRUE(door.enter("one", SlaClass::kStandard, &slot).admit);
+  ASSERT_TRUE(slot);
+  Decision busy = door.enter("one", SlaClass::kStandard, &second);
+  EXPECT_FALSE(busy.admit);
+  EXPECT_EQ(busy.http_status, 429);
+  EXPECT_EQ(busy.reason, kReasonTenantConcurrency);
+  EXPECT_FALSE(second);
+  EXPECT_TRUE(door.enter("other", SlaClass::kStandard, &second).admit) << "other tenants are not held";
+  second.reset();
+  slot.reset();  // dropped unused (the request failed to parse): the slot comes back
+  ASSERT_TRUE(door.enter("one", SlaClass::kStandard, &slot).admit);
+  CallRequest r = req(m, "one", SlaClass::kStandard, 10, 2);
+  r.slot = slot;
+  Decision d = door.admit(r);
+  ASSERT_TRUE(d.admit) << d.reason;
+  slot.reset();
+  r.slot.reset();  // taken over: dropping it now gives nothing back
+  EXPECT_EQ(door.quotas().state("one", now_ns()).in_flight, 1);
+  EXPECT_FALSE(door.enter("one", SlaClass::kStandard, &second).admit);
+  d.call->finish({});
+  EXPECT_EQ(door.quotas().state("one", now_ns()).in_flight, 0);
+  EXPECT_TRUE(door.enter("one", SlaClass::kStandard, &second).admit);
+}
+
 TEST(FrontDoor, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
   REQUIRE_MODEL();
   FrontDoorConfig cfg = base_cfg();
@@ -142,7 +199,15 @@ TEST(FrontDoor, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
   const CallRequest r = req(m, "t", SlaClass::kRealtime, 100, 4);
   EXPECT_EQ(door.admit(r).reason, kReasonTtft);
   // The engine computes the same prompt once; its 96 leading tokens (6 blocks) are cached.
+  // The steps just run teach admission this machine's rates (slow under sanitizers). Once
+  // the report of the step that ended the request has reached every observer (the one
+  // added here is called after admission's), pin the rates again, so the decision below
+  // turns on the queued tokens alone.
+  auto idle = std::make_shared<IdleWatch>();
+  m->engine->add_observer(idle);
   ASSERT_EQ(collect(*m->engine->submit(r.requests.front())).tokens.size(), 4u);
+  idle->wait();
+  m->admission->calibrate(1000.0, 0.01);
   Decision d = door.admit(r);
   ASSERT_TRUE(d.admit) << d.reason;
   EXPECT_EQ(m->admission->state().prompt_tokens[0], 4);  // only the uncached tail is queued

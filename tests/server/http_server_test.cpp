@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <future>
+#include <optional>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "server/server.h"
 #include "server/server_core.h"
@@ -72,6 +75,19 @@ class RawClient {
   }
 
   // True when the server closes the connection within timeout_ms.
+  // What arrives until the server closes (nullopt: still open after timeout_ms).
+  std::optional<std::string> rest_until_closed(int timeout_ms) {
+    std::string got;
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
+      char c[4096];
+      const ssize_t n = ::recv(fd_, c, sizeof(c), 0);
+      if (n <= 0) return got;
+      got.append(c, static_cast<size_t>(n));
+    }
+  }
+
   bool closed_within(int timeout_ms) {
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
@@ -285,6 +301,12 @@ TEST_F(HttpServerTest, ApiKeysGuardV1) {
   auto right = roundtrip(post("/v1/completions", R"({"prompt":"x"})", "Authorization: Bearer sk-test-key-1\r\n"));
   EXPECT_EQ(right.status, 503);
   EXPECT_EQ(roundtrip(get("/health")).status, 200);  // not under /v1: open
+  // Without a key nobody learns which routes exist: 401 before 404 and 405.
+  EXPECT_EQ(roundtrip(get("/v1/nonexistent")).status, 401);
+  EXPECT_EQ(roundtrip(post("/v1/files", "{}")).status, 401);
+  EXPECT_EQ(roundtrip(get("/v1/completions")).status, 401);
+  EXPECT_EQ(roundtrip(get("/v1/nonexistent", "Authorization: Bearer sk-test-key-1\r\n")).status, 404);
+  EXPECT_EQ(roundtrip(get("/v1/completions", "Authorization: Bearer sk-test-key-1\r\n")).status, 405);
 }
 
 TEST_F(HttpServerTest, DrainClosesIdleConnectionsAndStops) {  // docs/reliability.md 25
@@ -297,6 +319,69 @@ TEST_F(HttpServerTest, DrainClosesIdleConnectionsAndStops) {  // docs/reliabilit
   EXPECT_EQ(server_->wait(), 0);  // nothing in flight: stops at once
   RawClient late(server_->port());
   EXPECT_FALSE(late.connected() && (late.send(get("/health")), late.read_response(1000).ok));
+  release_.set_value();
+  server_.reset();
+  release_ = std::promise<void>();
+}
+
+// Framing the parser would accept but RFC 9112 refuses: a Transfer-Encoding not ending in
+// chunked (400) or with another coding (501), each closing the connection so that nothing
+// after the header is read as a request; HTTP/1.1 without exactly one Host (400).
+TEST_F(HttpServerTest, TransferEncodingAndHostAreChecked) {  // docs/reliability.md 34
+  start();
+  const std::string smuggled = get("/health");
+  struct Case {
+    const char* te;
+    int status;
+  };
+  for (const Case& c : {Case{"xchunked", 400}, Case{"chunked, identity", 400}, Case{"identity", 400},
+                        Case{"gzip, chunked", 501}, Case{"chunked, chunked", 501}}) {
+    RawClient client(server_->port());
+    client.send(std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n") +
+                "Transfer-Encoding: " + c.te + "\r\n\r\n" + "{}" + smuggled);
+    EXPECT_EQ(client.read_response().status, c.status) << c.te;
+    const std::optional<std::string> rest = client.rest_until_closed(5000);
+    ASSERT_TRUE(rest) << c.te << ": the connection stays open";
+    EXPECT_EQ(rest->find("HTTP/1.1"), std::string::npos) << c.te << ": the smuggled request was answered";
+  }
+  RawClient no_host(server_->port());
+  no_host.send("GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(no_host.read_response().status, 400);
+  RawClient two_hosts(server_->port());
+  two_hosts.send("GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_EQ(two_hosts.read_response().status, 400);
+  RawClient old(server_->port());
+  old.send("GET /health HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(old.read_response().status, 200);
+  RawClient chunked(server_->port());  // a well-formed chunked body is read as one request
+  chunked.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_EQ(chunked.read_response().status, 503);  // reaches the (loading) model
+}
+
+// Probes keep working through a drain: the listener stays open, /health answers 200 and
+// /ready 503 server_draining on new connections, until the last request is done.
+TEST_F(HttpServerTest, HealthAndReadyAnswerDuringADrain) {  // docs/reliability.md 38
+  start();
+  RawClient busy(server_->port());
+  busy.send("GET /health HTTP/1.1\r\nHost: x\r\n");  // a request still arriving holds the drain
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server_->request_drain();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 3; ++i) {
+    RawClient probe(server_->port());
+    ASSERT_TRUE(probe.connected());
+    probe.send(get("/health"));
+    EXPECT_EQ(probe.read_response().status, 200);
+    RawClient ready(server_->port());
+    ready.send(get("/ready"));
+    RawClient::Response r = ready.read_response();
+    EXPECT_EQ(r.status, 503);
+    EXPECT_NE(r.body.find("server_draining"), std::string::npos) << r.body;
+  }
+  busy.send("\r\n");
+  EXPECT_EQ(busy.read_response().status, 200);
+  EXPECT_EQ(server_->wait(), 0);
   release_.set_value();
   server_.reset();
   release_ = std::promise<void>();

@@ -134,12 +134,15 @@ TEST_F(OpenAiRequestTest, EmptyPromptsAndMessagesAre400) {  // docs/reliability.
 
 TEST_F(OpenAiRequestTest, TokenIdsOutsideTheVocabularyAre400) {  // docs/reliability.md 8
   const int64_t n_vocab = tok_->n_vocab();
-  for (int64_t bad : {int64_t{-1}, n_vocab, int64_t{1} << 40}) {
+  for (int64_t bad : {int64_t{-1}, n_vocab, int64_t{1} << 40, std::numeric_limits<int64_t>::min()}) {
     ApiError e = refused(Endpoint::kCompletions, json{{"prompt", {1, bad}}});
     EXPECT_EQ(e.param, "prompt");
+    // The message names the id as it was sent, not a clamped stand-in.
+    EXPECT_NE(e.message.find("token id " + std::to_string(bad) + " "), std::string::npos) << e.message;
   }
   refused(Endpoint::kCompletions, json{{"prompt", {1, 2.5}}});
-  refused(Endpoint::kCompletions, json{{"prompt", {1, std::numeric_limits<uint64_t>::max()}}});
+  ApiError huge = refused(Endpoint::kCompletions, json{{"prompt", {1, std::numeric_limits<uint64_t>::max()}}});
+  EXPECT_NE(huge.message.find("18446744073709551615"), std::string::npos) << huge.message;
   refused(Endpoint::kEmbeddings, json{{"input", {{1}, {-5}}}});
 }
 
@@ -367,6 +370,36 @@ TEST_F(OpenAiRequestTest, SlaClassFromHeaderOrBody) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->requests[0].sla_class, SlaClass::kBatch);
   refused(Endpoint::kCompletions, json{{"prompt", "a"}, {"metro_class", "vip"}});
+}
+
+// A key's class is a ceiling: its requests may ask for that class or a lower one, never a
+// higher one (403 class_not_allowed, from the header or the body alike).
+TEST_F(OpenAiRequestTest, TheKeysClassIsACeiling) {
+  CallContext batch_key;
+  batch_key.default_class = SlaClass::kBatch;
+  auto d = prep(Endpoint::kCompletions, {{"prompt", "a"}}, batch_key);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->requests[0].sla_class, SlaClass::kBatch);
+  for (const char* higher : {"realtime", "standard"}) {
+    CallContext by_header = batch_key;
+    by_header.class_header = higher;
+    for (const auto& [call, body] : {std::pair{by_header, json{{"prompt", "a"}}},
+                                     std::pair{batch_key, json{{"prompt", "a"}, {"metro_class", higher}}}}) {
+      auto r = prep(Endpoint::kCompletions, body, call);
+      ASSERT_FALSE(r.ok()) << higher;
+      EXPECT_EQ(r.error().status, 403);
+      EXPECT_EQ(r.error().code, "class_not_allowed");
+      EXPECT_EQ(r.error().param, "metro_class");
+    }
+  }
+  CallContext standard_key;
+  standard_key.default_class = SlaClass::kStandard;
+  standard_key.class_header = "batch";  // lower: allowed
+  auto lower = prep(Endpoint::kCompletions, {{"prompt", "a"}}, standard_key);
+  ASSERT_TRUE(lower.ok());
+  EXPECT_EQ(lower->requests[0].sla_class, SlaClass::kBatch);
+  standard_key.class_header = "realtime";
+  EXPECT_FALSE(prep(Endpoint::kCompletions, {{"prompt", "a"}}, standard_key).ok());
 }
 
 }  // namespace
