@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -15,20 +16,43 @@ std::string base_name(const std::string& path) {
   auto pos = path.find_last_of('/');
   return pos == std::string::npos ? path : path.substr(pos + 1);
 }
+
+// Closes a file descriptor when it leaves scope.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() { ::close(fd_); }
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
-MappedFile::~MappedFile() {
+// A map of the file and a copy in anonymous memory are both released by munmap.
+void MappedFile::release() {
   if (data_ && size_) munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
 }
 
+MappedFile::~MappedFile() { release(); }
+
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owned_(other.owned_),
+      stamp_(other.stamp_) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_ && size_) munmap(const_cast<uint8_t*>(data_), size_);
+    release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owned_ = other.owned_;
+    stamp_ = other.stamp_;
   }
   return *this;
 }
@@ -49,6 +73,7 @@ Expected<MappedFile> MappedFile::open(const std::string& path) {
   }
   MappedFile f;
   f.size_ = static_cast<size_t>(st.st_size);
+  if (auto stamp = FileStamp::of_fd(fd); stamp.ok()) f.stamp_ = *stamp;
   if (f.size_ > 0) {
     void* p = mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -60,6 +85,63 @@ Expected<MappedFile> MappedFile::open(const std::string& path) {
     f.data_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
+  return f;
+}
+
+Expected<MappedFile> MappedFile::read(const std::string& path, const ReadOptions& options) {
+  const std::string name = base_name(path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot open '" + name + "': " + std::strerror(errno));
+  FdCloser closer(fd);
+  Expected<FileStamp> before = FileStamp::of_fd(fd);
+  if (!before.ok()) return io_error("cannot stat '" + name + "': " + before.status().message());
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return invalid_argument("'" + name + "' is not a regular file");
+  }
+  MappedFile f;
+  f.owned_ = true;
+  f.stamp_ = *before;
+  const size_t total = static_cast<size_t>(before->size);
+  if (total == 0) return f;
+  // Anonymous memory, so that no page of the copy is ever backed by the file. Huge pages
+  // (best effort) make the copy cheaper to fault in and the weights cheaper to read.
+  void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return resource_exhausted("cannot allocate " + std::to_string(total) + " bytes to hold '" + name +
+                              "': " + std::strerror(errno));
+  }
+  f.data_ = static_cast<const uint8_t*>(p);
+  f.size_ = total;
+#ifdef MADV_HUGEPAGE
+  madvise(p, total, MADV_HUGEPAGE);
+#endif
+  uint8_t* dst = static_cast<uint8_t*>(p);
+  const size_t chunk = std::max<size_t>(options.chunk_bytes, 4096);
+  size_t done = 0;
+  while (done < total) {
+    const size_t want = std::min(chunk, total - done);
+    const ssize_t got = ::pread(fd, dst + done, want, static_cast<off_t>(done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return io_error("cannot read '" + name + "' at byte " + std::to_string(done) + ": " + std::strerror(errno));
+    }
+    if (got == 0) {
+      return data_loss("'" + name + "' was cut short while it was read (" + std::to_string(done) + " of " +
+                       std::to_string(total) + " bytes); load it again once it is complete");
+    }
+    done += static_cast<size_t>(got);
+    if (options.on_chunk) options.on_chunk(done, total);
+  }
+  // The bytes must all come from one version of the file: one rewritten in place while it
+  // was read (same size, a new write time) could mix two versions.
+  Expected<FileStamp> after = FileStamp::of_fd(fd);
+  if (!after.ok() || !(*after == *before)) {
+    return data_loss("'" + name + "' changed while it was read (" +
+                     (after.ok() ? after->change_from(*before) : std::string("cannot stat it")) +
+                     "); load it again once it is complete");
+  }
+  mprotect(p, total, PROT_READ);
   return f;
 }
 

@@ -1,11 +1,20 @@
-// A read-only memory map of a whole file.
+// The bytes of a whole file, read-only: either a memory map of the file (open) or a copy
+// in anonymous memory the process owns (read).
+//
+// A map is cheap but stays backed by the file: when the file is later truncated (`cp` over
+// it truncates first), touching a mapped page past the new end raises SIGBUS, even for a
+// MAP_PRIVATE map, since pages never written are still the file's pages. What must keep
+// working whatever happens to the file (a served model's weights, which a backend may keep
+// reading) is therefore read into a copy; tools that look at a file once may map it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
+#include "base/file_watch.h"
 #include "base/status.h"
 
 namespace metro {
@@ -22,6 +31,18 @@ class MappedFile {
   // Errors name the file by its base name only (never a full path: docs/reliability.md 24).
   static Expected<MappedFile> open(const std::string& path);
 
+  struct ReadOptions {
+    size_t chunk_bytes = size_t{8} << 20;  // bytes per read() call
+    // Called after each chunk with the bytes read so far and the total (progress; tests
+    // use it to change the file while it is being read).
+    std::function<void(size_t done, size_t total)> on_chunk;
+  };
+  // Reads the whole file into anonymous memory owned by the returned object (read-only once
+  // filled). Nothing done to the file afterwards can change or fault these bytes. A file
+  // that shrinks, grows or is replaced while it is read is refused with a clean error.
+  static Expected<MappedFile> read(const std::string& path, const ReadOptions& options);
+  static Expected<MappedFile> read(const std::string& path) { return read(path, ReadOptions{}); }
+
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
@@ -29,9 +50,18 @@ class MappedFile {
   // Asks the kernel to keep these pages resident (best effort).
   void advise_willneed() const;
 
+  // True for a copy made by read(), false for a map of the file.
+  bool owned() const { return owned_; }
+  // The file as it was when opened or read.
+  const FileStamp& stamp() const { return stamp_; }
+
  private:
+  void release();
+
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  bool owned_ = false;
+  FileStamp stamp_;
 };
 
 }  // namespace metro

@@ -295,7 +295,9 @@ int cmd_serve(int argc, char** argv) {
 
   const int64_t t_start = now_ns();
   auto loader = [=](gateway::FrontDoor& door) -> Status {
-    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack, device));
+    // The served model is a copy in memory; the file is polled so that an operator who
+    // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
+    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack, device, std::chrono::seconds(2)));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());

@@ -8,12 +8,14 @@
 
 namespace metro::cli {
 
-Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device) {
+Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device,
+                                 std::chrono::milliseconds watch_period) {
   Stopwatch sw;
   LoadedModel lm;
   model::ModelOptions opts;
   opts.allow_repack = allow_repack;
   METRO_ASSIGN_OR_RETURN(opts.backend, backends::make_backend(device));
+  opts.watch_period = watch_period;
   METRO_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::load(path, opts));
   METRO_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(m->file()));
   lm.model = std::move(m);

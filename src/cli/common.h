@@ -1,6 +1,7 @@
 // Helpers shared by CLI commands: loading a model with its tokenizer, printing errors.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -17,9 +18,11 @@ struct LoadedModel {
   double load_seconds = 0.0;
 };
 
-// `device`: what --device names (backends::make_backend): "cpu" or "cuda".
-Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true,
-                                 const std::string& device = "cpu");
+// `device`: what --device names (backends::make_backend): "cpu" or "cuda". The model is
+// read into memory the process owns (model::Model::load). A positive `watch_period` also
+// polls the file at that period and logs once when it changes on disk.
+Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true, const std::string& device = "cpu",
+                                 std::chrono::milliseconds watch_period = std::chrono::milliseconds{0});
 
 // Physical cores (the default for -t).
 int default_threads();

@@ -1,4 +1,5 @@
-// GGUF files: a bounds-checked reader over mmap (v2 and v3, little-endian).
+// GGUF files: a bounds-checked reader over a file's bytes, mapped or copied into memory
+// (v2 and v3, little-endian).
 //
 // Layout (GGUF spec): magic "GGUF", u32 version, u64 n_tensors, u64 n_kv, then n_kv
 // metadata entries (string key, u32 value type, value), then n_tensors tensor infos
@@ -117,8 +118,13 @@ struct TensorInfo {
 
 class File {
  public:
-  // Maps and parses a file. Error messages name offsets, never the full path.
+  // Maps and parses a file. Error messages name offsets, never the full path. The map stays
+  // backed by the file: for a look at a file, not for serving from it (base/mapped_file.h).
   static Expected<File> open(const std::string& path);
+  // Reads the whole file into memory the File owns, then parses it: nothing that later
+  // happens to the file on disk (truncated, rewritten, removed) reaches these bytes.
+  static Expected<File> load(const std::string& path, const MappedFile::ReadOptions& options);
+  static Expected<File> load(const std::string& path) { return load(path, MappedFile::ReadOptions{}); }
   // Parses bytes owned by the caller, who keeps them alive as long as the File.
   static Expected<File> parse(std::span<const uint8_t> bytes);
 
@@ -127,6 +133,11 @@ class File {
   uint64_t file_size() const { return bytes_.size(); }
   uint64_t data_offset() const { return data_offset_; }
   std::span<const uint8_t> bytes() const { return bytes_; }
+  // What stat() said of the file when it was opened or loaded; null for parsed bytes.
+  const FileStamp* stamp() const { return map_ ? &map_->stamp() : nullptr; }
+  // True when the bytes are a copy the File owns (load), false for a map (open) or bytes
+  // owned by the caller (parse).
+  bool owns_bytes() const { return map_ && map_->owned(); }
 
   const std::vector<KeyValue>& metadata() const { return kv_; }
   const Value* find(std::string_view key) const;

@@ -38,7 +38,7 @@ struct Weight {
 };
 
 // Wraps GGUF row-major bytes; with `allow_repack`, may build an interleaved copy when the
-// chosen kernels run faster on one (the mmapped original is then not read again).
+// chosen kernels run faster on one (the original bytes are then not read again).
 // A repacked copy is carved from `arena` when one is given (a model's matrices then share
 // huge pages), else it gets a buffer of its own.
 Weight make_weight(DType type, const void* data, int64_t n_rows, int64_t n_cols,

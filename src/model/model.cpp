@@ -5,6 +5,7 @@
 
 #include "backends/registry.h"
 #include "base/check.h"
+#include "base/log.h"
 
 namespace metro::model {
 
@@ -60,8 +61,19 @@ Model::Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backen
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
-  METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::open(path));
-  return from_file(std::move(f), opts);
+  // A copy, not a map: a map would stay backed by the file (base/mapped_file.h).
+  METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::load(path, opts.read));
+  const FileStamp stamp = *f.stamp();
+  METRO_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, from_file(std::move(f), opts));
+  if (opts.watch_period.count() > 0) {
+    const size_t slash = path.find_last_of('/');
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    m->watch_ = std::make_unique<FileWatch>(path, stamp, opts.watch_period, [name](const std::string& what) {
+      METRO_LOG_WARN("model file '%s' changed on disk (%s); still serving the copy loaded at start",
+                     name.c_str(), what.c_str());
+    });
+  }
+  return m;
 }
 
 Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOptions& opts) {

@@ -4,6 +4,7 @@
 // layers and of each layer's heads (model/shard.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "base/file_watch.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "dist/communicator.h"
@@ -33,6 +35,12 @@ struct ModelOptions {
   // The tensor-parallel group of a sliced shard (rank shard.tp_rank of shard.tp_size);
   // unused when tp_size is 1.
   std::shared_ptr<dist::Communicator> comm;
+  // How load() reads the file into memory (chunk size, progress).
+  MappedFile::ReadOptions read;
+  // load() only: poll the file this often once loaded (zero: never). A change on disk
+  // (truncated, rewritten, replaced, removed) is logged once; the model keeps serving the
+  // copy it loaded, which the change cannot reach.
+  std::chrono::milliseconds watch_period{0};
 };
 
 // Upper bounds a Workspace is sized for; forward() refuses steps beyond them.
@@ -86,9 +94,14 @@ struct ForwardOutput {
 
 class Model {
  public:
+  // Reads the whole file into memory the model owns before parsing it (gguf::File::load):
+  // weights a backend keeps reading in place, the vocabulary and the metadata all live in
+  // that copy, so truncating or rewriting the file while the model serves can neither fault
+  // (SIGBUS) nor change what is served. A file that changes while it is read is refused.
   static Expected<std::unique_ptr<Model>> load(const std::string& path,
                                                const ModelOptions& opts = {});
-  // Takes ownership of an already parsed file.
+  // Takes ownership of an already parsed file. A file from gguf::File::open stays a map of
+  // the file on disk and so stays exposed to changes to it.
   static Expected<std::unique_ptr<Model>> from_file(gguf::File file,
                                                     const ModelOptions& opts = {});
 
@@ -97,6 +110,8 @@ class Model {
   const ModelWeights& weights() const { return w_; }
   const ShardGeometry& shard() const { return w_.shard; }
   const std::shared_ptr<backends::Backend>& backend() const { return backend_; }
+  // Whether the watch (ModelOptions::watch_period) has seen the file change on disk.
+  bool file_changed_on_disk() const { return watch_ && watch_->changed(); }
   // The KV page layout of this shard's arena (its KV heads), with kv_layers() layers.
   kernels::KvPageLayout kv_layout(kernels::DType type, int block_size) const;
   int kv_layers() const { return shard().n_layer(); }
@@ -127,6 +142,7 @@ class Model {
   std::shared_ptr<backends::Backend> backend_;
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<kernels::Rope> rope_;
+  std::unique_ptr<FileWatch> watch_;  // null unless asked for
 };
 
 // A single sequence's private KV memory: the simplest KvView owner, for `metro run`,

@@ -46,7 +46,8 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;  // the shard's, layers[0] being layer shard.layer_begin
 
   // `allow_repack` lets the backend copy product matrices into the layouts its kernels
-  // prefer; otherwise it may keep reading the file's mapped bytes.
+  // prefer; otherwise it may keep reading the file's bytes in place (the copy Model::load
+  // owns, or whatever bytes the gguf::File was parsed from).
   static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, const Shard& shard,
                                      backends::Backend& backend, bool allow_repack);
   // The whole model on the default backend (what `metro serve` would load).

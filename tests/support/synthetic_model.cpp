@@ -42,6 +42,8 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   for (uint32_t i = 0; i < s.n_vocab; ++i) toks.push_back("t" + std::to_string(i));
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string_array("tokenizer.ggml.tokens", toks);
+  w.add_string("tokenizer.ggml.pre", "default");
+  w.add_string_array("tokenizer.ggml.merges", {});  // none, but present: a usable tokenizer
 
   auto add = [&](const std::string& name, kernels::DType t, std::vector<uint64_t> dims, float scale,
                  SyntheticModelSpec::Cols zero = {}) {
