@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <string>
 
 #include "base/clock.h"
 #include "base/cpu_features.h"
@@ -50,9 +51,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   if (cfg.max_draft_tokens < 0 || cfg.max_draft_tokens > 64) {
     return invalid_argument("the number of draft tokens must be in [0, 64]");
   }
-  // Models may pad the embedding beyond the vocabulary; ids beyond it are never produced.
-  if (tokenizer.n_vocab() > static_cast<int32_t>(hp.n_vocab)) {
-    return invalid_argument("the tokenizer has more tokens than the model's embedding");
+  // Sampling draws from every row of the output matrix: each row needs a token to print, and
+  // each token a row (a file's own vocabulary is checked at load, model/hparams.cpp; this
+  // covers a tokenizer from elsewhere).
+  if (tokenizer.n_vocab() != static_cast<int32_t>(hp.n_vocab)) {
+    return invalid_argument("the tokenizer has " + std::to_string(tokenizer.n_vocab()) + " tokens but the model's " +
+                            (hp.tied_output ? "output matrix 'token_embd.weight'" : "output matrix 'output.weight'") +
+                            " has " + std::to_string(hp.n_vocab) + " rows; they must match");
   }
   auto e = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), cfg));
   auto impl = std::make_unique<Impl>(cfg.sla);

@@ -29,6 +29,33 @@ Expected<uint32_t> opt_u32(const gguf::File& f, const std::string& key, uint32_t
   return req_u32(f, key, max);
 }
 
+// The vocabulary and the rows of the output and embedding matrices must match one for one
+// (docs/reliability.md 39). A row without a token could be sampled and would print as
+// nothing; a token without a row would index past the matrix. GGUF converters pad a
+// vocabulary (to a multiple of 64 or 128, say) by listing placeholder tokens for the extra
+// rows, so the list always covers every row; no metadata declares rows past the list to be
+// padding, and such a file is refused rather than guessed at. Shapes otherwise are checked
+// when the weights are bound.
+Status check_vocabulary_rows(const gguf::File& f, uint32_t n_vocab) {
+  const gguf::Value* tokens = f.find("tokenizer.ggml.tokens");
+  if (tokens == nullptr || !tokens->is_array()) return {};  // no vocabulary in the file
+  const uint64_t n_tokens = tokens->array_size();
+  for (const char* name : {"output.weight", "token_embd.weight"}) {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    if (t == nullptr || t->n_dims != 2 || t->ne[1] == n_tokens) continue;
+    const std::string rows = std::to_string(t->ne[1]), toks = std::to_string(n_tokens);
+    return bad("tensor '" + std::string(name) + "' has " + rows +
+               " rows but the vocabulary (tokenizer.ggml.tokens) has " + toks + " tokens: " +
+               (t->ne[1] > n_tokens ? "rows " + toks + " and up have no token to print"
+                                    : "tokens " + rows + " and up have no row"));
+  }
+  if (n_tokens != n_vocab) {
+    return bad("vocab_size is " + std::to_string(n_vocab) + " but the vocabulary (tokenizer.ggml.tokens) has " +
+               std::to_string(n_tokens) + " tokens");
+  }
+  return {};
+}
+
 }  // namespace
 
 Expected<HParams> HParams::from_gguf(const gguf::File& f) {
@@ -101,6 +128,7 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
     if (nv == 0 || nv > (1u << 22)) return bad("vocabulary size out of range");
     h.n_vocab = static_cast<uint32_t>(nv);
   }
+  METRO_RETURN_IF_ERROR(check_vocabulary_rows(f, h.n_vocab));
 
   // Consistency with the tensors present (docs/reliability.md 4): a layer count far above the
   // tensors in the file is refused here, with the first missing tensor's name.

@@ -35,11 +35,12 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   w.add_u32(a + "attention.head_count_kv", s.n_head_kv);
   w.add_u32(a + "feed_forward_length", s.n_ff);
   w.add_u32(a + "context_length", s.n_ctx);
-  w.add_u32(a + "vocab_size", s.n_vocab);
+  if (s.write_vocab_size) w.add_u32(a + "vocab_size", s.n_vocab);
   w.add_f32(a + "rope.freq_base", s.rope_base);
   w.add_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   std::vector<std::string> toks;
-  for (uint32_t i = 0; i < s.n_vocab; ++i) toks.push_back("t" + std::to_string(i));
+  const uint32_t n_tokens = s.n_tokens > 0 ? s.n_tokens : s.n_vocab;
+  for (uint32_t i = 0; i < n_tokens; ++i) toks.push_back("t" + std::to_string(i));
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string_array("tokenizer.ggml.tokens", toks);
   w.add_string("tokenizer.ggml.pre", "default");

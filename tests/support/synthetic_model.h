@@ -17,7 +17,9 @@ struct SyntheticModelSpec {
   uint32_t n_head = 4;
   uint32_t n_head_kv = 2;
   uint32_t n_ff = 512;
-  uint32_t n_vocab = 300;
+  uint32_t n_vocab = 300;   // rows of the embedding and output matrices
+  uint32_t n_tokens = 0;    // tokens in tokenizer.ggml.tokens; 0: n_vocab
+  bool write_vocab_size = true;  // the {arch}.vocab_size key (= n_vocab)
   uint32_t n_ctx = 512;
   float rope_base = 10000.0f;
   kernels::DType matrix_type = kernels::DType::kF16;  // every 2-D weight
