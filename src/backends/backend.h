@@ -205,6 +205,12 @@ class Backend {
   // state, with widths that match their weights; the step fits the spec.
   virtual void execute(std::span<const Op> ops, const StepDesc& step, ExecState& state,
                        ThreadPool& pool, StepObserver* observer = nullptr) = 0;
+
+  // Whether observing a step (execute with an observer) costs next to nothing. A host
+  // backend reads a clock; a device backend records an event around every op and waits for
+  // the step to finish, so a caller that only sometimes wants op times (the engine's step
+  // report) passes an observer only when this holds or when it needs the times.
+  virtual bool cheap_op_timing() const { return true; }
 };
 
 }  // namespace metro::backends

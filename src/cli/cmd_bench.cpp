@@ -1,11 +1,13 @@
 // metro bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--batch 1,4,16,32] [--kv-type f16|q8_0]
-//             [--json]
+//             [--json] [--profile]
 //
 // Like llama-bench: prompt processing (pp: one batch of p tokens) and generation (tg: n
 // tokens one at a time from an empty context) in tokens/s, median and spread over
 // repetitions, plus weight bytes read per generated token, achieved GB/s and the fraction
 // of this machine's measured read bandwidth. With --batch, like llama-batched-bench: for
 // each count of sequences, prefill of p tokens each and decode of n tokens each, summed.
+// --profile times every op of the decode steps (on a device backend an event per op and a
+// wait per step, which slows them) and adds the milliseconds per step of each op kind.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -74,6 +76,7 @@ struct Runner {
   kernels::DType kv_type = kernels::DType::kF16;
   std::mt19937 rng{1234};
   size_t kv_bytes = 0;  // the last run's KV arena
+  backends::StepProfile* profile = nullptr;  // observes the decode steps when set
 
   int32_t random_token() {
     return static_cast<int32_t>(rng() % m.hparams().n_vocab);
@@ -119,7 +122,9 @@ struct Runner {
     for (int step = 0; step < n; ++step) {
       batch.clear();
       for (int s = 0; s < n_seq; ++s) batch.add(random_token(), p + step, s, true);
-      auto out = m.forward(batch, view, ws, pool);
+      model::ForwardOptions fo;
+      fo.observer = profile;
+      auto out = m.forward(batch, view, ws, pool, fo);
       METRO_CHECK_MSG(out.ok(), out.status().message().c_str());
     }
     const int64_t t2 = now_ns();
@@ -129,6 +134,17 @@ struct Runner {
             (slots - used) / slots};
   }
 };
+
+// Milliseconds per decode step of each op kind the profile saw, and of all of them.
+json profile_ms(const backends::StepProfile& prof, int steps) {
+  json o = json::object();
+  for (int k = 0; k < backends::kNumOpKinds; ++k) {
+    const auto kind = static_cast<backends::OpKind>(k);
+    if (prof.calls(kind) > 0) o[std::string(backends::op_name(kind))] = 1e3 * prof.seconds(kind) / steps;
+  }
+  o["total"] = 1e3 * prof.total_seconds() / steps;
+  return o;
+}
 
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -148,7 +164,7 @@ int cmd_bench(int argc, char** argv) {
   CLI::App app{"Measure prompt processing and generation speed", "metro bench"};
   std::string model_path, batch_list, kv_type = "f16", device = "cpu";
   int p = 512, n = 128, reps = 5, threads = default_threads();
-  bool as_json = false, no_repack = false;
+  bool as_json = false, no_repack = false, profile = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   app.add_option("-p,--n-prompt", p, "prompt tokens (pp test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
   app.add_option("-n,--n-gen", n, "generated tokens (tg test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
@@ -157,6 +173,7 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--batch", batch_list, "sequence counts for batched prefill/decode, e.g. 1,4,16,32");
   app.add_option("--kv-type", kv_type, "KV cache type, as metro serve's: f16 or q8_0")->capture_default_str();
   app.add_flag("--json", as_json, "print one JSON object");
+  app.add_flag("--profile", profile, "time each op of the decode steps (slower) and report ms per step by op kind");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   try {
@@ -213,12 +230,16 @@ int cmd_bench(int argc, char** argv) {
       (void)unused;
       pp.push_back(p / pp_s);
     }
+    backends::StepProfile prof;
+    runner.profile = profile ? &prof : nullptr;
     for (int r = 0; r < reps; ++r) {
       auto [pp_s, tg_s, unused] = runner.run(1, 1, n);
       (void)pp_s;
       (void)unused;
       tg.push_back(n / tg_s);
     }
+    runner.profile = nullptr;
+    if (profile) j["decode_profile_ms"] = profile_ms(prof, reps * n);
     const Spread a = spread(pp), b = spread(tg);
     j["pp"] = a.median;
     j["tg"] = b.median;
@@ -240,6 +261,7 @@ int cmd_bench(int argc, char** argv) {
       std::printf("%-8s %12s %12s %12s\n", "test", "tokens/s", "min", "max");
       std::printf("pp%-6d %12.2f %12.2f %12.2f\n", p, a.median, a.min, a.max);
       std::printf("tg%-6d %12.2f %12.2f %12.2f\n", n, b.median, b.min, b.max);
+      if (profile) std::printf("tg ms per step by op: %s\n", j["decode_profile_ms"].dump().c_str());
       if (bw > 0) {
         std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s, %.0f%% of the %.2f GB/s measured read bandwidth\n",
                     static_cast<double>(bpt) / (1 << 20), gbps, 100.0 * gbps / bw, bw);
@@ -261,12 +283,15 @@ int cmd_bench(int argc, char** argv) {
   for (int ns : batches) {
     std::vector<double> pre, dec;
     double unused_frac = 0;
+    backends::StepProfile prof;
+    runner.profile = profile ? &prof : nullptr;
     for (int r = 0; r < reps; ++r) {
       auto [pp_s, tg_s, unused] = runner.run(ns, p, n);
       pre.push_back(ns * static_cast<double>(p) / pp_s);
       dec.push_back(ns * static_cast<double>(n) / tg_s);
       unused_frac = unused;
     }
+    runner.profile = nullptr;
     const Spread a = spread(pre), b = spread(dec);
     // A decode step reads every weight once for all ns sequences.
     const double step_gbps = static_cast<double>(bpt) * b.median / ns / 1e9;
@@ -274,8 +299,10 @@ int cmd_bench(int argc, char** argv) {
                    {"prefill_min", a.min}, {"prefill_max", a.max}, {"decode_min", b.min},
                    {"decode_max", b.max}, {"kv_unused_fraction", unused_frac},
                    {"kv_bytes", runner.kv_bytes}});
+    if (profile) arr.back()["decode_profile_ms"] = profile_ms(prof, reps * n);
     if (!as_json) {
       std::printf("%6d %14.2f %14.2f %11.1f%% %16.1f\n", ns, a.median, b.median, 100 * unused_frac, step_gbps);
+      if (profile) std::printf("       decode ms per step by op: %s\n", profile_ms(prof, reps * n).dump().c_str());
     }
   }
   j["batch"] = arr;

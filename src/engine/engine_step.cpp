@@ -42,8 +42,12 @@ void Engine::Impl::step() {
   model::KvView view = arena->view(tables);
   model::ForwardOptions fo;
   fo.want_hidden = want_hidden;
-  backends::StepProfile profile;  // per-op time, for the step report's attention seconds
-  fo.observer = &profile;
+  // Per-op time, for the step report's attention seconds: always where timing is cheap
+  // (a host backend), else only while an observer reads it.
+  backends::StepProfile profile;
+  bool time_ops = self->model_->backend()->cheap_op_timing();
+  for (const auto& o : current_observers()) time_ops = time_ops || o->wants_op_times();
+  if (time_ops) fo.observer = &profile;
   auto out = self->model_->forward(batch, view, ws, *pool, fo);
   if (!out.ok()) {
     METRO_LOG_ERROR("engine step failed: %s", out.status().to_string().c_str());

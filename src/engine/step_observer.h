@@ -26,6 +26,10 @@ class StepObserver {
  public:
   virtual ~StepObserver() = default;
   virtual void on_step(const StepReport& report) = 0;
+  // Whether it reads StepReport::attention_s. On a backend whose op timing is not cheap
+  // (a device backend records an event around every op) the engine times the ops only
+  // while some observer wants them; attention_s is 0 otherwise.
+  virtual bool wants_op_times() const { return false; }
 };
 
 }  // namespace metro::engine

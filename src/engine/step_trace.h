@@ -16,6 +16,7 @@ class StepTraceWriter final : public StepObserver {
   // Errors: the file cannot be written (the message names the flag, not the path).
   static Expected<std::shared_ptr<StepTraceWriter>> open(const std::string& path);
   void on_step(const StepReport& r) override;
+  bool wants_op_times() const override { return true; }
 
  private:
   explicit StepTraceWriter(std::FILE* f) : file_(f, &std::fclose) {}

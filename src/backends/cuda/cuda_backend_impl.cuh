@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ExecState> make_state(const StateSpec& spec) override;
   void execute(std::span<const Op> ops, const StepDesc& step, ExecState& state, ThreadPool& pool,
                StepObserver* observer) override;  // cuda_executor.cu
+  bool cheap_op_timing() const override { return false; }  // an event per op and a wait
 
  private:
   std::shared_ptr<Context> ctx_;
