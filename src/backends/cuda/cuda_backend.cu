@@ -28,6 +28,8 @@ Context::Context(int dev) : device(dev) {
   METRO_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const char* sync = std::getenv("METRO_CUDA_SYNC");
   sync_each_op = sync != nullptr && std::strcmp(sync, "1") == 0;
+  const char* graphs_env = std::getenv("METRO_CUDA_GRAPHS");
+  graphs = graphs_env == nullptr || std::strcmp(graphs_env, "0") != 0;
 }
 
 void Context::copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cuda/cuda_graphs.cuh"
 #include "backends/cuda/cuda_kernels.cuh"
 
 namespace metro::backends::cuda {
@@ -30,6 +31,7 @@ struct Context {
   int device;
   cudaStream_t stream = nullptr;
   bool sync_each_op = false;  // METRO_CUDA_SYNC=1: synchronise and check after every op
+  bool graphs = true;         // METRO_CUDA_GRAPHS=0: never capture steps into CUDA graphs
 };
 
 // Device memory, freed with its owner.
@@ -119,8 +121,10 @@ class CudaState final : public ExecState {
   // products that read one partner's copy before the next partner's overwrites it).
   DeviceMem qa;
   size_t qa_bytes = 0;
-  // The step's index arrays (token ids, positions, runs, block tables, logits rows) and
-  // RoPE frequencies: filled on the host, sent in one copy per step.
+  // The step's RoPE frequencies (kMaxRopesPerStep slots at the start) and index arrays
+  // (token ids, positions, runs, block tables, logits rows, after them): filled on the
+  // host, sent in one copy per step. Their offsets depend only on the step's shape, so a
+  // captured step (graphs) reads the next step's arrays where it read its own.
   PinnedMem index_host;
   DeviceMem index_dev;
   cudaEvent_t index_sent = nullptr;  // the last step's copy has left index_host
@@ -128,6 +132,8 @@ class CudaState final : public ExecState {
   // Timing events around each op of an observed step: made on the first observed step of a
   // longer op sequence than any before, reused after.
   std::vector<cudaEvent_t> op_events;
+  // Captured steps of recurring shapes (cuda_graphs.cuh); launched only on this state.
+  GraphCache graphs;
 
  private:
   StateSpec spec_;

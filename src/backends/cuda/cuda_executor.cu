@@ -1,19 +1,25 @@
 // The CUDA executor: a step's ops become kernel launches on the backend's stream, in order.
 //
-// Before the first launch the host lays out the step's index arrays (token ids, positions,
-// the KV block of each token, the run of each token, the runs, their block tables, the
-// logits rows) and the RoPE frequencies in the state's pinned buffer and sends them in one
-// copy; the ops then read them on the device. Nothing else crosses to the device during a
-// step, and nothing is allocated. The call returns once everything is enqueued: the next
-// download() (or a step's observer) waits for the device.
+// Before the first launch the host lays out the step's RoPE frequencies and index arrays
+// (token ids, positions, the KV block of each token, the run of each token, the runs, their
+// block tables, the logits rows) in the state's pinned buffer and sends them in one copy;
+// the ops then read them on the device. Nothing else crosses to the device during a step,
+// and no device memory is allocated. The call returns once everything is enqueued: the
+// next download() (or a step's observer) waits for the device.
+//
+// A step whose shape has recurred is launched as a CUDA graph (cuda_graphs.cuh) unless it
+// is observed, METRO_CUDA_SYNC=1 synchronises every op, an all-reduce goes through the
+// host, or METRO_CUDA_GRAPHS=0; a failed capture falls back to plain launches.
 //
 // The host checks what a kernel would otherwise read out of bounds: token ids against the
 // embedding table, block ids against the arena, every token in a run.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "backends/cuda/cuda_backend_impl.cuh"
 #include "backends/cuda/formats.h"
@@ -27,6 +33,8 @@ namespace metro::backends::cuda {
 namespace {
 
 constexpr int kHalfRot = kernels::Rope::kMaxRot / 2;
+// The RoPE frequency slots at the start of the index buffer; the int32 arrays follow.
+constexpr size_t kRopeBytes = static_cast<size_t>(kMaxRopesPerStep) * kHalfRot * sizeof(double);
 
 size_t align8(size_t v) { return (v + 7) / 8 * 8; }
 
@@ -47,14 +55,15 @@ const float* cuda_vector(const DeviceVector* v) {
   return cv->mem.as<float>();
 }
 
-// Where the step's arrays lie in the index buffer (int32 offsets; ropes in bytes).
+// Where the step's arrays lie in the index buffer: int32 offsets from kRopeBytes, each a
+// function of the token, logits-row and run counts only (the tables' end varies).
 struct StepIndex {
   size_t token = 0, pos = 0, tok_run = 0, kv_block = 0, logit_rows = 0, runs = 0, tables = 0, end = 0;
-  size_t rope_bytes = 0;  // byte offset of the first rope's frequencies
   int n_ropes = 0;
 };
 
-StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateSpec& spec, int32_t* h) {
+StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateSpec& spec, uint8_t* index) {
+  int32_t* h = reinterpret_cast<int32_t*>(index + kRopeBytes);
   const size_t n = step.token.size(), n_logits = step.logit_rows.size(), n_runs = step.runs.size();
   StepIndex x;
   x.token = 0;
@@ -102,6 +111,7 @@ StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateS
     }
   }
   x.end = next;
+  METRO_CHECK(x.end <= max_index_ints(spec));
   bool all_in_runs = true;
   for (size_t t = 0; t < n; ++t) all_in_runs = all_in_runs && h[x.tok_run + t] >= 0;
   if (kv != nullptr) {
@@ -115,8 +125,7 @@ StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateS
       h[x.kv_block + t] = table[j];
     }
   }
-  x.rope_bytes = align8(x.end * sizeof(int32_t));
-  auto* rope = reinterpret_cast<double*>(reinterpret_cast<uint8_t*>(h) + x.rope_bytes);
+  auto* rope = reinterpret_cast<double*>(index);
   for (const Op& op : ops) {
     if (const auto* e = std::get_if<EmbedOp>(&op)) {
       for (size_t t = 0; t < n; ++t) {
@@ -124,7 +133,6 @@ StepIndex fill_index(std::span<const Op> ops, const StepDesc& step, const StateS
       }
     } else if (const auto* a = std::get_if<RopeAnglesOp>(&op)) {
       METRO_CHECK_MSG(x.n_ropes < kMaxRopesPerStep, "more RoPE angle ops in one step than the CUDA state holds");
-      METRO_CHECK(x.rope_bytes + static_cast<size_t>(x.n_ropes + 1) * kHalfRot * sizeof(double) <= index_bytes(spec));
       const auto& f = a->rope->inv_freq();
       METRO_CHECK(f.size() <= static_cast<size_t>(kHalfRot));
       std::copy(f.begin(), f.end(), rope + static_cast<size_t>(x.n_ropes) * kHalfRot);
@@ -162,7 +170,7 @@ class Launcher {
   Launcher(CudaState& st, const StepDesc& step, const StepIndex& x, cudaStream_t s)
       : st_(st), s_(s), n_(static_cast<int>(step.token.size())),
         n_logits_(static_cast<int>(step.logit_rows.size())) {
-    const auto* base = st.index_dev.as<int32_t>();
+    const auto* base = reinterpret_cast<const int32_t*>(st.index_dev.as<uint8_t>() + kRopeBytes);
     token_ = base + x.token;
     pos_ = base + x.pos;
     kv_block_ = base + x.kv_block;
@@ -170,7 +178,7 @@ class Launcher {
     runs_.runs = base + x.runs;
     runs_.tables = base + x.tables;
     runs_.tok_run = base + x.tok_run;
-    rope_ = reinterpret_cast<const double*>(st.index_dev.as<uint8_t>() + x.rope_bytes);
+    rope_ = st.index_dev.as<double>();
     if (step.kv != nullptr) kv_ = kv_dev(*step.kv);
   }
 
@@ -265,12 +273,220 @@ class Launcher {
   int ropes_ = 0;
 };
 
+// Writes what launching a step bakes into its kernels' launches (besides the state's own
+// buffers, fixed per state): each op's kind and operands, with weights and vectors by their
+// device address and geometry, and the step's token, logits-row and run counts and KV
+// arena. Two steps with equal keys enqueue the same launches (cuda_graphs.cuh).
+class KeyWriter {
+ public:
+  explicit KeyWriter(std::vector<uint64_t>& k) : k_(k) {}
+
+  void step(const StepDesc& step) {
+    put(step.token.size());
+    put(step.logit_rows.size());
+    put(step.runs.size());
+    put(step.kv != nullptr);
+    if (step.kv == nullptr) return;
+    const KvDev d = kv_dev(*step.kv);
+    put(reinterpret_cast<uintptr_t>(d.arena));
+    put(d.block_bytes);
+    put(d.page_bytes);
+    put(d.head_bytes);
+    put(d.row_bytes);
+    put(d.block_size);
+    put(d.n_head_kv);
+    put(d.head_dim);
+    put(d.q8);
+    put(d.n_blocks);
+  }
+  void op(const Op& op) {
+    put(op.index());
+    std::visit(*this, op);
+  }
+
+  void operator()(const EmbedOp& o) {
+    matrix(o.table);
+    act(o.dst);
+  }
+  void operator()(const RopeAnglesOp& o) {
+    rope(o.rope);
+    act(o.dst);
+  }
+  void operator()(const RmsNormOp& o) {
+    act(o.src);
+    act(o.dst);
+    vec(o.weight);
+    real(o.eps);
+    put(static_cast<uint64_t>(o.rows));
+  }
+  void operator()(const ProjectOp& o) {
+    act(o.src);
+    put(static_cast<uint64_t>(o.rows));
+    put(static_cast<uint64_t>(o.n_out));
+    for (size_t i = 0; i < static_cast<size_t>(o.n_out); ++i) {
+      matrix(o.w[i]);
+      act(o.dst[i]);
+    }
+  }
+  void operator()(const AddBiasOp& o) {
+    act(o.x);
+    vec(o.bias);
+  }
+  void operator()(const RopeOp& o) {
+    rope(o.rope);
+    act(o.x);
+    act(o.angles);
+    put(static_cast<uint64_t>(o.n_head));
+  }
+  void operator()(const KvStoreOp& o) {
+    act(o.k);
+    act(o.v);
+    put(static_cast<uint64_t>(o.layer));
+  }
+  void operator()(const AttentionOp& o) {
+    act(o.q);
+    act(o.out);
+    real(o.scale);
+    put(static_cast<uint64_t>(o.layer));
+    put(static_cast<uint64_t>(o.n_head));
+  }
+  void operator()(const AddOp& o) {
+    act(o.a);
+    act(o.b);
+    act(o.dst);
+  }
+  void operator()(const SwigluOp& o) {
+    act(o.gate);
+    act(o.up);
+    act(o.dst);
+  }
+  void operator()(const AllReduceOp& o) {
+    act(o.x);
+    put(static_cast<uint64_t>(o.comm->size()));
+  }
+
+ private:
+  template <class T>
+  void put(T v) {
+    k_.push_back(static_cast<uint64_t>(v));
+  }
+  void act(ActId a) { put(static_cast<uint8_t>(a)); }
+  void real(float f) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, sizeof(u));
+    put(u);
+  }
+  void matrix(const DeviceMatrix* m) {
+    const CudaMatrix& c = cuda_matrix(m);
+    put(reinterpret_cast<uintptr_t>(c.mem.get()));
+    put(static_cast<uint64_t>(c.type()));
+    put(c.row_bytes);
+    put(c.n_rows());
+    put(c.n_cols());
+  }
+  void vec(const DeviceVector* v) {
+    put(reinterpret_cast<uintptr_t>(cuda_vector(v)));
+    put(v->size());
+  }
+  void rope(const kernels::Rope* r) {
+    const kernels::RopeConfig& c = r->config();
+    put(c.n_rot);
+    put(c.head_dim);
+    put(c.mode == kernels::RopeMode::kNeox);
+  }
+
+  std::vector<uint64_t>& k_;
+};
+
+// Whether a step may run as a graph: nothing in it waits for the host.
+bool capturable(std::span<const Op> ops) {
+  for (const Op& op : ops) {
+    if (const auto* a = std::get_if<AllReduceOp>(&op); a != nullptr && a->comm->size() > 1) return false;
+  }
+  return true;
+}
+
+// Enqueues the step as a graph when its key has recurred (capturing it the second time it
+// is seen); false when the caller must launch it plainly (a new key, a failed capture).
+// The step's index copy is enqueued before, outside the graph.
+bool launch_as_graph(std::span<const Op> ops, const StepDesc& step, const StepIndex& x, CudaState& st,
+                     cudaStream_t s) {
+  GraphCache& cache = st.graphs;
+  KeyWriter key(cache.start_key());
+  key.step(step);
+  for (const Op& op : ops) key.op(op);
+  GraphCache::Entry& e = cache.lookup();
+  if (e.exec == nullptr) {
+    if (e.failed || e.seen < GraphCache::kCaptureAfter) return false;
+    // Capture mode ThreadLocal: only this thread's calls are restricted while it captures,
+    // so other threads (other devices, tensor-parallel ranks) are not disturbed. The
+    // launches below only enqueue kernels: no synchronisation, allocation or host copy.
+    cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (err == cudaSuccess) {
+      Launcher launch(st, step, x, s);
+      for (const Op& op : ops) std::visit(launch, op);
+      err = cudaStreamEndCapture(s, &graph);
+    }
+    if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the error so the plain launches' checks pass
+      e.failed = true;
+      if (!cache.reported_failure) {
+        std::fprintf(stderr, "metro: CUDA graph capture failed (%s); launching such steps op by op\n",
+                     cudaGetErrorName(err));
+        cache.reported_failure = true;
+      }
+      return false;
+    }
+    e.exec = exec;
+    cache.count_capture();
+  }
+  METRO_CUDA_OK(cudaGraphLaunch(e.exec, s));
+  cache.count_launch();
+  return true;
+}
+
 }  // namespace
 
-size_t index_bytes(const StateSpec& spec) {
-  return align8(max_index_ints(spec) * sizeof(int32_t)) +
-         static_cast<size_t>(kMaxRopesPerStep) * kHalfRot * sizeof(double);
+GraphCache::~GraphCache() {
+  for (Entry& e : entries_) {
+    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  }
 }
+
+GraphCache::Entry& GraphCache::lookup() {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the key's words
+  for (uint64_t w : key_) h = (h ^ w) * 1099511628211ull;
+  ++clock_;
+  for (Entry& e : entries_) {
+    if (e.hash == h && e.key == key_) {
+      ++e.seen;
+      e.last_use = clock_;
+      return e;
+    }
+  }
+  Entry* slot = nullptr;
+  if (entries_.size() < kMaxEntries) {
+    slot = &entries_.emplace_back();
+  } else {
+    slot = &*std::min_element(entries_.begin(), entries_.end(),
+                              [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    // The stream may still run a launch of the dropped graph: destroying an executable
+    // graph while it runs is allowed (its resources are released when the launch ends).
+    if (slot->exec != nullptr) METRO_CUDA_OK(cudaGraphExecDestroy(slot->exec));
+    *slot = Entry();
+  }
+  slot->key = key_;
+  slot->hash = h;
+  slot->seen = 1;
+  slot->last_use = clock_;
+  return *slot;
+}
+
+size_t index_bytes(const StateSpec& spec) { return kRopeBytes + align8(max_index_ints(spec) * sizeof(int32_t)); }
 
 void CudaBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecState& state, ThreadPool& pool,
                           StepObserver* observer) {
@@ -284,13 +500,20 @@ void CudaBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecSta
 
   // The previous step's index copy must have left the pinned buffer before it is refilled.
   METRO_CUDA_OK(cudaEventSynchronize(st->index_sent));
-  const StepIndex x = fill_index(ops, step, st->spec(), st->index_host.as<int32_t>());
-  const size_t bytes = x.n_ropes > 0 ? x.rope_bytes + static_cast<size_t>(x.n_ropes) * kHalfRot * sizeof(double)
-                                     : x.end * sizeof(int32_t);
-  if (bytes > 0) {
-    METRO_CUDA_OK(cudaMemcpyAsync(st->index_dev.get(), st->index_host.get(), bytes, cudaMemcpyHostToDevice, s));
+  const StepIndex x = fill_index(ops, step, st->spec(), st->index_host.as<uint8_t>());
+  // One contiguous copy: the rope slots (when the step has RoPE) and the int32 arrays.
+  const size_t from = x.n_ropes > 0 ? 0 : kRopeBytes;
+  const size_t to = kRopeBytes + x.end * sizeof(int32_t);
+  if (to > from) {
+    METRO_CUDA_OK(cudaMemcpyAsync(st->index_dev.as<uint8_t>() + from, st->index_host.as<uint8_t>() + from, to - from,
+                                  cudaMemcpyHostToDevice, s));
   }
   METRO_CUDA_OK(cudaEventRecord(st->index_sent, s));
+
+  if (ctx_->graphs && observer == nullptr && !ctx_->sync_each_op && capturable(ops) &&
+      launch_as_graph(ops, step, x, *st, s)) {
+    return;
+  }
 
   // An observed step is timed on the device: an event before the first op and after each,
   // read once the step is done (so an observed execute returns when the device has run it).
