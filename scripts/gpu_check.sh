@@ -12,8 +12,10 @@
 # find the source tree, binaries and model through METRO_SOURCE_DIR, METRO_BIN_DIR and
 # METRO_MODEL, which this script sets. Writes at most 8 files to OUT_DIR:
 # env.log, tests.log, tests.xml, bench.log, bench_cuda.json, bench_batch.json, bench_cpu.json,
-# summary.txt. Every step has a time limit; steps still to come are skipped once the whole
-# run nears BUDGET_S seconds (default 420), so it ends well within 8 minutes.
+# summary.txt. The A/B benchmarks without CUDA graphs (METRO_CUDA_GRAPHS=0) and a --profile
+# run (decode time per op kind) go to bench.log and the summary only. Every step has a time
+# limit; steps still to come are skipped once the whole run nears BUDGET_S seconds
+# (default 420), so it ends well within 8 minutes.
 set -u
 
 OUT=${1:?usage: scripts/gpu_check.sh OUT_DIR [BUILD_DIR]}
@@ -127,45 +129,63 @@ elif [[ -z $CUDA_NAME ]]; then
   row bench SKIP "no cuda backend"
 else
   : >"$OUT/bench.log"
-  bench() {  # NAME LIMIT JSON_FILE ARGS...
+  # The A/B runs' JSON lies outside OUT (OUT keeps at most 8 files); bench.log has it too.
+  AB=$(mktemp -d)
+  bench() {  # NAME LIMIT JSON_PATH ARGS...
     local name=$1 limit=$2 json=$3
     shift 3
     local lim
     lim=$(time_left "$limit")
     if (( lim == 0 )); then row "$name" SKIP "out of time"; return; fi
-    echo "==== metro bench $*" >>"$OUT/bench.log"
-    timeout "$lim" "$METRO" bench -m "$MODEL" "$@" --json >"$OUT/$json" 2>>"$OUT/bench.log"
+    echo "==== ${METRO_CUDA_GRAPHS:+METRO_CUDA_GRAPHS=$METRO_CUDA_GRAPHS }metro bench $*" >>"$OUT/bench.log"
+    timeout "$lim" "$METRO" bench -m "$MODEL" "$@" --json >"$json" 2>>"$OUT/bench.log"
     local rc=$?
-    cat "$OUT/$json" >>"$OUT/bench.log"
-    if [[ $rc == 0 ]]; then row "$name" ok "$json"; else row "$name" "rc=$rc" "see bench.log"; fi
+    cat "$json" >>"$OUT/bench.log"
+    if [[ $rc == 0 ]]; then row "$name" ok "${json##*/}"; else row "$name" "rc=$rc" "see bench.log"; fi
   }
-  bench "bench cuda pp512 tg128" 120 bench_cuda.json --device cuda -p 512 -n 128 -r 3
-  bench "bench cuda batch 16,64,256" 150 bench_batch.json --device cuda --batch 16,64,256 -p 128 -n 128 -r 1
-  bench "bench cpu pp512 tg128 (reference)" 60 bench_cpu.json -p 512 -n 128 -r 1
-  python3 - "$OUT" "$HBM_GBPS" >>"$OUT/summary.txt" 2>&1 <<'EOF'
+  bench "bench cuda pp512 tg128" 120 "$OUT/bench_cuda.json" --device cuda -p 512 -n 128 -r 3
+  bench "bench cuda batch 16,64,256" 150 "$OUT/bench_batch.json" --device cuda --batch 16,64,256 -p 128 -n 128 -r 1
+  export METRO_CUDA_GRAPHS=0
+  bench "bench cuda tg128, no graphs" 60 "$AB/cuda.json" --device cuda -p 512 -n 128 -r 1
+  bench "bench cuda batch, no graphs" 90 "$AB/batch.json" --device cuda --batch 16,64,256 -p 128 -n 128 -r 1
+  unset METRO_CUDA_GRAPHS
+  # Where a decode step's time goes, per op kind (events around every op: slower steps).
+  bench "bench cuda decode profile" 60 "$AB/profile.json" --device cuda --batch 1,16,256 -p 128 -n 32 -r 1 --profile
+  bench "bench cpu pp512 tg128 (reference)" 60 "$OUT/bench_cpu.json" -p 512 -n 128 -r 1
+  python3 - "$OUT" "$HBM_GBPS" "$AB" >>"$OUT/summary.txt" 2>&1 <<'EOF'
 import json, os, sys
-out, hbm = sys.argv[1], float(sys.argv[2])
-def load(name):
+out, hbm, ab = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+def load(path):
     try:
-        with open(os.path.join(out, name)) as f:
+        with open(path) as f:
             return json.load(f)
     except Exception as e:  # a run that failed or was skipped
-        print(f"  {name}: not readable ({e})")
+        print(f"  {os.path.basename(path)}: not readable ({e})")
         return None
-c, b, cpu = load("bench_cuda.json"), load("bench_batch.json"), load("bench_cpu.json")
-if c:
-    print(f"  cuda ({c.get('backend')}): pp512 {c['pp']:.1f} tok/s, tg128 {c['tg']:.1f} tok/s, "
-          f"weights {c['weight_bytes_per_token'] / 2**20:.1f} MiB per step")
+c, b, cpu = (load(os.path.join(out, n)) for n in ("bench_cuda.json", "bench_batch.json", "bench_cpu.json"))
+c0, b0, prof = (load(os.path.join(ab, n)) for n in ("cuda.json", "batch.json", "profile.json"))
+for label, r in (("graphs", c), ("no graphs", c0)):
+    if r:
+        print(f"  cuda ({r.get('backend')}, {label}): pp512 {r['pp']:.1f} tok/s, tg128 {r['tg']:.1f} tok/s "
+              f"({1e3 / r['tg']:.3f} ms/token), weights {r['weight_bytes_per_token'] / 2**20:.1f} MiB per step")
 if cpu:
     print(f"  cpu  ({cpu.get('backend')}): pp512 {cpu['pp']:.1f} tok/s, tg128 {cpu['tg']:.1f} tok/s")
-if b:
-    bpt = b["weight_bytes_per_token"]
-    for r in b["batch"]:
+for label, bb in (("graphs", b), ("no graphs", b0)):
+    if not bb:
+        continue
+    bpt = bb["weight_bytes_per_token"]
+    for r in bb["batch"]:
         gbps = bpt * r["decode_tps"] / r["n_seq"] / 1e9
-        print(f"  cuda batch {r['n_seq']:4d}: prefill {r['prefill_tps']:10.1f} tok/s, decode {r['decode_tps']:10.1f} tok/s, "
-              f"step {1e3 * r['n_seq'] / r['decode_tps']:.2f} ms, weights {gbps:.1f} GB/s = "
-              f"{100 * gbps / hbm:.2f}% of {hbm:.0f} GB/s HBM")
+        print(f"  cuda batch {r['n_seq']:4d} ({label}): prefill {r['prefill_tps']:10.1f} tok/s, "
+              f"decode {r['decode_tps']:10.1f} tok/s, step {1e3 * r['n_seq'] / r['decode_tps']:.2f} ms, "
+              f"weights {gbps:.1f} GB/s = {100 * gbps / hbm:.2f}% of {hbm:.0f} GB/s HBM")
+if prof:
+    for r in prof["batch"]:
+        ms = r.get("decode_profile_ms", {})
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in sorted(ms.items(), key=lambda kv: -kv[1]))
+        print(f"  cuda profile {r['n_seq']:4d} seqs, ms per decode step: {parts}")
 EOF
+  rm -rf "$AB"
 fi
 
 # ---- summary ----------------------------------------------------------------------------
