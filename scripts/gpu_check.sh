@@ -115,7 +115,7 @@ if (( lim > 0 )); then
   skipped=$(grep -c '^\[  SKIPPED \]' "$OUT/tests.log" || true)
   row "gtest (all backends + cuda)" "$([[ $rc == 0 ]] && echo PASS || echo "rc=$rc")" \
     "ok lines $pass, failed $fails, skipped $skipped"
-  grep -E '^cuda (greedy|batch)' "$OUT/tests.log" | sed 's/^/  /' >>"$OUT/summary.txt"
+  grep -E '^cuda (greedy|batch|graphs)' "$OUT/tests.log" | sed 's/^/  /' >>"$OUT/summary.txt"
 else
   row "gtest (all backends + cuda)" SKIP "out of time"
 fi
