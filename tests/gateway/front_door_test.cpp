@@ -55,6 +55,7 @@ CallRequest req(const std::shared_ptr<const ServedModel>& m, const std::string& 
   r.sla_class = c;
   r.requests.push_back(greedy_request(tokens(prompt, start), max_tokens));
   r.requests.back().sla_class = c;
+  r.requests.back().tenant = tenant;  // as the server sets it: the prefix cache is per tenant
   r.prompt_tokens = prompt;
   r.max_tokens = max_tokens;
   return r;
@@ -131,11 +132,15 @@ TEST(FrontDoor, AdmissionRefusalRefundsTheQuotaChargeAndTheCallEndsOnce) {
   FrontDoor door(cfg);
   ASSERT_TRUE(door.add_model(served("m")).ok());
   auto m = door.resolve("m");
-  // Realtime objective 0.5 s at 1000 tok/s: a 900-token prompt is predicted at ~0.9 s.
-  Decision d = door.admit(req(m, "t", SlaClass::kRealtime, 900, 10));
+  // Realtime objective 0.5 s at 1000 tok/s: a 300-token prompt alone is predicted at
+  // ~0.31 s, behind another one at ~0.61 s: refused for the load (503), not for itself.
+  Decision first = door.admit(req(m, "t", SlaClass::kRealtime, 300, 10));
+  ASSERT_TRUE(first.admit) << first.reason;
+  Decision d = door.admit(req(m, "t", SlaClass::kRealtime, 300, 10, /*start=*/900));
   EXPECT_FALSE(d.admit);
   EXPECT_EQ(d.http_status, 503);
   EXPECT_EQ(d.reason, kReasonTtft);
+  first.call->finish({});
   // Neither its tokens nor its concurrency slot stay charged: two requests of 450 fit.
   Decision a = door.admit(req(m, "t", SlaClass::kBatch, 440, 10));
   Decision b = door.admit(req(m, "t", SlaClass::kBatch, 440, 10));
@@ -195,9 +200,12 @@ TEST(FrontDoor, PrefixCacheHitsAreNotQueuedWorkButAreCharged) {
   FrontDoor door(cfg);
   ASSERT_TRUE(door.add_model(served("m")).ok());
   auto m = door.resolve("m");
-  // 100 prompt tokens at 1000 tok/s: 0.11 s predicted, over a 0.05 s objective.
+  // 100 prompt tokens at 1000 tok/s: 0.11 s predicted even on this idle engine, over a
+  // 0.05 s objective: no wait would help (400).
   const CallRequest r = req(m, "t", SlaClass::kRealtime, 100, 4);
-  EXPECT_EQ(door.admit(r).reason, kReasonTtft);
+  Decision cold = door.admit(r);
+  EXPECT_EQ(cold.http_status, 400);
+  EXPECT_EQ(cold.reason, kReasonTooLongForClass);
   // The engine computes the same prompt once; its 96 leading tokens (6 blocks) are cached.
   // The steps just run teach admission this machine's rates (slow under sanitizers). Once
   // the report of the step that ended the request has reached every observer (the one

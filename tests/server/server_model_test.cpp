@@ -114,8 +114,8 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   ServerConfig cfg = test_config(1);
   gateway::FrontDoorConfig door_cfg;
   door_cfg.max_inflight_choices = 1;  // so that one n=2 request is over the server-wide bound
-  // 60 tokens of burst: the first two requests (5 and 6 tokens used) fit, one asking for
-  // 7 + 100 (charged a whole bucket) does not.
+  // 60 tokens of burst: the first two requests (5 and 6 tokens used) fit; then one asking
+  // for 7 + 45 is over what is left (429), and one asking for 7 + 100 could never fit (400).
   door_cfg.default_quota = {.tokens_per_minute = 6, .burst_tokens = 60};
   auto door = door_of(door_cfg);
   cfg.front_door = door;
@@ -139,7 +139,11 @@ TEST(ServerModelTest, CompletionStreamAndAdmission) {
   EXPECT_NE(stream.find("\"finish_reason\":\"length\""), std::string::npos);
   EXPECT_NE(stream.find("\r\n0\r\n\r\n"), std::string::npos);  // the last chunk
 
-  const std::string refused = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3,4,5,6,7],"max_tokens":100})"));
+  const std::string never = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3,4,5,6,7],"max_tokens":100})"));
+  ASSERT_EQ(never.rfind("HTTP/1.1 400", 0), 0u) << never;
+  EXPECT_NE(never.find("\"code\":\"request_exceeds_quota\""), std::string::npos) << never;
+  EXPECT_EQ(never.find("Retry-After: "), std::string::npos) << never;
+  const std::string refused = exchange(server.port(), post("/v1/completions", R"({"prompt":[1,2,3,4,5,6,7],"max_tokens":45})"));
   ASSERT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
   EXPECT_NE(refused.find("Retry-After: "), std::string::npos);
   EXPECT_NE(refused.find("\"code\":\"tenant_tokens_per_minute\""), std::string::npos);
