@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "base/aligned.h"
 #include "kernels/dtype.h"
@@ -27,7 +28,8 @@ struct Weight {
   const uint8_t* data = nullptr;
   size_t row_stride = 0;  // bytes per row in the original layout
   int layout = 0;         // 0: GGUF row-major; other values are private to the kernels
-  std::shared_ptr<const void> owned;  // keeps a repacked copy's storage alive
+  // Keeps a repacked copy's storage alive: the arena it was carved from, or its own buffer.
+  std::variant<std::monostate, std::shared_ptr<BumpArena>, std::shared_ptr<AlignedBuffer<uint8_t>>> owned;
   // The GGUF row-major bytes, kept beside a repacked copy when the kernels use both: F16's
   // x8 layout serves GEMV (a few act rows, bandwidth-bound), the row-major bytes serve GEMM
   // (many act rows, FMA-bound). Both give the same bits. Null otherwise.
