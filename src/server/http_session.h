@@ -68,7 +68,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_read(boost::system::error_code ec, size_t n);
   void parse_buffered();
   void on_parse_error(boost::system::error_code ec);
-  static std::optional<ApiError> check_framing(const boost::beast::http::request_header<>& h);
   void on_request();
   void arm_read_timer();
   void on_read_timer();
