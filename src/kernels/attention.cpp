@@ -85,16 +85,7 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
       for (int j = 0; j < valid; ++j) {
         float dot = 0.0f;
         if (q8) {  // int8 query row against the key's int8 blocks, in the AVX2 kernel's order
-          const uint8_t* k = keys.row(kb + j);
-          for (int b = 0; b < nb; ++b) {
-            int32_t isum = 0;
-            for (int i = 0; i < 32; ++i) {
-              isum += int32_t{qi[r * hd + b * 32 + i]} * int32_t{static_cast<int8_t>(k[b * 34 + 2 + i])};
-            }
-            uint16_t kd;
-            std::memcpy(&kd, k + b * 34, 2);
-            dot = std::fma(static_cast<float>(isum), qd[r * nb + b] * fp16_to_fp32(kd), dot);
-          }
+          dot = score_q8_ref(qi + r * hd, qd + r * nb, keys.row(kb + j), hd);
         } else {
           for (int d = 0; d < hd; ++d) dot += q[r * hd + d] * kf[j * hd + d];
         }

@@ -15,8 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <cstring>
 #include <string_view>
 
+#include "base/fp16.h"
 #include "kernels/attention.h"
 
 namespace metro::kernels::detail {
@@ -71,6 +73,24 @@ inline void quantize_query_q8(const float* x, int hd, int8_t* q, float* d) {
       q[b * 32 + i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
   }
+}
+
+// A Q8_0 key row's score against a query row quantized by quantize_query_q8: over the
+// blocks in order, acc = fma(S_b, dq_b x dk_b, acc) from 0, S_b the block's exact int8 dot
+// product. Every table computes these bits (the AVX2 kernel by its own lanes); the CUDA
+// backend's score_q8_row (backends/cuda/formats.h) is tested against this function.
+inline float score_q8_ref(const int8_t* qi, const float* qd, const uint8_t* k, int hd) {
+  float dot = 0.0f;
+  for (int b = 0; b < hd / 32; ++b) {
+    int32_t isum = 0;
+    for (int i = 0; i < 32; ++i) {
+      isum += int32_t{qi[b * 32 + i]} * int32_t{static_cast<int8_t>(k[b * 34 + 2 + i])};
+    }
+    uint16_t kd;
+    std::memcpy(&kd, k + b * 34, 2);
+    dot = std::fma(static_cast<float>(isum), qd[b] * fp16_to_fp32(kd), dot);
+  }
+  return dot;
 }
 
 // The kernels chosen for this CPU.

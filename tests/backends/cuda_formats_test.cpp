@@ -181,5 +181,29 @@ TEST(CudaFormats, QueryBlocksQuantizeAsTheCpuAttention) {
   }
 }
 
+// The CUDA attention's Q8_0 scores: the query rounded by quantize_query_block and scored
+// by score_q8_row against stored keys give the CPU kernels' score bits.
+TEST(CudaFormats, Q8KeyScoresAreTheCpuAttentionBits) {
+  uint32_t seed = 160;
+  for (kt::Dist dist : kt::kAllDists) {
+    for (int hd : {32, 64, 128, 256}) {
+      const auto q = kt::make_data(dist, static_cast<size_t>(hd), seed++);
+      alignas(16) int8_t qw[256], qg[256];
+      float dw[8], dg[8];
+      kernels::detail::quantize_query_q8(q.data(), hd, qw, dw);
+      for (int b = 0; b < hd / 32; ++b) dg[b] = quantize_query_block(q.data() + 32 * b, qg + 32 * b);
+      for (int key = 0; key < 8; ++key) {
+        const auto k = kt::make_data(key % 2 ? dist : kt::Dist::kNormal, static_cast<size_t>(hd), seed++);
+        std::vector<uint8_t> row(static_cast<size_t>(hd / 32 * 34) + 2);
+        uint8_t* krow = row.data() + 2 * (key % 2);  // rows sit at any 2-aligned offset in a page
+        for (int b = 0; b < hd / 32; ++b) store_q8_0_block(k.data() + 32 * b, krow + 34 * b);
+        const float want = kernels::detail::score_q8_ref(qw, dw, krow, hd);
+        const float got = score_q8_row(qg, dg, krow, hd);
+        EXPECT_EQ(f32_bits(got), f32_bits(want)) << "hd " << hd << " key " << key;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace metro::backends::cuda

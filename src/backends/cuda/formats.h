@@ -81,6 +81,14 @@ METRO_HD float sub_rn(float a, float b) {
 #endif
 }
 
+METRO_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 // Little-endian loads; p aligned to the load's size.
 METRO_HD uint16_t load_u16(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
@@ -491,6 +499,22 @@ METRO_HD float quantize_query_block(const float* x, int8_t* q) {
     q[i] = static_cast<int8_t>(fminf(fmaxf(r, -127.0f), 127.0f));
   }
   return amax / 127.0f;
+}
+
+// A Q8_0 key row (hd / 32 blocks of 34 bytes, 2-aligned) scored against a query row that
+// quantize_query_block rounded (qi 4-aligned, qd a scale per block): over the blocks in
+// order, acc = fma(S_b, qd_b x kd_b, acc) from 0 with S_b the exact int8 dot product, which
+// are the bits of kernels::detail::score_q8_ref.
+METRO_HD float score_q8_row(const int8_t* qi, const float* qd, const uint8_t* krow, int hd) {
+  const uint8_t* qb = reinterpret_cast<const uint8_t*>(qi);
+  float dot = 0.0f;
+  for (int b = 0; b < hd / 32; ++b) {
+    const uint8_t* blk = krow + 34 * b;
+    int isum = 0;
+    for (int k = 0; k < 8; ++k) isum = dot4(load_u32(qb + 32 * b + 4 * k), load_u32_a2(blk + 2 + 4 * k), isum);
+    dot = fma_rn(static_cast<float>(isum), mul_rn(qd[b], load_fp16(blk)), dot);
+  }
+  return dot;
 }
 
 }  // namespace metro::backends::cuda
