@@ -130,12 +130,13 @@ CudaState::CudaState(std::shared_ptr<Context> context, const StateSpec& spec) : 
     qa_bytes = std::max(qa_bytes, static_cast<size_t>(rows * act_row_bytes(partner, spec.widest_product_k)));
   }
   qa = DeviceMem(ctx, qa_bytes);
+  attn_scratch = DeviceMem(ctx, attention_scratch_bytes());
   const size_t ib = index_bytes(spec);
   index_host = PinnedMem(ib);
   index_dev = DeviceMem(ctx, ib);
   METRO_CUDA_OK(cudaEventCreateWithFlags(&index_sent, cudaEventDisableTiming));
   METRO_CUDA_OK(cudaEventRecord(index_sent, ctx->stream));
-  bytes_ += qa_bytes + ib;
+  bytes_ += qa_bytes + attn_scratch.bytes() + ib;
 }
 
 CudaState::~CudaState() {

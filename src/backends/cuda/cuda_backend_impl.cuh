@@ -121,6 +121,7 @@ class CudaState final : public ExecState {
   // products that read one partner's copy before the next partner's overwrites it).
   DeviceMem qa;
   size_t qa_bytes = 0;
+  DeviceMem attn_scratch;  // attention's partial results (launch_attention)
   // The step's RoPE frequencies (kMaxRopesPerStep slots at the start) and index arrays
   // (token ids, positions, runs, block tables, logits rows, after them): filled on the
   // host, sent in one copy per step. Their offsets depend only on the step's shape, so a

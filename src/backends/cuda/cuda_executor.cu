@@ -237,7 +237,7 @@ class Launcher {
   void operator()(const AttentionOp& o) {
     METRO_CHECK_MSG(o.n_head > 0 && o.n_head % kv_.n_head_kv == 0, "attention: n_head must be a multiple of n_head_kv");
     launch_attention(s_, kv_, o.layer, runs_, st_.act(o.q), st_.cols(o.q), st_.act(o.out), st_.cols(o.out), n_,
-                     o.n_head, o.scale);
+                     o.n_head, o.scale, st_.attn_scratch.as<float>());
   }
   void operator()(const AddOp& o) {
     launch_add(s_, st_.act(o.a), st_.act(o.b), st_.act(o.dst), int64_t{n_} * st_.cols(o.dst));

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/dtype.h"
@@ -82,8 +83,12 @@ void launch_kv_store(cudaStream_t s, const KvDev& kv, int layer, const float* k,
 // ---- attention (cuda_attention.cu) -----------------------------------------------------
 
 // Causal attention of n tokens' n_head query heads over their sequences' keys of `layer`.
+// scratch: attention_scratch_bytes() of device memory for partial results (a step with few
+// query tokens splits each token's keys among warps and combines their partials).
 void launch_attention(cudaStream_t s, const KvDev& kv, int layer, const RunsDev& runs, const float* q,
-                      int64_t ld_q, float* out, int64_t ld_out, int n, int n_head, float scale);
+                      int64_t ld_q, float* out, int64_t ld_out, int n, int n_head, float scale, float* scratch);
+// The partials' scratch launch_attention needs, whatever the step (a few MiB).
+size_t attention_scratch_bytes();
 
 // ---- products (cuda_matmul.cu) -----------------------------------------------------------
 
