@@ -34,7 +34,7 @@ inline uint64_t hash_bytes(const void* data, size_t n, uint64_t seed = 0x6d65747
     n -= 8;
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, p, n);
+  if (n > 0) std::memcpy(&tail, p, n);  // an empty input may come with a null pointer
   return hash_combine(h, tail ^ (static_cast<uint64_t>(n) << 56));
 }
 
