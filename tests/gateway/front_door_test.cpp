@@ -266,7 +266,9 @@ TEST(FrontDoor, StepReportsMoveThePrediction) {
   for (int i = 0; i < 200 && m->admission->state().prefill_tokens_per_s <= 1.0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the engine thread reports
   }
-  EXPECT_GT(m->admission->state().prefill_tokens_per_s, 10.0);
+  // One step moves the estimate a fifth of the way to the measured rate: even a sanitizer
+  // build's tens of tokens per second at least double it.
+  EXPECT_GT(m->admission->state().prefill_tokens_per_s, 2.0);
 }
 
 TEST(FrontDoor, DeadlinesAdmissionModesAndTheChoiceBound) {
