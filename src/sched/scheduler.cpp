@@ -115,7 +115,9 @@ Expected<SlaSchedulerConfig> sla_config_of(const SchedulerOptions& o) {
   c.base = o.base;
   c.sla = o.objectives;
   c.metrics = o.metrics;
-  for (const auto& [key, value] : o.policy) {
+  for (const auto& kv : o.policy) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
     const auto& table = sla_options();
     auto it = std::find_if(table.begin(), table.end(), [&](const auto& e) { return e.first == key; });
     if (it == table.end()) return unknown_option("sla", key);
