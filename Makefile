@@ -7,12 +7,14 @@ MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 BUILD ?= build
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
+SOAK_SECONDS ?= 3600
+SOAK_LOAD ?= 2.0
 PROMPT ?= Write a haiku about trains.
 HOST ?= 127.0.0.1
 PORT ?= 8080
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build model serve run test test-asan fuzz bench clean
+.PHONY: all deps build model serve run test test-asan fuzz soak bench clean
 
 all: build
 
@@ -47,6 +49,10 @@ fuzz: deps model
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 	@scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+# Not part of `test`: an hour at twice capacity by default (docs/reliability.md).
+soak: build model
+	tests/e2e/run_soak.sh $(BUILD) --duration $(SOAK_SECONDS) --load $(SOAK_LOAD) --report $(BUILD)/soak-report.json
 
 bench: build model
 	$(BUILD)/bin/metro bench -m $(MODEL) -p 512 -n 128 -r 3

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <tuple>
 
 #include "backends/registry.h"
 #include "base/clock.h"
@@ -71,7 +73,7 @@ void raise_fd_limit() {
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "metro serve"};
   std::string model_path, model_name, api_key_file, chat_template_file;
-  std::string kv_memory, kv_type = "f16", max_body = "4MiB";
+  std::string kv_memory, kv_type = "f16", max_body = "4MiB", prep_bytes = "256MiB", prep_bytes_tenant = "64MiB";
   server::ServerConfig sc;
   engine::EngineConfig ec;
   int port = 8080, threads = default_threads();
@@ -207,6 +209,11 @@ int cmd_serve(int argc, char** argv) {
                  "of which one tenant's; the threads take tenants in turn (503 beyond)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--prep-queue-bytes", prep_bytes,
+                 "request bodies that may wait to be parsed and tokenized, all tenants together (503 beyond)")
+      ->capture_default_str();
+  app.add_option("--prep-queue-bytes-per-tenant", prep_bytes_tenant, "of which one tenant's (503 beyond)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -218,6 +225,14 @@ int cmd_serve(int argc, char** argv) {
   if (!body_bytes.ok()) return fail("serve", body_bytes.status());
   if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
   sc.limits.max_body_bytes = static_cast<size_t>(*body_bytes);
+  for (auto [flag, text, out] : {std::tuple{"--prep-queue-bytes", &prep_bytes, &sc.prep_queue_bytes},
+                                 std::tuple{"--prep-queue-bytes-per-tenant", &prep_bytes_tenant,
+                                            &sc.prep_queue_bytes_per_tenant}}) {
+    auto b = parse_size(*text);
+    if (!b.ok()) return fail("serve", b.status());
+    if (*b < 1) return fail("serve", invalid_argument(std::string(flag) + " must be positive"));
+    *out = static_cast<size_t>(*b);
+  }
   if (!kv_memory.empty()) {
     auto b = parse_size(kv_memory);
     if (!b.ok()) return fail("serve", b.status());

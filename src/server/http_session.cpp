@@ -274,8 +274,9 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
   core_.metrics().inflight_requests.fetch_add(1);
   const int64_t start = request_start_ns_;
   const std::string tenant = call.tenant;
+  const size_t body_bytes = body.size();
   const PrepQueue::Submit queued = core_.prep_pool().submit(
-      tenant, [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
+      tenant, body_bytes, [self = shared_from_this(), endpoint, body = std::move(body), call = std::move(call),
                slot = std::move(slot), label = endpoint_label, start]() mutable {
         Prepared p = self->prepare_on_worker(endpoint, body, call, std::move(slot));
         asio::post(self->strand_, [self, p = std::move(p), label = std::move(label), start]() mutable {

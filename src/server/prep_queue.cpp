@@ -34,16 +34,27 @@ void PrepQueue::drain_and_join() {
   }
 }
 
-PrepQueue::Submit PrepQueue::submit(const std::string& tenant, std::function<void()> job) {
+PrepQueue::Submit PrepQueue::submit(const std::string& tenant, size_t bytes, std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Submit::kStopped;
     if (queued_ >= static_cast<size_t>(std::max(1, limits_.max_queued))) return Submit::kFull;
-    auto& q = by_tenant_[tenant];
-    if (q.size() >= static_cast<size_t>(std::max(1, limits_.max_queued_per_tenant))) return Submit::kTenantFull;
-    if (q.empty()) turn_.push_back(tenant);
-    q.push_back(std::move(job));
+    if (queued_ > 0 && queued_bytes_ + bytes > limits_.max_queued_bytes) return Submit::kFull;
+    auto it = by_tenant_.find(tenant);
+    if (it != by_tenant_.end()) {
+      const TenantJobs& mine = it->second;
+      if (mine.jobs.size() >= static_cast<size_t>(std::max(1, limits_.max_queued_per_tenant))) {
+        return Submit::kTenantFull;
+      }
+      if (mine.bytes + bytes > limits_.max_queued_bytes_per_tenant) return Submit::kTenantFull;
+    } else {
+      it = by_tenant_.emplace(tenant, TenantJobs{}).first;
+      turn_.push_back(tenant);
+    }
+    it->second.jobs.push_back(Job{bytes, std::move(job)});
+    it->second.bytes += bytes;
     ++queued_;
+    queued_bytes_ += bytes;
   }
   cv_.notify_one();
   return Submit::kQueued;
@@ -52,6 +63,11 @@ PrepQueue::Submit PrepQueue::submit(const std::string& tenant, std::function<voi
 size_t PrepQueue::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queued_;
+}
+
+size_t PrepQueue::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_bytes_;
 }
 
 void PrepQueue::work() {
@@ -65,10 +81,13 @@ void PrepQueue::work() {
       std::string tenant = std::move(turn_.front());
       turn_.pop_front();
       auto it = by_tenant_.find(tenant);
-      job = std::move(it->second.front());
-      it->second.pop_front();
+      Job next = std::move(it->second.jobs.front());
+      it->second.jobs.pop_front();
+      it->second.bytes -= next.bytes;
+      job = std::move(next.run);
       --queued_;
-      if (it->second.empty()) {
+      queued_bytes_ -= next.bytes;
+      if (it->second.jobs.empty()) {
         by_tenant_.erase(it);
       } else {
         turn_.push_back(std::move(tenant));

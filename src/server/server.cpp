@@ -186,7 +186,8 @@ struct Server::Impl {
 };
 
 Server::Server(ServerConfig config, Loader loader, Callbacks callbacks)
-    : impl_(std::make_unique<Impl>(PrepQueueLimits{config.prep_threads, config.prep_queue, config.prep_queue_per_tenant})) {
+    : impl_(std::make_unique<Impl>(PrepQueueLimits{config.prep_threads, config.prep_queue, config.prep_queue_per_tenant,
+                                                     config.prep_queue_bytes, config.prep_queue_bytes_per_tenant})) {
   core_ = std::make_unique<ServerCore>(std::move(config), &impl_->prep);
   impl_->core = core_.get();
   impl_->loader = std::move(loader);

@@ -31,8 +31,10 @@ struct ServerConfig {
   uint16_t port = 8080;                 // 0: any free port (see Server::port())
   int http_threads = 2;                 // Asio I/O threads
   int prep_threads = 2;                 // threads that parse, render templates and tokenize
-  int prep_queue = 512;                 // requests waiting for them, all tenants (503 beyond)
-  int prep_queue_per_tenant = 64;       // of which one tenant's (503 beyond)
+  int prep_queue = 4096;                // requests waiting for them, all tenants (503 beyond)
+  int prep_queue_per_tenant = 1024;     // of which one tenant's (503 beyond)
+  size_t prep_queue_bytes = size_t{256} << 20;            // their bodies' bytes, all tenants
+  size_t prep_queue_bytes_per_tenant = size_t{64} << 20;  // of which one tenant's
   size_t max_header_bytes = 16u << 10;  // 431 above
   int max_connections = 4096;           // 503 to connections beyond
   int idle_timeout_s = 30;              // per read / per write progress

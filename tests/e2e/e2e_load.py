@@ -62,9 +62,9 @@ def t_disconnect_storm(t):
             want -= 1
             return want <= 0
         try:
-            _, events, hung = await asyncio.wait_for(sse_request(t.port, "/v1/completions", body, t.key, on_event),
-                                                     timeout=patience + rng.random() * 5)
-            assert hung, "the stream ended before the client hung up"
+            status, events, hung = await asyncio.wait_for(
+                sse_request(t.port, "/v1/completions", body, t.key, on_event), timeout=patience + rng.random() * 5)
+            assert hung, ("the stream ended before the client hung up", status, events[-2:])
             stats["mid_stream"] += 1
         except asyncio.TimeoutError:
             stats["before_first_token"] += 1
@@ -87,6 +87,7 @@ def t_disconnect_storm(t):
 
 def t_sigterm_drain(t):
     """Runs last: the shared server drains and exits."""
+    t.wait_idle(timeout=300)  # what earlier tests left running is not counted as this test's
     n = env_int("METRO_E2E_DRAIN_REQUESTS", 20)
     # Long enough that every request is still running when all of them are in flight.
     max_tokens = env_int("METRO_E2E_DRAIN_TOKENS", 48)
