@@ -2,6 +2,7 @@
 # End-to-end tests of `metro serve` (tests/e2e/server_e2e.py) in a Python venv under the
 # build dir, with the exact package versions of tests/e2e/requirements.txt from PyPI.
 #   tests/e2e/run_e2e.sh BUILD_DIR [extra args for server_e2e.py]
+# METRO_E2E_SCRIPT names another script of tests/e2e to run the same way (run_soak.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
@@ -18,4 +19,4 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
   echo "$want" > "$STAMP"
 fi
-exec "$VENV/bin/python" "$ROOT/tests/e2e/server_e2e.py" --metro "$BUILD/bin/metro" --model "$MODEL" "$@"
+exec "$VENV/bin/python" "$ROOT/tests/e2e/${METRO_E2E_SCRIPT:-server_e2e.py}" --metro "$BUILD/bin/metro" --model "$MODEL" "$@"
