@@ -1,5 +1,6 @@
 // metro bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--batch 1,4,16,32] [--kv-type f16|q8_0]
 //             [--json] [--profile]
+//       metro bench -m MODEL --spec ngram -f PROMPT_FILE [-f ...] [--chat] [-n 256] [-r 1]
 //
 // Like llama-bench: prompt processing (pp: one batch of p tokens) and generation (tg: n
 // tokens one at a time from an empty context) in tokens/s, median and spread over
@@ -8,6 +9,8 @@
 // each count of sequences, prefill of p tokens each and decode of n tokens each, summed.
 // --profile times every op of the decode steps (on a device backend an event per op and a
 // wait per step, which slows them) and adds the milliseconds per step of each op kind.
+// With --spec, single-sequence decoding through the engine with speculation off and on
+// (bench_spec.cpp).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -18,6 +21,7 @@
 #include "base/aligned.h"
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kernels/matmul.h"
@@ -176,10 +180,23 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--profile", profile, "time each op of the decode steps (slower) and report ms per step by op kind");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
+  SpecBenchOptions sb;
+  add_spec_flags(app, sb.spec, "");
+  app.add_option("-f,--file", sb.files, "with --spec: prompt files (FILE.prediction beside one is its prediction)");
+  app.add_flag("--chat", sb.chat, "with --spec: each file is a user message of the model's chat template");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (!sb.spec.mode.empty()) {
+    auto lm = load_model(model_path, !no_repack, device);
+    if (!lm.ok()) return fail("bench", lm.status());
+    sb.threads = threads;
+    sb.json = as_json;
+    sb.reps = app.count("-r") ? reps : 1;
+    sb.n_gen = app.count("-n") ? n : 256;
+    return bench_speculation(*lm, sb);
   }
   auto kv_dtype = parse_kv_type(kv_type);
   if (!kv_dtype.ok()) return fail("bench", kv_dtype.status());

@@ -1,5 +1,5 @@
 // metro run -m MODEL -p PROMPT [-n 128] [--temp 0.8] [--top-p P] [--top-k K] [--seed S]
-//           [--chat] [-t N]
+//           [--chat] [-t N] [--spec off|ngram] [--spec-max-k K] [--prediction FILE]
 // Streams the generated text (only the text) to stdout, statistics to stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -40,6 +40,10 @@ int cmd_run(int argc, char** argv) {
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
+  SpecFlags spec;
+  add_spec_flags(app, spec, "off");
+  std::string prediction_file;
+  app.add_option("--prediction", prediction_file, "file with the expected output (a source of drafts)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -86,11 +90,18 @@ int cmd_run(int argc, char** argv) {
   ec.max_seqs = 1;
   ec.max_batch_tokens = 512;
   ec.ctx_total = static_cast<int>(ids.size()) + n_predict + 64;
+  if (Status st = apply_spec_flags(spec, ec); !st.ok()) return fail("run", st);
   auto eng = engine::Engine::create(lm->model, tok, ec);
   if (!eng.ok()) return fail("run", eng.status());
 
   engine::Request req;
   req.prompt = ids;
+  if (!prediction_file.empty()) {
+    std::ifstream pin(prediction_file, std::ios::binary);
+    if (!pin) return fail("run", io_error("cannot read the prediction file"));
+    const std::string text((std::istreambuf_iterator<char>(pin)), std::istreambuf_iterator<char>());
+    req.prediction = tok.encode(text, /*add_special=*/false, /*parse_special=*/false);
+  }
   req.stop.max_tokens = n_predict;
   req.stop.ignore_eos = ignore_eos;
   req.sampling.temperature = temp;
@@ -137,6 +148,21 @@ int cmd_run(int argc, char** argv) {
                lm->load_seconds, usage.prompt_tokens, prompt_s * 1e3,
                prompt_s > 0 ? usage.prompt_tokens / prompt_s : 0.0, n_tokens,
                gen_s > 0 && n_tokens > 1 ? (n_tokens - 1) / gen_s : 0.0, finish.c_str(), threads);
+  if (ec.proposer) {
+    const engine::EngineStats st = (*eng)->stats();
+    uint64_t verify_steps = 0;
+    for (size_t k = 1; k < st.spec_steps_by_k.size(); ++k) verify_steps += st.spec_steps_by_k[k];
+    std::fprintf(stderr,
+                 "metro run: speculation %s | %llu drafts, %llu accepted (%.1f%%) | %.2f accepted per drafting step "
+                 "| %llu of %llu decode steps drafted\n",
+                 spec.mode.c_str(), static_cast<unsigned long long>(st.draft_tokens),
+                 static_cast<unsigned long long>(st.accepted_tokens),
+                 st.draft_tokens ? 100.0 * static_cast<double>(st.accepted_tokens) / static_cast<double>(st.draft_tokens)
+                                 : 0.0,
+                 verify_steps ? static_cast<double>(st.accepted_tokens) / static_cast<double>(verify_steps) : 0.0,
+                 static_cast<unsigned long long>(verify_steps),
+                 static_cast<unsigned long long>(st.steps));
+  }
   return 0;
 }
 

@@ -156,6 +156,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-batch-tokens", ec.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  SpecFlags spec;
+  add_spec_flags(app, spec, "off");
   app.add_option("--max-seqs", ec.max_seqs, "sequences per engine step")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -247,6 +249,10 @@ int cmd_serve(int argc, char** argv) {
     ec.sla = *sla;
   }
   ec.n_threads = threads;
+  {
+    engine::EngineConfig check = ec;
+    if (Status s = apply_spec_flags(spec, check); !s.ok()) return fail("serve", s);
+  }
   ec.prefix_cache = !no_prefix_cache;
   ec.prefix_cache_scope =
       prefix_cache_scope == "global" ? engine::PrefixCacheScope::kGlobal : engine::PrefixCacheScope::kTenant;
@@ -325,7 +331,9 @@ int cmd_serve(int argc, char** argv) {
                      t.status().message().c_str());
       }
     }
-    METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, ec));
+    engine::EngineConfig cfg = ec;  // a proposer of its own: it keeps per-sequence state
+    METRO_RETURN_IF_ERROR(apply_spec_flags(spec, cfg));
+    METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, cfg));
     if (trace) eng->add_observer(trace);
     auto served = std::make_shared<gateway::ServedModel>();
     served->name = name;
@@ -345,7 +353,7 @@ int cmd_serve(int argc, char** argv) {
       std::printf(
           "metro serve: model '%s' ready in %.2f s | context %d tokens | KV capacity %lld tokens "
           "(%.1f MiB, %s, block %d) | %d threads | prefix cache %s%s | scheduler %s, admission %s "
-          "(measured prefill %.0f tokens/s)%s\n",
+          "(measured prefill %.0f tokens/s) | speculation %s%s\n",
           m->id().c_str(), m->load_seconds, e.n_ctx(), static_cast<long long>(e.kv_capacity_tokens()),
           static_cast<double>(e.kv_bytes()) / (1 << 20), e.config().kv_type == kernels::DType::kQ8_0 ? "q8_0" : "f16",
           e.config().kv_block, threads, e.config().prefix_cache ? "on" : "off",
@@ -354,6 +362,7 @@ int cmd_serve(int argc, char** argv) {
                                                                                 : " (per tenant)",
           e.scheduler_name(),
           m->admission ? "on" : "off", m->calibrated_prefill_tokens_per_s,
+          e.config().proposer ? ("ngram, k <= " + std::to_string(e.config().max_draft_tokens)).c_str() : "off",
           m->chat_template ? "" : " | no chat template");
     }
     std::fflush(stdout);

@@ -5,6 +5,7 @@
 #include "backends/registry.h"
 #include "base/clock.h"
 #include "base/cpu_features.h"
+#include "engine/speculative/ngram.h"
 
 namespace metro::cli {
 
@@ -35,6 +36,37 @@ Expected<kernels::DType> parse_kv_type(const std::string& name) {
 int fail(const char* cmd, const Status& s) {
   std::fprintf(stderr, "metro %s: %s\n", cmd, s.message().c_str());
   return 1;
+}
+
+void add_spec_flags(CLI::App& app, SpecFlags& flags, const std::string& default_mode) {
+  flags.mode = default_mode;
+  app.add_option("--spec", flags.mode,
+                 "speculative decoding: off, or ngram (drafts from the request's prediction, its own "
+                 "tokens and an n-gram pool; outputs are unchanged)")
+      ->capture_default_str();
+  app.add_option("--spec-max-k", flags.max_k, "most draft tokens per sequence and step")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--spec-draft", flags.draft, "draft model GGUF (for --spec draft)");
+}
+
+Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config) {
+  if (flags.mode == "off") {
+    if (!flags.draft.empty()) return invalid_argument("--spec-draft needs --spec draft");
+    config.proposer = nullptr;
+    config.max_draft_tokens = 0;
+    return Status::ok_status();
+  }
+  if (flags.mode == "ngram") {
+    if (!flags.draft.empty()) return invalid_argument("--spec-draft needs --spec draft");
+    config.proposer = std::make_shared<engine::speculative::NgramProposer>();
+    config.max_draft_tokens = flags.max_k;
+    return Status::ok_status();
+  }
+  if (flags.mode == "draft" || flags.mode == "self") {
+    return unimplemented("--spec " + flags.mode + " is not built yet (docs/speculative.md); use --spec ngram");
+  }
+  return invalid_argument("--spec must be off or ngram, got '" + flags.mode + "'");
 }
 
 }  // namespace metro::cli

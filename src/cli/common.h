@@ -1,11 +1,13 @@
 // Helpers shared by CLI commands: loading a model with its tokenizer, printing errors.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "engine/engine.h"
 #include "kernels/dtype.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +31,18 @@ int default_threads();
 
 // The KV cache element type named by --kv-type (serve, perplexity): f16 or q8_0.
 Expected<kernels::DType> parse_kv_type(const std::string& name);
+
+// Speculative decoding flags of serve, run and bench: --spec off|ngram, --spec-max-k N.
+// (--spec draft|self and --spec-draft FILE are named in docs/speculative.md and answered
+// with an error saying they are not built.)
+struct SpecFlags {
+  std::string mode = "off";
+  int max_k = 8;
+  std::string draft;
+};
+void add_spec_flags(CLI::App& app, SpecFlags& flags, const std::string& default_mode);
+// Sets the engine's proposer from the flags.
+Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config);
 
 // "metro <cmd>: <message>" on stderr; returns 1.
 int fail(const char* cmd, const Status& s);

@@ -107,6 +107,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->stats.kv_blocks_total = static_cast<int32_t>(n_blocks);
   impl->stats.step_ms_buckets.assign(EngineStats::step_ms_bounds().size() + 1, 0);
   impl->stats.batch_tokens_buckets.assign(EngineStats::batch_tokens_bounds().size() + 1, 0);
+  if (cfg.proposer && cfg.max_draft_tokens > 0) {
+    impl->stats.spec_steps_by_k.assign(static_cast<size_t>(cfg.max_draft_tokens) + 1, 0);
+    impl->spec_steps_by_k = impl->stats.spec_steps_by_k;
+  }
   impl->stats.scheduler = impl->sched->stats();
   impl->seed_rng.seed(static_cast<uint64_t>(now_ns()));
   e->impl_ = std::move(impl);
@@ -317,8 +321,11 @@ void Engine::Impl::reap() {
   for (uint64_t id : completed_ids) {
     auto it = active.find(id);
     if (it == active.end()) continue;
-    for (auto& c : it->second->choices) by_seq.erase(c->seq.id);
-    if (self->cfg_.proposer) self->cfg_.proposer->forget(id);
+    for (auto& c : it->second->choices) {
+      by_seq.erase(c->seq.id);
+      if (self->cfg_.proposer) self->cfg_.proposer->forget(c->seq.id);
+      controller.forget(c->seq.id);
+    }
     active.erase(it);
   }
   completed_ids.clear();

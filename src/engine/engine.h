@@ -71,6 +71,9 @@ struct EngineConfig {
   // the step verifies them against the model (outputs are those without it). Null or 0: off.
   std::shared_ptr<speculative::Proposer> proposer;
   int max_draft_tokens = 0;
+  // The controller (speculative/controller.h) picks how many of the proposed tokens each
+  // step computes; false: all of them (tests, and measuring the proposer alone).
+  bool adaptive_drafts = true;
 };
 
 struct Handle {
@@ -90,6 +93,11 @@ struct EngineStats {
   uint64_t generated_tokens = 0;
   uint64_t draft_tokens = 0;     // drafts verified (speculative decoding)
   uint64_t accepted_tokens = 0;  // of which accepted
+  // By draft source (speculative::DraftSource), and decoding sequence-steps by the number
+  // of drafts they verified (index k, 0..max_draft_tokens; empty without a proposer).
+  std::array<uint64_t, speculative::kNumDraftSources> spec_proposed{};
+  std::array<uint64_t, speculative::kNumDraftSources> spec_accepted{};
+  std::vector<uint64_t> spec_steps_by_k;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;

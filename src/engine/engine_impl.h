@@ -2,6 +2,7 @@
 // set-up), engine_step.cpp (the step's stages) and engine_metrics.cpp (exposition).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampling.h"
+#include "engine/speculative/controller.h"
 #include "engine/stop_matcher.h"
 #include "kv/kv_arena.h"
 #include "kv/kv_cache_manager.h"
@@ -34,6 +36,7 @@ struct Choice {
   std::unique_ptr<StopMatcher> stop;
   bool finished = false;
   bool in_scheduler = false;
+  speculative::DraftSource draft_source = speculative::DraftSource::kNone;  // of this step's draft
 };
 
 struct ActiveRequest {
@@ -101,6 +104,13 @@ struct Engine::Impl {
   std::vector<std::span<const kv::BlockId>> tables;
   std::vector<Sampled> sampled;       // per plan entry, reused across steps
   std::vector<int32_t> proposal;      // proposer scratch
+  speculative::DraftController controller;
+  std::vector<speculative::DraftCandidate> candidates;
+  int last_prefill_tokens = 0;        // prompt tokens of the last step (drafts excluded)
+  // Speculation counters (engine thread), copied into stats after each step.
+  std::array<uint64_t, speculative::kNumDraftSources> spec_proposed{};
+  std::array<uint64_t, speculative::kNumDraftSources> spec_accepted{};
+  std::vector<uint64_t> spec_steps_by_k;
   std::vector<uint64_t> completed_ids;
 
   mutable std::mutex stats_mu;
@@ -121,6 +131,7 @@ struct Engine::Impl {
 
   // Sampling and emission of one choice's tokens.
   SampleResult sample_one(Choice& c, std::span<const float> logits);
+  void count_drafts(Choice& c, const sched::ScheduledSeq& ss, int accepted);
   void emit_token(Choice& c, SampleResult s, size_t keep_tokens);
   void fork_children(ActiveRequest& r, std::span<const float> logits);
   void finish_choice(Choice& c, FinishReason reason, const std::string& message = {});

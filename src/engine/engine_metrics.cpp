@@ -86,8 +86,22 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
     counter("metro_generation_tokens_total", "Tokens generated.", static_cast<double>(st.generated_tokens));
     counter("metro_spec_draft_tokens_total", "Draft tokens verified (speculative decoding).",
             static_cast<double>(st.draft_tokens));
-    counter("metro_spec_accepted_tokens_total", "Draft tokens accepted (speculative decoding).",
-            static_cast<double>(st.accepted_tokens));
+    if (!st.spec_steps_by_k.empty()) {
+      for (int s = 1; s < speculative::kNumDraftSources; ++s) {
+        const auto src = static_cast<speculative::DraftSource>(s);
+        const std::string ls =
+            metrics::labels({{"model", model_label}, {"proposer", speculative::draft_source_name(src)}});
+        e.counter("metro_spec_proposed_tokens_total", "Draft tokens verified, by where they came from.", ls,
+                  static_cast<double>(st.spec_proposed[static_cast<size_t>(s)]));
+        e.counter("metro_spec_accepted_tokens_total", "Draft tokens accepted, by where they came from.", ls,
+                  static_cast<double>(st.spec_accepted[static_cast<size_t>(s)]));
+      }
+      for (size_t k = 0; k < st.spec_steps_by_k.size(); ++k) {
+        e.counter("metro_spec_steps_total", "Decoding sequence-steps by the number of drafts they verified (k).",
+                  metrics::labels({{"model", model_label}, {"k", std::to_string(k)}}),
+                  static_cast<double>(st.spec_steps_by_k[k]));
+      }
+    }
     counter("metro_engine_steps_total", "Engine steps run.", static_cast<double>(st.steps));
     counter("metro_preemptions_total", "Sequences preempted (for KV space, or a tenant's fair share of seats).",
             static_cast<double>(st.preemptions));

@@ -66,16 +66,22 @@ void Engine::Impl::step() {
   report(plan, *out, profile, t0);
 }
 
-// Drafts for every decoding sequence, from the proposer (none without one).
+// Drafts for every decoding sequence, from the proposer (none without one); the controller
+// then decides how many of each the step computes.
 void Engine::Impl::propose() {
   speculative::Proposer* proposer = self->cfg_.proposer.get();
   const int k_max = self->cfg_.max_draft_tokens;
   if (proposer == nullptr || k_max <= 0) return;
+  candidates.clear();
+  int decoding = 0;
   for (auto& [id, c] : by_seq) {
     sched::SeqState& s = c->seq;
     s.draft.clear();
+    c->draft_source = speculative::DraftSource::kNone;
     if (!c->in_scheduler || c->finished || c->req->aborting || c->sampler == nullptr) continue;
     if (s.status != sched::SeqStatus::kRunning || s.n_uncomputed() != 1) continue;
+    ++decoding;
+    if (!c->req->req.speculative) continue;
     // The step adds the accepted drafts and one more token: stay within max_tokens and the
     // context window.
     const int room = std::min(c->req->req.stop.max_tokens - s.n_generated(),
@@ -83,13 +89,28 @@ void Engine::Impl::propose() {
     const int k = std::min(k_max, room);
     if (k <= 0) continue;
     proposal.clear();
-    proposer->propose(c->req->id, s, k, proposal);
+    const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
+    const speculative::DraftSource source = proposer->propose(in, k, proposal);
     if (proposal.size() > static_cast<size_t>(k)) proposal.resize(static_cast<size_t>(k));
     const int32_t n_vocab = self->tokenizer_.n_vocab();
     for (int32_t t : proposal) {
       if (t < 0 || t >= n_vocab) break;  // a proposer's bad token ends its draft
       s.draft.push_back(t);
     }
+    if (s.draft.empty()) continue;
+    c->draft_source = source;
+    candidates.push_back(speculative::DraftCandidate{s.id, source, static_cast<int>(s.draft.size()), 0});
+  }
+  if (!self->cfg_.adaptive_drafts || candidates.empty()) return;
+  speculative::StepShape shape;
+  shape.decode_seqs = decoding;
+  shape.prefill_tokens = last_prefill_tokens;
+  shape.draft_room = std::max(0, self->cfg_.max_batch_tokens - decoding - last_prefill_tokens);
+  controller.plan(candidates, shape);
+  for (const speculative::DraftCandidate& d : candidates) {
+    Choice& c = *by_seq.at(d.seq_id);
+    c.seq.draft.resize(static_cast<size_t>(d.k));
+    if (d.k == 0) c.draft_source = speculative::DraftSource::kNone;
   }
 }
 
@@ -151,6 +172,25 @@ void Engine::Impl::sample(const sched::StepPlan& plan, const model::ForwardOutpu
     result->n_accepted[i] = sm.n_accepted;
     for (const SampleResult& s : sm.tokens) ss.seq->tokens.push_back(s.token);
     ss.seq->draft.clear();
+    count_drafts(c, ss, sm.n_accepted);
+  }
+}
+
+// Speculation's counters and the controller's acceptance estimate, per decoding entry; the
+// request's prediction counts reach its usage before emit() may complete it.
+void Engine::Impl::count_drafts(Choice& c, const sched::ScheduledSeq& ss, int accepted) {
+  if (spec_steps_by_k.empty()) return;
+  const bool decode = ss.n_tokens - ss.n_draft == 1 && ss.seq->n_computed >= ss.seq->n_prompt;
+  if (!decode) return;
+  ++spec_steps_by_k[static_cast<size_t>(std::min(ss.n_draft, static_cast<int>(spec_steps_by_k.size()) - 1))];
+  if (ss.n_draft == 0) return;
+  const auto src = static_cast<size_t>(c.draft_source);
+  spec_proposed[src] += static_cast<uint64_t>(ss.n_draft);
+  spec_accepted[src] += static_cast<uint64_t>(accepted);
+  controller.observe(ss.seq->id, c.draft_source, ss.n_draft, accepted);
+  if (c.draft_source == speculative::DraftSource::kPrediction) {
+    c.req->usage.accepted_prediction_tokens += accepted;
+    c.req->usage.rejected_prediction_tokens += ss.n_draft - accepted;
   }
 }
 
@@ -216,6 +256,8 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
     }
   }
   rep.logit_rows = out.n_rows;
+  const int prefill_only = static_cast<int>(rep.cost.prefill_tokens) - rep.draft_tokens;
+  last_prefill_tokens = std::max(0, prefill_only);
   rep.attention_s = profile.seconds(backends::OpKind::kAttention);
   const int64_t t1 = now_ns();
   rep.cost.step_s = static_cast<double>(t1 - t0) * 1e-9;
@@ -227,12 +269,18 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
                             counts.running_by_class[static_cast<size_t>(k)]);
   }
   sched->observe_step(rep.cost);
+  if (!spec_steps_by_k.empty()) {
+    controller.observe_step(rep.cost.step_s, rep.cost.decode_seqs, last_prefill_tokens, rep.draft_tokens);
+  }
   for (const auto& o : current_observers()) o->on_step(rep);
   {
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.prompt_tokens += prompt_tokens;
     stats.draft_tokens += static_cast<uint64_t>(rep.draft_tokens);
     stats.accepted_tokens += static_cast<uint64_t>(rep.accepted_tokens);
+    stats.spec_proposed = spec_proposed;
+    stats.spec_accepted = spec_accepted;
+    if (!spec_steps_by_k.empty()) stats.spec_steps_by_k = spec_steps_by_k;
   }
   publish_stats(rep.cost.step_s * 1e3, plan.n_tokens, static_cast<int>(plan.seqs.size()));
 }

@@ -33,6 +33,10 @@ struct Request {
   int64_t deadline_ns = 0;  // steady-clock deadline; 0 for none
   uint64_t prefix_hash = 0;  // hash of the template / system prompt (length prediction)
   int64_t arrival_ns = 0;    // when the request reached the server; 0: at submit()
+  // Speculative decoding: the expected output (OpenAI `prediction`), a source of drafts;
+  // and whether this request may be drafted for at all (the engine's proposer decides how).
+  std::vector<int32_t> prediction;
+  bool speculative = true;
 };
 
 enum class FinishReason : uint8_t {
@@ -48,6 +52,9 @@ struct Usage {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;   // served from the prefix cache
   int completion_tokens = 0;      // over all choices
+  // Drafts taken from the request's `prediction` that the model kept / discarded.
+  int accepted_prediction_tokens = 0;
+  int rejected_prediction_tokens = 0;
 };
 
 struct TokenInfo {

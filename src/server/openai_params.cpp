@@ -111,6 +111,49 @@ std::optional<ApiError> check_model(const nlohmann::json& body, const PromptCont
   return std::nullopt;
 }
 
+// `prediction` and `metro.speculative`: what speculative decoding may draft from.
+static std::optional<ApiError> parse_prediction(const nlohmann::json& body, const PromptContext& ctx, GenerationFields* out) {
+  std::optional<ApiError> err;
+  if (auto it = body.find("metro"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return bad_request("metro must be an object", "metro");
+    if (auto v = get_bool(*it, "speculative", &err)) out->speculative = *v;
+    if (err) {
+      err->param = "metro.speculative";
+      return err;
+    }
+  }
+  auto it = body.find("prediction");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const char* shape = "prediction must be {\"type\": \"content\", \"content\": a string or text parts}";
+  if (!it->is_object() || !it->contains("type") || (*it)["type"] != "content" || !it->contains("content")) {
+    return bad_request(shape, "prediction");
+  }
+  const nlohmann::json& content = (*it)["content"];
+  std::string text;
+  if (content.is_string()) {
+    text = content.get<std::string>();
+  } else if (content.is_array()) {
+    for (const nlohmann::json& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        return bad_request(shape, "prediction.content");
+      }
+      text += part["text"].get<std::string>();
+    }
+  } else {
+    return bad_request(shape, "prediction.content");
+  }
+  if (ctx.max_prompt_bytes > 0 && text.size() > ctx.max_prompt_bytes) {
+    return bad_request("prediction is longer than the context can hold", "prediction.content",
+                       "context_length_exceeded");
+  }
+  if (text.empty() || ctx.tokenizer == nullptr) return std::nullopt;
+  out->prediction = ctx.tokenizer->encode(text, /*add_special=*/false, /*parse_special=*/false);
+  if (ctx.n_ctx > 0 && out->prediction.size() > static_cast<size_t>(ctx.n_ctx)) {
+    out->prediction.resize(static_cast<size_t>(ctx.n_ctx));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
                                                 const CallContext& call, GenerationFields* out) {
   std::optional<ApiError> err;
@@ -175,6 +218,7 @@ std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endp
       return err;
     }
   }
+  if (auto e = parse_prediction(body, ctx, out)) return e;
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     const bool text = it->is_object() && it->contains("type") && (*it)["type"] == "text";
     if (!text) return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");

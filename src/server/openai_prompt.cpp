@@ -169,6 +169,8 @@ std::optional<ApiError> build_generation(std::vector<Prompt>& prompts, const Gen
     r.sla_class = g.sla_class;
     r.deadline_ns = g.deadline_ns;
     r.tenant = call.tenant;
+    r.prediction = g.prediction;
+    r.speculative = g.speculative;
     out->prompt_tokens += static_cast<int>(r.prompt.size());
     out->requests.push_back(std::move(r));
   }

@@ -105,6 +105,10 @@ struct GenerationFields {
   bool include_usage = false;
   SlaClass sla_class = SlaClass::kStandard;
   int64_t deadline_ns = 0;  // 0: none
+  // Speculative decoding: OpenAI's `prediction` ({"type": "content", "content": text or
+  // text parts}) tokenized, at most the context long; `metro.speculative` (default true).
+  std::vector<int32_t> prediction;
+  bool speculative = true;
 };
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
                                                 const CallContext& call, GenerationFields* out);

@@ -93,6 +93,9 @@ OJson ResponseFormatter::usage_json() const {
   u["completion_tokens"] = usage_.completion_tokens;
   u["total_tokens"] = usage_.prompt_tokens + usage_.completion_tokens;
   u["prompt_tokens_details"] = OJson{{"cached_tokens", usage_.cached_prompt_tokens}};
+  u["completion_tokens_details"] = OJson{{"reasoning_tokens", 0},
+                                         {"accepted_prediction_tokens", usage_.accepted_prediction_tokens},
+                                         {"rejected_prediction_tokens", usage_.rejected_prediction_tokens}};
   return u;
 }
 
@@ -174,6 +177,8 @@ void ResponseFormatter::on_event(size_t req, const engine::Event& e, std::string
       usage_.prompt_tokens += e.usage.prompt_tokens;
       usage_.cached_prompt_tokens += e.usage.cached_prompt_tokens;
       usage_.completion_tokens += e.usage.completion_tokens;
+      usage_.accepted_prediction_tokens += e.usage.accepted_prediction_tokens;
+      usage_.rejected_prediction_tokens += e.usage.rejected_prediction_tokens;
       break;
   }
 }

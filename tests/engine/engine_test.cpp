@@ -480,7 +480,8 @@ class ScriptProposer final : public speculative::Proposer {
  public:
   ScriptProposer(std::vector<std::vector<int32_t>> scripts, int wrong_every)
       : scripts_(std::move(scripts)), wrong_every_(wrong_every) {}
-  void propose(uint64_t, const sched::SeqState& seq, int k, std::vector<int32_t>& out) override {
+  speculative::DraftSource propose(const speculative::ProposeInput& in, int k, std::vector<int32_t>& out) override {
+    const sched::SeqState& seq = *in.seq;
     ++calls;
     for (const auto& script : scripts_) {
       if (script.size() < seq.tokens.size() || !std::equal(seq.tokens.begin(), seq.tokens.end(), script.begin())) {
@@ -490,8 +491,9 @@ class ScriptProposer final : public speculative::Proposer {
         const bool wrong = wrong_every_ > 0 && p % static_cast<size_t>(wrong_every_) == 0;
         out.push_back(wrong ? (script[p] + 1) % 1000 : script[p]);
       }
-      return;
+      return speculative::DraftSource::kContext;
     }
+    return speculative::DraftSource::kNone;
   }
   int calls = 0;
 
@@ -522,6 +524,7 @@ TEST(Engine, DraftsAreVerifiedAndNeverChangeTheOutput) {
     EngineConfig cfg;
     cfg.proposer = proposer;
     cfg.max_draft_tokens = 4;
+    cfg.adaptive_drafts = false;
     auto eng = make_engine(cfg);
     EXPECT_EQ(run_all(*eng, ps, n_out, /*together=*/true), want);
     const EngineStats st = eng->stats();
@@ -558,6 +561,7 @@ TEST(Engine, DraftsKeepSeededSamplingExact) {
   EngineConfig cfg;
   cfg.proposer = std::make_shared<ScriptProposer>(std::vector<std::vector<int32_t>>{script}, 0);
   cfg.max_draft_tokens = 3;
+  cfg.adaptive_drafts = false;
   auto eng = make_engine(cfg);
   EXPECT_EQ(collect(*eng->submit(r)).tokens, want);
   EXPECT_GT(eng->stats().accepted_tokens, 0u);

@@ -1,27 +1,51 @@
 // Where speculative decoding's guesses come from. Before each step the engine asks the
-// proposer for a continuation of every decoding sequence; the step computes those draft
-// tokens with the sequence's next token and the sampler verifies them row by row, so the
-// output is exactly what the model alone would produce (a draft is accepted only where the
-// sampled token equals it). Proposers differ in where guesses come from (n-gram lookup, a
-// request's predicted output, a draft model); the engine does not know which one runs.
+// proposer for a continuation of every decoding sequence; the controller (controller.h)
+// decides how many of those tokens the step computes; the step computes them with the
+// sequence's next token and the sampler verifies them row by row. A draft is accepted only
+// where the token sampled from the model's own processed distribution equals it, so the
+// output is exactly what the model alone would produce: for greedy decoding the same
+// tokens, for sampling the same distribution (with a seed, the same tokens: each row uses
+// the next draw of the request's random stream, as a step without drafts would).
+//
+// This rule is exact for any proposer whose guess does not depend on the random stream
+// (n-gram lookup, a request's predicted output, a greedy draft model): accepting a guess d
+// when the sampled x equals d, and otherwise keeping x, draws x from p however d was
+// chosen. It is rejection sampling with the proposer's distribution a point mass at d.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sched/seq_state.h"
 
 namespace metro::engine::speculative {
 
+// Where a draft came from: the metrics' `proposer` label and the prediction usage count.
+enum class DraftSource : uint8_t {
+  kNone = 0,
+  kPrediction,  // the request's `prediction` (OpenAI predicted outputs)
+  kContext,     // n-gram lookup in the sequence's own prompt and output
+  kPool,        // n-gram lookup in the pool shared by requests of the same cache scope
+};
+inline constexpr int kNumDraftSources = 4;
+const char* draft_source_name(DraftSource s);  // "none", "prediction", "ngram", "ngram_pool"
+
+struct ProposeInput {
+  uint64_t request_id = 0;
+  const sched::SeqState* seq = nullptr;  // committed tokens in seq->tokens
+  std::span<const int32_t> prediction;   // the request's predicted output; may be empty
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
-  // Fills `out` (cleared by the caller) with at most k tokens likely to follow seq.tokens.
-  // `request_id` is the engine's id of the request the sequence belongs to. Called on the
-  // engine thread; must be quick.
-  virtual void propose(uint64_t request_id, const sched::SeqState& seq, int k, std::vector<int32_t>& out) = 0;
-  // The request ended: forget what was kept for it.
-  virtual void forget(uint64_t /*request_id*/) {}
+  // Fills `out` (cleared by the caller) with at most k tokens likely to follow
+  // in.seq->tokens and says where they came from. Called on the engine thread for every
+  // decoding sequence each step; must be quick.
+  virtual DraftSource propose(const ProposeInput& in, int k, std::vector<int32_t>& out) = 0;
+  // The sequence ended (finished, aborted or preempted for good): forget what was kept for it.
+  virtual void forget(uint64_t /*seq_id*/) {}
 };
 
 }  // namespace metro::engine::speculative
