@@ -24,6 +24,7 @@ import e2e_api  # noqa: E402
 import e2e_bad_inputs  # noqa: E402
 import e2e_load  # noqa: E402
 import e2e_sla  # noqa: E402
+import e2e_spec  # noqa: E402
 from e2e_util import Harness, MetroServer, env_int, metrics, request  # noqa: E402
 
 
@@ -153,7 +154,7 @@ def main():
                 h.run(fn.__name__, fn, t)
         finally:
             t.server.kill()
-        for fn in e2e_sla.TESTS:
+        for fn in e2e_sla.TESTS + e2e_spec.TESTS:
             if only and fn.__name__ not in only:
                 continue
             h.run(fn.__name__, fn, t)
