@@ -232,6 +232,38 @@ TEST_F(OpenAiRequestTest, MalformedBodiesAre400) {  // docs/reliability.md 14, 1
   refused(Endpoint::kCompletions, "{\"prompt\":\"a\",\"x\":" + deep + std::string(100, ']') + "}");
 }
 
+TEST_F(OpenAiRequestTest, PredictionAndSpeculationFields) {
+  json body = {{"prompt", "Hello"}, {"prediction", {{"type", "content"}, {"content", "Hello world"}}}};
+  auto r = prep(Endpoint::kCompletions, body);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->requests[0].prediction, tok_->encode("Hello world", false, false));
+  EXPECT_TRUE(r->requests[0].speculative);
+  json parts = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                {"prediction",
+                 {{"type", "content"},
+                  {"content", {{{"type", "text"}, {"text", "Hello "}}, {{"type", "text"}, {"text", "world"}}}}}},
+                {"metro", {{"speculative", false}}}};
+  auto c = prep(Endpoint::kChatCompletions, parts);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->requests[0].prediction, tok_->encode("Hello world", false, false));
+  EXPECT_FALSE(c->requests[0].speculative);
+  // A prediction longer than the context is cut to it.
+  std::string long_text;
+  for (int i = 0; i < 400; ++i) long_text += " word";
+  auto l = prep(Endpoint::kCompletions, {{"prompt", "x"}, {"prediction", {{"type", "content"}, {"content", long_text}}}});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->requests[0].prediction.size(), static_cast<size_t>(ctx_.n_ctx));
+  for (const json& bad : {json("text"), json{{"type", "text"}, {"content", "x"}}, json{{"type", "content"}},
+                          json{{"type", "content"}, {"content", 5}},
+                          json{{"type", "content"}, {"content", {{{"type", "image"}, {"url", "x"}}}}}}) {
+    const ApiError e = refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"prediction", bad}});
+    EXPECT_EQ(e.param.rfind("prediction", 0), 0u) << e.param;
+  }
+  EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"speculative", "no"}}}}).param,
+            "metro.speculative");
+  EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", 1}}).param, "metro");
+}
+
 TEST_F(OpenAiRequestTest, StopStringsAreBounded) {  // docs/reliability.md 17
   json many = json::array();
   for (int i = 0; i < 17; ++i) many.push_back("s" + std::to_string(i));
