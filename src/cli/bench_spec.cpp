@@ -1,8 +1,9 @@
 // metro bench --spec MODE -f PROMPT_FILE [-f ...] [--chat] [-n 256]: decode speed of one
 // sequence through the engine, greedy, with speculative decoding off and on (and, where a
 // file PROMPT.prediction sits beside PROMPT.txt, with it as the request's `prediction`).
-// Each run has an engine of its own, so the n-gram pool starts empty; the outputs of all
-// runs must be the same tokens (speculation never changes them), which is checked.
+// Each run has an engine of its own, so the n-gram pool starts empty; the three kinds of run
+// take turns, -r times each, and the median of each is reported. The outputs of all runs
+// must be the same tokens (speculation never changes them), which is checked.
 #include "cli/bench_spec.h"
 
 #include <algorithm>
@@ -84,14 +85,7 @@ double tok_per_s(const RunResult& r) {
   return r.decode_s > 0.0 && r.tokens.size() > 1 ? static_cast<double>(r.tokens.size() - 1) / r.decode_s : 0.0;
 }
 
-// The median-speed run of `reps`.
-Expected<RunResult> run_median(const LoadedModel& lm, const std::vector<int32_t>& prompt,
-                               const std::vector<int32_t>& prediction, const SpecBenchOptions& o, bool spec_on) {
-  std::vector<RunResult> runs;
-  for (int i = 0; i < o.reps; ++i) {
-    METRO_ASSIGN_OR_RETURN(RunResult r, run_once(lm, prompt, prediction, o, spec_on));
-    runs.push_back(std::move(r));
-  }
+RunResult median(std::vector<RunResult> runs) {
   std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return tok_per_s(a) < tok_per_s(b); });
   return runs[runs.size() / 2];
 }
@@ -138,16 +132,25 @@ int bench_speculation(const LoadedModel& lm, const SpecBenchOptions& o) {
       if (!p.ok()) return fail("bench", p.status());
       prediction = lm.tokenizer->encode(*p, false, false);
     }
-    auto off = run_median(lm, prompt, {}, o, false);
-    if (!off.ok()) return fail("bench", off.status());
-    auto on = run_median(lm, prompt, {}, o, true);
-    if (!on.ok()) return fail("bench", on.status());
-    std::optional<RunResult> with_pred;
-    if (!prediction.empty()) {
-      auto wp = run_median(lm, prompt, prediction, o, true);
-      if (!wp.ok()) return fail("bench", wp.status());
-      with_pred = std::move(*wp);
+    // Off, on and with the prediction in turn, reps times (the machine's drift hits all three).
+    std::vector<RunResult> offs, ons, preds;
+    for (int i = 0; i < o.reps; ++i) {
+      auto a = run_once(lm, prompt, {}, o, false);
+      if (!a.ok()) return fail("bench", a.status());
+      offs.push_back(std::move(*a));
+      auto b = run_once(lm, prompt, {}, o, true);
+      if (!b.ok()) return fail("bench", b.status());
+      ons.push_back(std::move(*b));
+      if (!prediction.empty()) {
+        auto c = run_once(lm, prompt, prediction, o, true);
+        if (!c.ok()) return fail("bench", c.status());
+        preds.push_back(std::move(*c));
+      }
     }
+    const std::optional<RunResult> off = median(std::move(offs));
+    const std::optional<RunResult> on = median(std::move(ons));
+    std::optional<RunResult> with_pred;
+    if (!preds.empty()) with_pred = median(std::move(preds));
     const bool same = on->tokens == off->tokens && (!with_pred || with_pred->tokens == off->tokens);
     const double t_off = tok_per_s(*off), t_on = tok_per_s(*on);
     const double acc = on->drafts ? static_cast<double>(on->accepted) / static_cast<double>(on->drafts) : 0.0;

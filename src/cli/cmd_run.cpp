@@ -154,14 +154,14 @@ int cmd_run(int argc, char** argv) {
     for (size_t k = 1; k < st.spec_steps_by_k.size(); ++k) verify_steps += st.spec_steps_by_k[k];
     std::fprintf(stderr,
                  "metro run: speculation %s | %llu drafts, %llu accepted (%.1f%%) | %.2f accepted per drafting step "
-                 "| %llu of %llu decode steps drafted\n",
+                 "| %llu of %llu decode steps drafted | fitted step %.2f ms + %.3f ms per draft row\n",
                  spec.mode.c_str(), static_cast<unsigned long long>(st.draft_tokens),
                  static_cast<unsigned long long>(st.accepted_tokens),
                  st.draft_tokens ? 100.0 * static_cast<double>(st.accepted_tokens) / static_cast<double>(st.draft_tokens)
                                  : 0.0,
                  verify_steps ? static_cast<double>(st.accepted_tokens) / static_cast<double>(verify_steps) : 0.0,
                  static_cast<unsigned long long>(verify_steps),
-                 static_cast<unsigned long long>(st.steps));
+                 static_cast<unsigned long long>(st.steps), st.spec_fixed_s * 1e3, st.spec_draft_row_s * 1e3);
   }
   return 0;
 }

@@ -98,6 +98,8 @@ struct EngineStats {
   std::array<uint64_t, speculative::kNumDraftSources> spec_proposed{};
   std::array<uint64_t, speculative::kNumDraftSources> spec_accepted{};
   std::vector<uint64_t> spec_steps_by_k;
+  double spec_fixed_s = 0.0;      // the controller's fitted fixed part of a step (0: unknown)
+  double spec_draft_row_s = 0.0;  // and seconds per draft row
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;

@@ -96,6 +96,10 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
         e.counter("metro_spec_accepted_tokens_total", "Draft tokens accepted, by where they came from.", ls,
                   static_cast<double>(st.spec_accepted[static_cast<size_t>(s)]));
       }
+      gauge("metro_spec_step_fixed_seconds", "Speculation controller: fitted fixed seconds of a step (0: not yet).",
+            st.spec_fixed_s);
+      gauge("metro_spec_draft_row_seconds", "Speculation controller: fitted seconds one draft row adds to a step.",
+            st.spec_draft_row_s);
       for (size_t k = 0; k < st.spec_steps_by_k.size(); ++k) {
         e.counter("metro_spec_steps_total", "Decoding sequence-steps by the number of drafts they verified (k).",
                   metrics::labels({{"model", model_label}, {"k", std::to_string(k)}}),

@@ -280,7 +280,11 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
     stats.accepted_tokens += static_cast<uint64_t>(rep.accepted_tokens);
     stats.spec_proposed = spec_proposed;
     stats.spec_accepted = spec_accepted;
-    if (!spec_steps_by_k.empty()) stats.spec_steps_by_k = spec_steps_by_k;
+    if (!spec_steps_by_k.empty()) {
+      stats.spec_steps_by_k = spec_steps_by_k;
+      stats.spec_fixed_s = controller.fixed_seconds();
+      stats.spec_draft_row_s = controller.draft_row_seconds();
+    }
   }
   publish_stats(rep.cost.step_s * 1e3, plan.n_tokens, static_cast<int>(plan.seqs.size()));
 }
