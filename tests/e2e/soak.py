@@ -74,10 +74,10 @@ class Outcome(Exception):
         self.bucket, self.detail = bucket, detail
 
 
-async def exchange(port, path, body_bytes, key, headers, on_event=None):
+async def exchange(port, path, body_bytes, key, headers, on_event=None, progress=None):
     """One request on a fresh connection. Returns (status, header text, body bytes, events,
     hung_up). Streams (text/event-stream) are read event by event; on_event(payload) may
-    return True to hang up."""
+    return True to hang up. `progress` (a dict) records how far it got: 'headers', 'events'."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -86,6 +86,8 @@ async def exchange(port, path, body_bytes, key, headers, on_event=None):
                      + body_bytes)
         await writer.drain()
         status, head = await read_headers(reader)
+        if progress is not None:
+            progress["headers"] = status
         events = []
         if "text/event-stream" in head:
             buf = b""
@@ -97,6 +99,8 @@ async def exchange(port, path, body_bytes, key, headers, on_event=None):
                         raise Outcome("lost", f"not an SSE event: {ev[:80]!r}")
                     payload = ev[6:].decode()
                     events.append(payload)
+                    if progress is not None:
+                        progress["events"] = len(events)
                     if on_event and on_event(payload):
                         return status, head, b"", events, True
             return status, head, b"", events, False
@@ -210,7 +214,7 @@ def judge(kind, status, head, data, events, hung, body):
 
 class Tally:
     def __init__(self):
-        self.buckets, self.kinds, self.refusals, self.lost = {}, {}, {}, []
+        self.buckets, self.kinds, self.refusals, self.lost, self.lost_causes = {}, {}, {}, [], {}
         self.latencies = []
 
     def add(self, kind, bucket, detail, latency):
@@ -219,8 +223,12 @@ class Tally:
         self.kinds[kind][bucket] += 1
         if bucket == "refused":
             self.refusals[detail] = self.refusals.get(detail, 0) + 1
-        if bucket == "lost" and len(self.lost) < 50:
-            self.lost.append((kind, detail))
+        if bucket == "lost":
+            if len(self.lost) < 50:
+                self.lost.append((kind, detail))
+            # Lost requests by cause, the variable parts (counts) left out.
+            cause = detail.split(";")[0]
+            self.lost_causes[cause] = self.lost_causes.get(cause, 0) + 1
         if bucket == "ok":
             self.latencies.append(latency)
 
@@ -230,7 +238,8 @@ async def one_request(port, model, rng, tally, patience, misbehave):
     kind, path, body, headers, factory, early = pick_request(rng, model, misbehave)
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     t0 = time.time()
-    coro = exchange(port, path, raw, key, headers, factory() if factory else None)
+    progress = {}
+    coro = exchange(port, path, raw, key, headers, factory() if factory else None, progress)
     try:
         if early is not None:
             try:
@@ -241,7 +250,10 @@ async def one_request(port, model, rng, tally, patience, misbehave):
         else:
             status, head, data, events, hung = await asyncio.wait_for(coro, timeout=patience)
     except asyncio.TimeoutError:
-        tally.add(kind, "lost", f"no answer in {patience} s", 0)
+        # Who and how far: the tenant (its class), the status if headers came, events seen.
+        got = (f"status {progress['headers']}, {progress.get('events', 0)} events" if "headers" in progress
+               else "no response headers")
+        tally.add(kind, "lost", f"no answer in {patience} s ({TENANTS[key][0]}/{TENANTS[key][1]}; {got})", 0)
         return
     except Outcome as o:
         tally.add(kind, o.bucket, o.detail, 0)
@@ -379,7 +391,7 @@ def main():
     report.update({
         "capacity_rps": round(capacity, 3), "offered_rps": round(rate, 3), "soak_s": round(soak_s, 1),
         "requests": total, "buckets": tally.buckets, "by_kind": tally.kinds, "refusals": tally.refusals,
-        "not_sent_client_saturated": skipped, "lost_samples": tally.lost,
+        "not_sent_client_saturated": skipped, "lost_by_cause": tally.lost_causes, "lost_samples": tally.lost,
         "ok_latency_s": {"p50": percentile(tally.latencies, 0.5), "p99": percentile(tally.latencies, 0.99)},
         "health_probes": len(health), "health_not_200": health_bad,
         "health_latency_s_max": max(health_lat) if health_lat else None,
