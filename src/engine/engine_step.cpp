@@ -276,8 +276,13 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
   {
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.prompt_tokens += prompt_tokens;
-    stats.draft_tokens += static_cast<uint64_t>(rep.draft_tokens);
-    stats.accepted_tokens += static_cast<uint64_t>(rep.accepted_tokens);
+    // Drafts verified: a draft computed in the step its request was aborted in is not.
+    stats.draft_tokens = 0;
+    stats.accepted_tokens = 0;
+    for (size_t s = 0; s < spec_proposed.size(); ++s) {
+      stats.draft_tokens += spec_proposed[s];
+      stats.accepted_tokens += spec_accepted[s];
+    }
     stats.spec_proposed = spec_proposed;
     stats.spec_accepted = spec_accepted;
     if (!spec_steps_by_k.empty()) {

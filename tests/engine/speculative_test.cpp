@@ -243,7 +243,10 @@ TEST(Speculative, GreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
         EXPECT_EQ(got[i], want[i]) << "prompt " << i;
       }
       const EngineStats st = eng->stats();
-      EXPECT_GT(st.accepted_tokens, 0u);
+      // With the controller on, 16 and 64 decodes a step may well be judged too busy to draft.
+      if (!adaptive || n <= 4) {
+        EXPECT_GT(st.accepted_tokens, 0u);
+      }
       EXPECT_LE(st.accepted_tokens, st.draft_tokens);
       EXPECT_EQ(st.kv_blocks_used, 0);
       if (!adaptive && n == 64) {
