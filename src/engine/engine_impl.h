@@ -132,6 +132,7 @@ struct Engine::Impl {
   // Sampling and emission of one choice's tokens.
   SampleResult sample_one(Choice& c, std::span<const float> logits);
   void count_drafts(Choice& c, const sched::ScheduledSeq& ss, int accepted);
+  void publish_spec_stats();
   void emit_token(Choice& c, SampleResult s, size_t keep_tokens);
   void fork_children(ActiveRequest& r, std::span<const float> logits);
   void finish_choice(Choice& c, FinishReason reason, const std::string& message = {});

@@ -61,6 +61,7 @@ void Engine::Impl::step() {
   sched::StepResult result;
   sample(plan, *out, &result);
   sched->update(plan, result);
+  publish_spec_stats();
   pool_embeddings(plan, *out);
   emit(plan, *out);
   report(plan, *out, profile, t0);
@@ -176,6 +177,23 @@ void Engine::Impl::sample(const sched::StepPlan& plan, const model::ForwardOutpu
   }
 }
 
+// Speculation's counters reach the stats before emit() can complete a request, so a client
+// that has read its last token reads counters that include it. Drafts verified: a draft
+// computed in the step its request was aborted in is not counted.
+void Engine::Impl::publish_spec_stats() {
+  if (spec_steps_by_k.empty()) return;
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.draft_tokens = 0;
+  stats.accepted_tokens = 0;
+  for (size_t s = 0; s < spec_proposed.size(); ++s) {
+    stats.draft_tokens += spec_proposed[s];
+    stats.accepted_tokens += spec_accepted[s];
+  }
+  stats.spec_proposed = spec_proposed;
+  stats.spec_accepted = spec_accepted;
+  stats.spec_steps_by_k = spec_steps_by_k;
+}
+
 // Speculation's counters and the controller's acceptance estimate, per decoding entry; the
 // request's prediction counts reach its usage before emit() may complete it.
 void Engine::Impl::count_drafts(Choice& c, const sched::ScheduledSeq& ss, int accepted) {
@@ -276,17 +294,7 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
   {
     std::lock_guard<std::mutex> lock(stats_mu);
     stats.prompt_tokens += prompt_tokens;
-    // Drafts verified: a draft computed in the step its request was aborted in is not.
-    stats.draft_tokens = 0;
-    stats.accepted_tokens = 0;
-    for (size_t s = 0; s < spec_proposed.size(); ++s) {
-      stats.draft_tokens += spec_proposed[s];
-      stats.accepted_tokens += spec_accepted[s];
-    }
-    stats.spec_proposed = spec_proposed;
-    stats.spec_accepted = spec_accepted;
     if (!spec_steps_by_k.empty()) {
-      stats.spec_steps_by_k = spec_steps_by_k;
       stats.spec_fixed_s = controller.fixed_seconds();
       stats.spec_draft_row_s = controller.draft_row_seconds();
     }
