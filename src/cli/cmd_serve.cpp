@@ -116,6 +116,12 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--ttft-margin", ttft_margin, "refuse when predicted TTFT > margin x the class objective")
       ->check(CLI::Range(0.1, 100.0))
       ->capture_default_str();
+  double shed_after = gateway::AdmissionConfig{}.shed_after;
+  app.add_option("--shed-after", shed_after,
+                 "with admission on: end an admitted request still without a first token after this many times "
+                 "its class's bound (--ttft-margin x the class's TTFT objective) with 503 deadline_missed; 0: never")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
   std::string tpot_slack = "on";
   app.add_option("--tpot-slack", tpot_slack,
                  "with --sched sla: decodes ahead of their class's TPOT pace let prompts have the step: on or off "
@@ -292,6 +298,7 @@ int cmd_serve(int argc, char** argv) {
                                            : gateway::AdmissionMode::kAuto;
   fd.sla = ec.sla;
   fd.admission_cfg.ttft_margin = ttft_margin;
+  fd.admission_cfg.shed_after = shed_after;
   fd.max_inflight_choices = max_inflight_choices;
   for (const auto& [tenant, ts] : sc.api_keys.tenants()) {
     gateway::TenantQuota q;

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "base/clock.h"
@@ -268,6 +269,7 @@ void Engine::Impl::loop() {
       auto it = active.find(id);
       if (it != active.end()) abort_request(*it->second, "aborted");
     }
+    if (!deadlines.empty()) expire_deadlines(now_ns());
     if (stop_now) {
       for (auto& [id, r] : active) abort_request(*r, "the server is shutting down");
       reap();
@@ -314,7 +316,29 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
   first.in_scheduler = true;
   sched->add(&first.seq);
   const uint64_t id = r->id;
+  if (q.deadline_ns > 0) deadlines.emplace(q.deadline_ns, id);
   active.emplace(id, std::move(r));
+}
+
+void Engine::Impl::expire_deadlines(int64_t now) {
+  while (!deadlines.empty() && deadlines.top().first <= now) {
+    const uint64_t id = deadlines.top().second;
+    deadlines.pop();
+    auto it = active.find(id);
+    if (it == active.end()) continue;
+    ActiveRequest& r = *it->second;
+    if (r.first_token_ns != 0 || r.aborting || r.completed) continue;
+    char msg[160];
+    std::snprintf(msg, sizeof(msg),
+                  "no output by its deadline (waited %.1f s); the server is busier than when it was admitted, "
+                  "retry later",
+                  static_cast<double>(now - r.arrival_ns) * 1e-9);
+    abort_request(r, msg, "deadline_missed");
+    {
+      std::lock_guard<std::mutex> lock(stats_mu);
+      stats.requests_expired += 1;
+    }
+  }
 }
 
 void Engine::Impl::reap() {

@@ -104,6 +104,7 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
   uint64_t requests_aborted = 0;
+  uint64_t requests_expired = 0;  // of those: no first output by the request's deadline
   double step_seconds_total = 0.0;
   double last_step_ms = 0.0;
   int last_batch_tokens = 0;

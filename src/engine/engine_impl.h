@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <memory>
+#include <queue>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -112,6 +113,10 @@ struct Engine::Impl {
   std::array<uint64_t, speculative::kNumDraftSources> spec_accepted{};
   std::vector<uint64_t> spec_steps_by_k;
   std::vector<uint64_t> completed_ids;
+  // First-output deadlines of active requests, soonest on top (entries of requests that
+  // ended or got their first output are dropped when they surface).
+  std::priority_queue<std::pair<int64_t, uint64_t>, std::vector<std::pair<int64_t, uint64_t>>, std::greater<>>
+      deadlines;
 
   mutable std::mutex stats_mu;
   EngineStats stats;
@@ -138,7 +143,9 @@ struct Engine::Impl {
   void finish_choice(Choice& c, FinishReason reason, const std::string& message = {});
   void emit_delta(Choice& c, std::string text, std::vector<TokenInfo> tokens);
   void finish_embedding(Choice& c);
-  void abort_request(ActiveRequest& r, const std::string& message);
+  void abort_request(ActiveRequest& r, const std::string& message, const std::string& code = {});
+  // Ends the requests whose deadline passed before their first output.
+  void expire_deadlines(int64_t now);
   void maybe_complete(ActiveRequest& r);
   void reap();
   void publish_stats(double step_ms, int batch_tokens, int batch_seqs);

@@ -112,6 +112,9 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
     counter("metro_requests_finished_total", "Engine requests that finished.",
             static_cast<double>(st.requests_finished));
     counter("metro_requests_aborted_total", "Engine requests aborted.", static_cast<double>(st.requests_aborted));
+    counter("metro_requests_deadline_missed_total",
+            "Engine requests ended because their deadline passed before their first output (503 deadline_missed).",
+            static_cast<double>(st.requests_expired));
     gauge("metro_sched_step_budget_tokens", "Token budget of the last engine step (a policy may cut it to fit objectives).",
           st.scheduler.step_budget_tokens);
     const sched::StepCostModel& c = st.scheduler.step_cost;

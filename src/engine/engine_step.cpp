@@ -450,7 +450,7 @@ void Engine::Impl::finish_embedding(Choice& c) {
   finish_choice(c, FinishReason::kStop);
 }
 
-void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message) {
+void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message, const std::string& code) {
   if (r.aborting) return;
   r.aborting = true;
   r.children_pending = false;
@@ -465,6 +465,7 @@ void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message) {
       e.index = c->index;
       e.reason = FinishReason::kAbort;
       e.message = message;
+      e.code = code;
       e.time_ns = now_ns();
       r.stream->push(std::move(e));
     }

@@ -30,7 +30,10 @@ struct Request {
   int n = 1;  // choices sampled from the same prompt (they share its KV blocks)
   SlaClass sla_class = SlaClass::kStandard;
   std::string tenant;
-  int64_t deadline_ns = 0;  // steady-clock deadline; 0 for none
+  // Steady-clock time by which the first output (a token; an embedding's vector) must be
+  // out; 0 for none. Past it without one, the request is ended: finish kAbort with code
+  // "deadline_missed" (HTTP 503), its KV freed.
+  int64_t deadline_ns = 0;
   uint64_t prefix_hash = 0;  // hash of the template / system prompt (length prediction)
   int64_t arrival_ns = 0;    // when the request reached the server; 0: at submit()
   // Speculative decoding: the expected output (OpenAI `prediction`), a source of drafts;
@@ -75,7 +78,8 @@ struct Event {
   std::string text;
   std::vector<TokenInfo> tokens;  // the tokens behind `text` (may be ahead of or behind it)
   FinishReason reason = FinishReason::kStop;
-  std::string message;            // for kError finishes
+  std::string message;            // for kError and kAbort finishes
+  std::string code;               // for kAbort finishes: an API error code ("" means "aborted")
   Usage usage;
   std::vector<float> embedding;
   int64_t time_ns = 0;            // steady clock when the engine emitted it

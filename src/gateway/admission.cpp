@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "base/clock.h"
+
 namespace metro::gateway {
 
 
@@ -36,6 +38,9 @@ Status validate(const AdmissionConfig& cfg) {
   }
   if (!(std::isfinite(cfg.initial_step_s) && cfg.initial_step_s >= 0.0)) return bad("initial_step_s must be >= 0");
   if (!(cfg.ewma_alpha > 0.0 && cfg.ewma_alpha <= 1.0)) return bad("ewma_alpha must be in (0, 1]");
+  if (!(std::isfinite(cfg.shed_after) && (cfg.shed_after == 0.0 || cfg.shed_after >= 1.0))) {
+    return bad("shed_after must be 0 (never) or >= 1");
+  }
   return Status();
 }
 
@@ -143,6 +148,22 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
     const double excess = static_cast<double>(q_.prompt_tokens[k] + prompt - lim.max_prompt_tokens);
     return refuse(kReasonQueueTokens, excess / drain);
   }
+  // A class whose oldest admitted request has waited past the bound is behind what the
+  // prediction promised: no more until it catches up, which happens by the time that
+  // request gets its first token or is shed.
+  if (const auto& at = admitted_at_[k]; !at.empty()) {
+    const double waited = static_cast<double>(now_ns - *at.begin()) * 1e-9;
+    if (waited > limit) {
+      Decision d = refuse(kReasonTtft, cfg_.shed_after > 0.0 ? cfg_.shed_after * limit - waited : limit);
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "the %s class is behind its time-to-first-token objective (a request admitted %.0f s ago is still "
+                    "waiting); retry after %d s",
+                    sla_class_name(cls), waited, static_cast<int>(d.retry_after_s));
+      d.message = buf;
+      return d;
+    }
+  }
   const double ttft = predicted_ttft_locked(cls, prompt, tenant);
   if (ttft > limit) {
     // When the queue ahead has drained by (ttft - limit) seconds of prefill, it would fit.
@@ -153,17 +174,26 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
     return refuse(kReasonDeadline, late_s);
   }
   queues_[k].add(tenant, prompt);
+  admitted_at_[k].insert(now_ns);
   q_.requests[k] = queues_[k].requests;
   q_.prompt_tokens[k] = queues_[k].tokens;
   return Decision::admitted();
 }
 
-void AdmissionController::release(SlaClass c, int prompt_tokens, const std::string& tenant) {
+void AdmissionController::release(SlaClass c, int prompt_tokens, const std::string& tenant, int64_t admitted_ns) {
   std::lock_guard lock(mu_);
   const size_t k = static_cast<size_t>(c);
   queues_[k].remove(tenant, prompt_tokens);
+  if (auto it = admitted_at_[k].find(admitted_ns); it != admitted_at_[k].end()) admitted_at_[k].erase(it);
   q_.requests[k] = queues_[k].requests;
   q_.prompt_tokens[k] = queues_[k].tokens;
+}
+
+int64_t AdmissionController::shed_deadline_ns(SlaClass c, int64_t admitted_ns, int64_t client_deadline_ns) const {
+  if (cfg_.shed_after <= 0.0) return client_deadline_ns;
+  const double bound_s = cfg_.shed_after * cfg_.ttft_margin * cfg_.sla.of(c).ttft_s;
+  const int64_t shed = admitted_ns + static_cast<int64_t>(std::min(bound_s, 1e9) * 1e9);
+  return client_deadline_ns > 0 ? std::min(client_deadline_ns, shed) : shed;
 }
 
 void AdmissionController::observe_step(const StepObservation& o) {
@@ -204,9 +234,14 @@ void AdmissionController::calibrate(double prefill_tokens_per_s, double step_s) 
   if (std::isfinite(step_s) && step_s >= 0.0) q_.step_s = step_s;
 }
 
-QueueState AdmissionController::state() const {
+QueueState AdmissionController::state(int64_t now) const {
+  if (now == 0) now = now_ns();
   std::lock_guard lock(mu_);
-  return q_;
+  QueueState s = q_;
+  for (size_t k = 0; k < admitted_at_.size(); ++k) {
+    s.oldest_wait_s[k] = admitted_at_[k].empty() ? 0.0 : static_cast<double>(now - *admitted_at_[k].begin()) * 1e-9;
+  }
+  return s;
 }
 
 }  // namespace metro::gateway

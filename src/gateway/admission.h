@@ -16,15 +16,24 @@
 //
 // Without class priority (FIFO over all classes) every queued prompt is its own queue, drained
 // at the rate of all classes together. A request whose predicted TTFT exceeds `ttft_margin` x its
-// class's TTFT objective (or its own deadline) is refused at once with 503 and a
-// Retry-After of the time the queue needs to drain enough; a full queue likewise. The
+// class's TTFT objective (its class's bound) or its own deadline is refused at once with 503
+// and a Retry-After of the time the queue needs to drain enough; a full queue likewise. The
 // engine feeds its measurements (observe_step) and releases a request from the queue when
 // it leaves it (first token, abort).
+//
+// The prediction rests on averaged rates; what it cannot see (higher classes arriving
+// faster than they did) shows in how long admitted requests actually wait. So a class whose
+// oldest admitted request has waited past the class's bound without a first token takes no
+// more requests until it has caught up (503 predicted_ttft_over_slo), and every admitted
+// request carries a deadline of `shed_after` x its class's bound (shed_deadline_ns): the
+// engine ends one still without a first token then with 503 deadline_missed, so that no
+// admitted request waits without an answer for longer than that.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <memory>
@@ -46,6 +55,9 @@ struct AdmissionConfig {
   std::array<ClassQueueLimits, kNumSlaClasses> limits = {
       ClassQueueLimits{64, 16 * 1024}, ClassQueueLimits{256, 256 * 1024}, ClassQueueLimits{1024, 4 * 1024 * 1024}};
   double ttft_margin = 1.0;  // refuse when predicted TTFT > margin x the class TTFT objective
+  // An admitted request without a first token after shed_after x (ttft_margin x its class's
+  // TTFT objective) is ended (503 deadline_missed); 0: never.
+  double shed_after = 1.5;
   double initial_prefill_tokens_per_s = 400.0;  // until the engine has measured it
   double initial_step_s = 0.0;
   double ewma_alpha = 0.2;                      // weight of a new measurement
@@ -59,6 +71,9 @@ struct QueueState {
   std::array<int64_t, kNumSlaClasses> prompt_tokens{};
   double prefill_tokens_per_s = 0.0;  // the engine's rate on prompt tokens
   std::array<double, kNumSlaClasses> drain_tokens_per_s{};  // per class, when backlogged
+  // Per class, how long the oldest admitted request still without a first token has waited
+  // (at the last admit() or state() call; 0 when none waits).
+  std::array<double, kNumSlaClasses> oldest_wait_s{};
   double fifo_drain_tokens_per_s = 0.0;  // all classes together, when any is backlogged
   double step_s = 0.0;
 };
@@ -81,10 +96,14 @@ class AdmissionController {
 
   // Decides for a prompt of `prompt_tokens` to compute ("" is a tenant like any other; a
   // deadline of 0 is none, else on the now_ns clock). An admitted request counts as queued
-  // until release().
+  // until release(), as admitted at `now_ns`.
   Decision admit(SlaClass c, int prompt_tokens, const std::string& tenant, int64_t deadline_ns, int64_t now_ns);
-  // The request left the queue (first token, finished, aborted or refused downstream).
-  void release(SlaClass c, int prompt_tokens, const std::string& tenant = {});
+  // The request admitted at `admitted_ns` left the queue (first token, finished, aborted or
+  // refused downstream).
+  void release(SlaClass c, int prompt_tokens, const std::string& tenant, int64_t admitted_ns);
+  // The deadline an admitted request of class c carries into the engine (0: none), given
+  // the client's own (0: none).
+  int64_t shed_deadline_ns(SlaClass c, int64_t admitted_ns, int64_t client_deadline_ns) const;
 
   // Every step's measurements (EWMA; the prefill rate moves only in steps with prompt
   // tokens; a class's drain rate moves to what it got in steps where it was backlogged, and
@@ -96,7 +115,8 @@ class AdmissionController {
 
   // Predicted TTFT of a request of class c (and tenant) with this prompt, given the queue now.
   double predicted_ttft_s(SlaClass c, int prompt_tokens, const std::string& tenant = {}) const;
-  QueueState state() const;
+  // `now_ns` (0: the clock) dates oldest_wait_s.
+  QueueState state(int64_t now_ns = 0) const;
 
  private:
   double predicted_ttft_locked(SlaClass c, int prompt_tokens, const std::string& tenant) const;
@@ -111,6 +131,8 @@ class AdmissionController {
   mutable std::mutex mu_;
   QueueState q_;  // rates and per-class totals (kept in step with queues_)
   std::array<sched::ClassQueue, kNumSlaClasses> queues_;
+  // Admission times of the requests each class holds, oldest first.
+  std::array<std::multiset<int64_t>, kNumSlaClasses> admitted_at_;
 };
 
 }  // namespace metro::gateway

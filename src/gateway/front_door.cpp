@@ -53,7 +53,7 @@ class AdmissionFeed final : public engine::StepObserver {
 // ---------------------------------------------------------------------------------------
 // Call
 
-Call::Call(FrontDoor* door, const CallRequest& r, int uncached_prompt_tokens)
+Call::Call(FrontDoor* door, const CallRequest& r, int uncached_prompt_tokens, int64_t admitted_ns)
     : door_(door),
       model_(r.model),
       tenant_(r.tenant),
@@ -61,7 +61,7 @@ Call::Call(FrontDoor* door, const CallRequest& r, int uncached_prompt_tokens)
       uncached_prompt_tokens_(uncached_prompt_tokens),
       charge_tokens_(static_cast<int64_t>(r.prompt_tokens) + static_cast<int64_t>(r.max_tokens) * r.n_choices),
       n_choices_(r.n_choices),
-      start_ns_(now_ns()) {
+      start_ns_(admitted_ns) {
   embeddings_ = !r.requests.empty() && r.requests.front().kind == engine::RequestKind::kEmbed;
 }
 
@@ -69,6 +69,11 @@ Call::~Call() { finish(CallOutcome{}); }
 
 void Call::submit(std::vector<engine::Request> requests, Submitted done) {
   std::shared_ptr<engine::Engine> eng = model_->engine;
+  // Admission's promise, kept or ended: past it without a first token the engine ends the
+  // request with 503 deadline_missed instead of leaving the client waiting.
+  if (model_->admission) {
+    for (engine::Request& r : requests) r.deadline_ns = model_->admission->shed_deadline_ns(sla_class_, start_ns_, r.deadline_ns);
+  }
   EmbedBatcher* window = embeddings_ ? door_->embed_window() : nullptr;
   if (window == nullptr) {
     std::vector<engine::Handle> handles;
@@ -143,7 +148,7 @@ void Call::submit(std::vector<engine::Request> requests, Submitted done) {
 void Call::first_token() {
   if (!queued_) return;
   queued_ = false;
-  if (model_->admission) model_->admission->release(sla_class_, uncached_prompt_tokens_, tenant_);
+  if (model_->admission) model_->admission->release(sla_class_, uncached_prompt_tokens_, tenant_, start_ns_);
   pending_prefixes_.clear();
 }
 
@@ -328,11 +333,11 @@ Decision FrontDoor::admit(const CallRequest& r) {
   }
   if (inflight_choices_.fetch_add(r.n_choices) + r.n_choices > cfg_.max_inflight_choices) {
     inflight_choices_.fetch_sub(r.n_choices);
-    if (m.admission) m.admission->release(r.sla_class, queued, r.tenant);
+    if (m.admission) m.admission->release(r.sla_class, queued, r.tenant, now);
     refund();
     return refuse(r, Decision::reject(503, kReasonOverloaded, 1.0));
   }
-  auto call = std::shared_ptr<Call>(new Call(this, r, queued));
+  auto call = std::shared_ptr<Call>(new Call(this, r, queued, now));
   call->queued_ = true;
   // Requests behind it that share its prefix are credited with it from now on.
   for (const engine::Request& e : r.requests) {

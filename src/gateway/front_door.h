@@ -127,7 +127,7 @@ class Call : public std::enable_shared_from_this<Call> {
 
  private:
   friend class FrontDoor;
-  Call(FrontDoor* door, const CallRequest& r, int uncached_prompt_tokens);
+  Call(FrontDoor* door, const CallRequest& r, int uncached_prompt_tokens, int64_t admitted_ns);
 
   FrontDoor* door_;
   std::shared_ptr<const ServedModel> model_;
@@ -136,7 +136,7 @@ class Call : public std::enable_shared_from_this<Call> {
   int uncached_prompt_tokens_;   // what it occupies in the admission queue
   int64_t charge_tokens_;        // what the quota charged
   int n_choices_;
-  int64_t start_ns_;
+  int64_t start_ns_;             // when it was admitted (now_ns clock)
   bool embeddings_ = false;
   bool queued_ = false;          // holds an admission queue place
   bool finished_ = false;

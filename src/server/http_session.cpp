@@ -420,22 +420,11 @@ void HttpSession::on_submitted(uint64_t seq, Expected<std::vector<engine::Handle
 }
 
 void HttpSession::start_call(ResponseSpec spec) {
-  ServerMetrics& metrics = core_.metrics();
   Call& call = *call_;
   const Endpoint endpoint = spec.endpoint;
   call.formatter = std::make_unique<ResponseFormatter>(std::move(spec), call.model->tokenizer(), call.handles.size(),
                                                        make_response_id(endpoint), unix_time_seconds());
-  const bool stream = call.formatter->spec().stream;
   phase_ = Phase::kGenerate;
-  if (stream) {
-    if (!keep_alive_ || !chunked_ || core_.draining()) close_after_response_ = true;
-    out_ +=
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
-    if (chunked_) out_ += "Transfer-Encoding: chunked\r\n";
-    out_ += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
-    metrics.count_request(call.endpoint, 200);
-    flush();
-  }
   std::weak_ptr<HttpSession> weak = weak_from_this();
   for (const engine::Handle& h : call_->handles) {
     // Runs on the engine thread: only schedule work here, coalescing bursts of pushes.
@@ -451,6 +440,17 @@ void HttpSession::start_call(ResponseSpec spec) {
   pump_events();
 }
 
+void HttpSession::begin_stream() {
+  Call& call = *call_;
+  if (call.stream_begun) return;
+  call.stream_begun = true;
+  if (!keep_alive_ || !chunked_ || core_.draining()) close_after_response_ = true;
+  out_ += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
+  if (chunked_) out_ += "Transfer-Encoding: chunked\r\n";
+  out_ += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+  core_.metrics().count_request(call.endpoint, 200);
+}
+
 void HttpSession::pump_events() {
   if (!call_ || phase_ != Phase::kGenerate || write_in_flight_) return;
   ResponseFormatter& fmt = *call_->formatter;
@@ -461,7 +461,14 @@ void HttpSession::pump_events() {
     call_->handles[i].stream->drain(&events);
     for (const engine::Event& e : events) fmt.on_event(i, e, &sse);
   }
-  if (fmt.spec().stream && !sse.empty()) append_chunk(sse);
+  if (fmt.spec().stream && !sse.empty()) {
+    // A failure before any output is answered as an error response (complete_call), not
+    // inside a stream; what the formatter wrote for it is dropped with the stream.
+    if (call_->stream_begun || !fmt.failure()) {
+      begin_stream();
+      append_chunk(sse);
+    }
+  }
   if (fmt.first_token_ns() > 0) call_->admitted->first_token();
   if (fmt.all_done()) {
     complete_call();
@@ -483,7 +490,8 @@ void HttpSession::complete_call() {
     }
   }
   const std::string label = call_->endpoint;
-  if (fmt.spec().stream) {
+  if (fmt.spec().stream && (call_->stream_begun || !fmt.failure())) {
+    begin_stream();
     append_chunk(fmt.finish());
     if (chunked_) out_ += "0\r\n\r\n";
     end_call(false);
@@ -618,7 +626,7 @@ void HttpSession::client_gone() {
 void HttpSession::peer_write_closed() {
   read_ended_ = true;
   close_after_response_ = true;
-  const bool response_begun = phase_ == Phase::kGenerate && call_ && call_->formatter && call_->formatter->spec().stream;
+  const bool response_begun = phase_ == Phase::kGenerate && call_ && call_->stream_begun;
   if (!response_begun && chunked_) {  // chunked_: HTTP/1.1, which may be sent a 1xx
     out_ += "HTTP/1.1 100 Continue\r\n\r\n";
     flush();

@@ -55,6 +55,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     int64_t start_ns = 0;
     int n_choices = 0;
     uint64_t seq = 0;  // matches the front door's submit callback to this call
+    // A stream's 200 and headers are sent with its first output, so that a request that
+    // ends before any (shed past its deadline, aborted by a drain) is answered with its
+    // error status and Retry-After instead of an error event inside a 200.
+    bool stream_begun = false;
   };
   // What a prep thread hands back: the prepared request and, when admitted, its Call.
   struct Prepared {
@@ -78,6 +82,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   Prepared prepare_on_worker(Endpoint endpoint, std::string_view body, const CallContext& call,
                              std::shared_ptr<gateway::TenantSlot> slot);
   static ApiError refusal_error(const gateway::Decision& d);
+  void begin_stream();
   void on_prepared(Prepared p, std::string endpoint_label, int64_t start_ns);
   // The front door submitted call `seq`: its handles, or the engine's refusal.
   void on_submitted(uint64_t seq, Expected<std::vector<engine::Handle>> handles);

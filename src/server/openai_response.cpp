@@ -8,6 +8,14 @@
 
 namespace metro::server {
 
+namespace {
+// An engine abort as the API error: 503 with the engine's code (deadline_missed, ...) or
+// "aborted".
+ApiError abort_error(const engine::Event& e) {
+  return unavailable_error("the request was aborted: " + e.message, e.code.empty() ? "aborted" : e.code);
+}
+}  // namespace
+
 std::string make_response_id(Endpoint endpoint) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::random_device rd;
@@ -163,7 +171,7 @@ void ResponseFormatter::on_event(size_t req, const engine::Event& e, std::string
     case Kind::kFinish:
       if (spec_.endpoint == Endpoint::kEmbeddings) {
         if (e.reason == engine::FinishReason::kAbort || e.reason == engine::FinishReason::kError) {
-          if (!failure_) failure_ = unavailable_error("the request was aborted: " + e.message, "aborted");
+          if (!failure_) failure_ = abort_error(e);
         }
         break;
       }
@@ -244,7 +252,7 @@ void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string
   if (e.reason == engine::FinishReason::kAbort || e.reason == engine::FinishReason::kError) {
     if (!failure_) {
       if (e.reason == engine::FinishReason::kAbort) {
-        failure_ = unavailable_error("the request was aborted: " + e.message, "aborted");
+        failure_ = abort_error(e);
       } else {
         ApiError err;
         err.status = 500;

@@ -156,7 +156,9 @@ def t_sla_admission_refuses_early_with_retry_after(ctx):
             {"Authorization": f"Bearer {KEYS['flood']}"})
         m = metrics(srv.port)
         rejected = m.get('metro_class_rejections_total{class="batch",reason="predicted_ttft_over_slo"}', 0)
-        assert rejected >= refused, (rejected, refused)
+        # An admitted request that then misses its bound by half again is shed: 503 too.
+        shed = m.get("metro_requests_deadline_missed_total", 0)
+        assert rejected + shed >= refused, (rejected, shed, refused)
         ctx.note(f"admission: batch TTFT objective {objective:.2f} s (4 prompts of {prompt_tokens} tokens at the "
                  f"measured {rate:.0f} tokens/s): {refused} of {n} refused at once (503 predicted_ttft_over_slo), "
                  f"{n - refused} served, in {time.time() - t0:.1f} s")
@@ -445,6 +447,58 @@ def t_sla_stalled_reader_is_aborted_with_default_settings(ctx):
         srv.kill()
 
 
+def t_sla_deadline_passed_in_the_queue_is_a_503(ctx):
+    """A request still without its first token when its deadline passes is ended with 503
+    deadline_missed and a Retry-After, streamed or not (a stream's 200 goes out with its
+    first output, so the error keeps its status), while the request ahead of it runs on."""
+    keys = write_keys(ctx)
+    srv = MetroServer(ctx.metro, ctx.model_path, [
+        "--model-name", ctx.model_name, "--api-key-file", keys, "--ctx", "1024", "--ctx-total", "8192",
+        "--max-seqs", "1", "--sched", "fcfs", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    srv.wait_ready()
+    try:
+        port = srv.port
+
+        def late(stream):
+            t0 = time.time()
+            st, h, body = request(port, "POST", "/v1/completions", {
+                "model": ctx.model_name, "prompt": "Hi", "max_tokens": 2, "stream": stream,
+                "metro_deadline_ms": 300}, {"Authorization": f"Bearer {KEYS['flood']}"})
+            return st, h, body, time.time() - t0
+
+        async def scenario():
+            started = asyncio.Event()
+
+            def on_event(_payload):
+                started.set()
+                return False
+
+            # One seat: whatever comes next waits for this one to finish.
+            ahead = asyncio.ensure_future(sse_request(port, "/v1/completions", {
+                "model": ctx.model_name, "prompt": "Tell me a long story.", "max_tokens": 400, "ignore_eos": True,
+                "stream": True}, KEYS["flood"], on_event=on_event))
+            await asyncio.wait_for(started.wait(), 120)
+            late_stream = await asyncio.to_thread(late, True)
+            late_plain = await asyncio.to_thread(late, False)
+            return await ahead, late_stream, late_plain
+
+        (st, events, _), *lates = asyncio.run(scenario())
+        assert st == 200 and events[-1] == "[DONE]", (st, events[-2:])
+        assert not any('"error"' in e for e in events[:-1]), "the request ahead was disturbed"
+        for st, h, body, took in lates:
+            err = check_error(st, body, 503, "deadline_missed")
+            assert "deadline" in err["message"], err
+            assert int(h["retry-after"]) >= 1, h
+            assert took < 30, took
+        m = metrics(port)
+        assert m["metro_requests_deadline_missed_total"] == 2, m["metro_requests_deadline_missed_total"]
+        ctx.note(f"deadline passed in the queue: 503 deadline_missed after {lates[0][3]:.2f} s (stream) and "
+                 f"{lates[1][3]:.2f} s (not), deadline 0.3 s")
+    finally:
+        srv.kill()
+
+
 TESTS = [t_sla_stalled_reader_is_aborted_with_default_settings, t_sla_tokenize_flood_does_not_delay_others, t_sla_scheduler_flags, t_sla_embeddings_window, t_sla_quotas_deadlines_and_classes, t_sla_admission_refuses_early_with_retry_after,
-         t_sla_admission_counts_prefix_cache_hits,
+         t_sla_admission_counts_prefix_cache_hits, t_sla_deadline_passed_in_the_queue_is_a_503,
          t_sla_realtime_survives_a_batch_flood]

@@ -12,8 +12,9 @@ Phases:
    embeddings, a shared system prompt (prefix cache), deadlines; clients that hang up
    mid-stream, clients that hang up before their first token, malformed bodies.
 3. Account: every request ends in exactly one bucket. `ok` (complete and well formed),
-   `refused` (429/503 with an error body: not accepted), `rejected_as_expected` (400 to a
-   malformed body), `aborted` (the client hung up on purpose). Anything else is `lost`: a
+   `refused` (429/503 with an error body: not accepted), `shed` (accepted, then answered
+   503 deadline_missed: no first token by the deadline admission set), `rejected_as_expected`
+   (400 to a malformed body), `aborted` (the client hung up on purpose). Anything else is `lost`: a
    200 whose stream ends without [DONE], a reset nobody asked for, a 5xx other than 503, a
    400 to a valid body, no answer within --patience seconds.
 4. After the load: the server must settle to 0 requests in flight, 0 running, 0 KV blocks
@@ -176,6 +177,9 @@ def judge(kind, status, head, data, events, hung, body):
             assert err["code"] and err["message"]
         except Exception:  # noqa: BLE001 - any shape problem is a finding
             return "lost", f"{status} without an error body: {data[:200]!r}"
+        # Accepted, then ended unstarted past admission's promise: answered, and counted apart.
+        if err["code"] == "deadline_missed":
+            return "shed", ""
         return "refused", f"{status} {err['code']}"
     if status != 200 or kind == "malformed":
         return "lost", f"{kind} answered {status}: {data[:300]!r}"

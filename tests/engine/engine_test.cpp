@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "base/clock.h"
 #include "engine/engine_test_util.h"
 #include "engine/step_trace.h"
 #include "support/test_util.h"
@@ -241,6 +242,51 @@ TEST(Engine, AbortWhileForkingChoicesLeavesNoBlocks) {
   EXPECT_EQ(eng->stats().kv_blocks_used, 0);
   // The engine still serves.
   EXPECT_EQ(collect(*eng->submit(greedy_request(prompts(1)[0], 4))).tokens.size(), 4u);
+}
+
+// A request whose deadline passes before its first token is ended (finish kAbort, code
+// deadline_missed) and its KV freed; one that got its first token in time runs on past its
+// deadline; neither disturbs the request ahead of them.
+TEST(Engine, ADeadlinePassedBeforeTheFirstTokenEndsTheRequest) {
+  REQUIRE_MODEL();
+  auto eng = make_engine({.max_seqs = 1, .sched = "fcfs"});
+  const auto ps = prompts(3);
+  const int long_tokens = sanitized() ? 48 : 160;
+  Request ahead = greedy_request(ps[0], long_tokens);
+  ahead.stop.ignore_eos = true;
+  Handle first = *eng->submit(ahead);
+  // Waits behind `first` (one seat): its first token cannot come in 20 ms.
+  Request late = greedy_request(ps[1], 8);
+  late.deadline_ns = now_ns() + 20'000'000;
+  Handle second = *eng->submit(late);
+  Event fin;
+  for (;;) {
+    auto e = second.stream->pop(std::chrono::milliseconds(120000));
+    ASSERT_TRUE(e.has_value());
+    EXPECT_FALSE(e->kind == Event::Kind::kDelta && !e->tokens.empty()) << "a token came before the deadline";
+    if (e->kind == Event::Kind::kFinish) fin = *e;
+    if (e->kind == Event::Kind::kDone) break;
+  }
+  EXPECT_EQ(fin.reason, FinishReason::kAbort);
+  EXPECT_EQ(fin.code, "deadline_missed");
+  EXPECT_NE(fin.message.find("deadline"), std::string::npos) << fin.message;
+  const Generation g = collect(first);
+  EXPECT_EQ(g.reason, FinishReason::kLength);
+  EXPECT_EQ(static_cast<int>(g.tokens.size()), long_tokens);
+  EXPECT_EQ(eng->stats().requests_expired, 1u);
+  // Alone, its first token comes well inside the deadline, and it runs on past it.
+  Request in_time = greedy_request(ps[2], long_tokens);
+  in_time.stop.ignore_eos = true;
+  const int64_t t0 = now_ns();
+  in_time.deadline_ns = t0 + (sanitized() ? 3'000'000'000 : 400'000'000);
+  const Generation g2 = collect(*eng->submit(in_time));
+  EXPECT_EQ(g2.reason, FinishReason::kLength);
+  EXPECT_EQ(static_cast<int>(g2.tokens.size()), long_tokens);
+  EXPECT_EQ(eng->stats().requests_expired, 1u);
+  for (int i = 0; i < 100 && eng->stats().kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(eng->stats().kv_blocks_used, 0);
 }
 
 TEST(Engine, StopConditionsAndUsage) {

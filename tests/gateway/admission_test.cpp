@@ -46,7 +46,7 @@ TEST(Admission, QueueBoundOnRequests) {
   EXPECT_DOUBLE_EQ(d.retry_after_s, 1.0);
   // Other classes have their own queues.
   EXPECT_TRUE(admit(a, {SlaClass::kStandard, 10}, 0).admit);
-  a.release(SlaClass::kRealtime, 100);
+  a.release(SlaClass::kRealtime, 100, "", 0);
   EXPECT_TRUE(admit(a, {SlaClass::kRealtime, 10}, 0).admit);
 }
 
@@ -165,7 +165,7 @@ TEST(Admission, ShortestFirstCountsOnlyShorterPromptsOfTheClass) {
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.35, 1e-9);
   // A 1600-token one behind both.
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 1600), 3.25, 1e-9);
-  a.release(SlaClass::kStandard, 100);
+  a.release(SlaClass::kStandard, 100, "", 0);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 200), 0.25, 1e-9);
   AdmissionConfig fifo = base_cfg();
   AdmissionController b = make(fifo, sched::class_queue_order(/*shortest_first=*/false));
@@ -209,7 +209,7 @@ TEST(Admission, AFloodingTenantDoesNotGetAQuietOneRefused) {
   EXPECT_NEAR(fifo.predicted_ttft_s(SlaClass::kStandard, 300, "quiet"), 3.3 + 0.05, 1e-9);
   // Releases are per tenant: the quiet tenant's 300 leaves; its four 10-token prompts stay
   // ahead of a loud request (3000 of its own + 40 + 300).
-  a.release(SlaClass::kStandard, 300, "quiet");
+  a.release(SlaClass::kStandard, 300, "quiet", 0);
   EXPECT_NEAR(a.predicted_ttft_s(SlaClass::kStandard, 300, "loud"), 3.34 + 0.05, 1e-9);
 }
 
@@ -221,10 +221,49 @@ TEST(Admission, Deadlines) {
   EXPECT_EQ(d.reason, kReasonDeadline);
   EXPECT_TRUE(admit(a, {SlaClass::kBatch, 500, 11 * kS}, 10 * kS).admit);
   // Releasing more than was queued cannot drive the queue negative.
-  a.release(SlaClass::kBatch, 500);
-  a.release(SlaClass::kBatch, 500);
+  a.release(SlaClass::kBatch, 500, "", 10 * kS);
+  a.release(SlaClass::kBatch, 500, "", 10 * kS);
   EXPECT_EQ(a.state().requests[2], 0);
   EXPECT_EQ(a.state().prompt_tokens[2], 0);
+}
+
+// What the prediction cannot see shows in the wait: a class whose oldest admitted request
+// has waited past the bound without a first token takes no more until that request leaves;
+// every admitted request carries a deadline of shed_after x the bound into the engine.
+TEST(Admission, AClassBehindItsBoundTakesNoMoreAndAdmittedRequestsCarryADeadline) {
+  AdmissionConfig cfg = base_cfg();  // 1000 tok/s, 50 ms step
+  cfg.sla.of(SlaClass::kBatch).ttft_s = 10.0;
+  cfg.ttft_margin = 1.0;
+  cfg.shed_after = 1.5;
+  AdmissionController a = make(cfg);
+  ASSERT_TRUE(admit(a, {SlaClass::kBatch, 100}, 0).admit);
+  ASSERT_TRUE(admit(a, {SlaClass::kBatch, 100}, 5 * kS).admit);
+  EXPECT_NEAR(a.state(9 * kS).oldest_wait_s[2], 9.0, 1e-9);
+  // 11 s later the first still has no first token: past the 10 s bound, though the queue
+  // (200 tokens, 0.25 s) predicts a fast start.
+  EXPECT_LT(a.predicted_ttft_s(SlaClass::kBatch, 100), 1.0);
+  Decision d = admit(a, {SlaClass::kBatch, 100}, 11 * kS);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_EQ(d.reason, kReasonTtft);
+  EXPECT_DOUBLE_EQ(d.retry_after_s, 4.0);  // until it is shed: 15 s after its admission
+  EXPECT_NE(d.message.find("behind"), std::string::npos) << d.message;
+  // Other classes are judged by their own waits.
+  EXPECT_TRUE(admit(a, {SlaClass::kStandard, 100}, 11 * kS).admit);
+  // The old one leaves (first token, or shed): the next oldest has waited 6 s: admitted.
+  a.release(SlaClass::kBatch, 100, "", 0);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 100}, 11 * kS).admit);
+  EXPECT_NEAR(a.state(11 * kS).oldest_wait_s[2], 6.0, 1e-9);
+  // The deadline into the engine: 1.5 x the bound after admission, or the client's if sooner.
+  EXPECT_EQ(a.shed_deadline_ns(SlaClass::kBatch, 2 * kS, 0), 17 * kS);
+  EXPECT_EQ(a.shed_deadline_ns(SlaClass::kBatch, 2 * kS, 4 * kS), 4 * kS);
+  EXPECT_EQ(a.shed_deadline_ns(SlaClass::kBatch, 2 * kS, 30 * kS), 17 * kS);
+  cfg.shed_after = 0.0;
+  AdmissionController never = make(cfg);
+  EXPECT_EQ(never.shed_deadline_ns(SlaClass::kBatch, 2 * kS, 0), 0);
+  EXPECT_EQ(never.shed_deadline_ns(SlaClass::kBatch, 2 * kS, 4 * kS), 4 * kS);
+  cfg.shed_after = 0.5;
+  EXPECT_FALSE(validate(cfg).ok());
 }
 
 TEST(Admission, ConfigValidation) {

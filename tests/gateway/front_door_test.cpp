@@ -19,6 +19,7 @@ namespace {
 using testing::collect;
 using testing::default_model;
 using testing::greedy_request;
+using testing::sanitized;
 
 FrontDoorConfig base_cfg() {
   FrontDoorConfig c;
@@ -269,6 +270,62 @@ TEST(FrontDoor, StepReportsMoveThePrediction) {
   // One step moves the estimate a fifth of the way to the measured rate: even a sanitizer
   // build's tens of tokens per second at least double it.
   EXPECT_GT(m->admission->state().prefill_tokens_per_s, 2.0);
+}
+
+// An admitted request carries admission's promise into the engine: still without a first
+// token at shed_after x its class's bound, it ends with deadline_missed; and while it waits
+// past the bound its class takes no more.
+TEST(FrontDoor, AnAdmittedRequestPastItsBoundIsShedAndItsClassWaits) {
+  REQUIRE_MODEL();
+  FrontDoorConfig cfg = base_cfg();
+  cfg.sla.of(SlaClass::kBatch).ttft_s = 0.4;
+  cfg.admission_cfg.ttft_margin = 1.0;
+  cfg.admission_cfg.shed_after = 2.0;  // ended 0.8 s after admission
+  FrontDoor door(cfg);
+  engine::EngineConfig one_seat;
+  one_seat.max_seqs = 1;
+  ASSERT_TRUE(door.add_model(served("m", one_seat)).ok());
+  auto m = door.resolve("m");
+  // The seat's holder: long enough to outlast the second request's deadline.
+  CallRequest first = req(m, "", SlaClass::kBatch, 8, sanitized() ? 200 : 600);
+  first.requests.front().stop.ignore_eos = true;
+  Decision d1 = door.admit(first);
+  ASSERT_TRUE(d1.admit);
+  std::vector<engine::Handle> h1, h2;
+  d1.call->submit(first.requests, [&](Expected<std::vector<engine::Handle>> hs) { h1 = std::move(*hs); });
+  ASSERT_EQ(h1.size(), 1u);
+  auto ev = h1[0].stream->pop(std::chrono::milliseconds(60000));  // running: its first token is out
+  ASSERT_TRUE(ev.has_value());
+  d1.call->first_token();
+  const CallRequest second = req(m, "", SlaClass::kBatch, 8, 4);
+  const int64_t t0 = now_ns();
+  Decision d2 = door.admit(second);
+  ASSERT_TRUE(d2.admit) << d2.reason;
+  d2.call->submit(second.requests, [&](Expected<std::vector<engine::Handle>> hs) { h2 = std::move(*hs); });
+  ASSERT_EQ(h2.size(), 1u);
+  // Past the bound (0.4 s) and still waiting: the class refuses, though its queue is short.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Decision d3 = door.admit(req(m, "", SlaClass::kBatch, 8, 4));
+  EXPECT_FALSE(d3.admit);
+  EXPECT_EQ(d3.reason, kReasonTtft);
+  engine::Event fin;
+  for (;;) {
+    auto e = h2[0].stream->pop(std::chrono::milliseconds(60000));
+    ASSERT_TRUE(e.has_value());
+    if (e->kind == engine::Event::Kind::kFinish) fin = *e;
+    if (e->kind == engine::Event::Kind::kDone) break;
+  }
+  const double waited = static_cast<double>(now_ns() - t0) * 1e-9;
+  EXPECT_EQ(fin.reason, engine::FinishReason::kAbort);
+  EXPECT_EQ(fin.code, "deadline_missed");
+  EXPECT_GE(waited, 0.75);
+  d2.call->finish(CallOutcome{});
+  // It left the queue (whether the class takes more now is the prediction's call: with the
+  // one seat held, batch drains nothing).
+  EXPECT_EQ(m->admission->state().requests[2], 0);
+  EXPECT_EQ(m->admission->state().oldest_wait_s[2], 0.0);
+  const testing::Generation g = collect(h1[0]);
+  EXPECT_EQ(g.reason, engine::FinishReason::kLength) << "the request ahead was disturbed";
 }
 
 TEST(FrontDoor, DeadlinesAdmissionModesAndTheChoiceBound) {

@@ -26,6 +26,7 @@ struct Live {
   std::unique_ptr<SeqState> seq;
   bool admitted_by_gateway = false;
   bool released_queue = false;
+  int64_t admitted_ns = 0;
   int64_t quota_charge = 0;
   double first_token_at = -1.0;
   int charged_prompt = 0;  // prompt tokens already counted as served
@@ -75,6 +76,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
         return;
       }
       l->admitted_by_gateway = true;
+      l->admitted_ns = now_ns;
     }
     auto s = std::make_unique<SeqState>();
     s->id = i + 1;
@@ -230,7 +232,7 @@ SimReport run_sim(const std::vector<TraceRequest>& trace, const SimConfig& cfg, 
         out.ttft_s = now - t.arrival_s;
         if (cfg.metrics != nullptr) cfg.metrics->observe_first_token(t.sla_class, out.ttft_s);
         if (l.admitted_by_gateway && !l.released_queue) {
-          cfg.admission->release(t.sla_class, t.prompt_tokens);
+          cfg.admission->release(t.sla_class, t.prompt_tokens, "", l.admitted_ns);
           l.released_queue = true;
         }
       }
