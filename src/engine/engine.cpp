@@ -270,6 +270,7 @@ void Engine::Impl::loop() {
       if (it != active.end()) abort_request(*it->second, "aborted");
     }
     if (!deadlines.empty()) expire_deadlines(now_ns());
+    if (n_stall_bounded > 0) expire_stalls(now_ns());
     if (stop_now) {
       for (auto& [id, r] : active) abort_request(*r, "the server is shutting down");
       reap();
@@ -306,6 +307,7 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
       c->history.set_prompt(q.prompt);
       c->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(self->tokenizer_, dopts);
       c->stop = std::make_unique<StopMatcher>(q.stop.stop);
+      if (q.grammar) c->matcher = std::make_unique<grammar::Matcher>(q.grammar);
     }
     by_seq[c->seq.id] = c.get();
     r->choices.push_back(std::move(c));
@@ -317,7 +319,28 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
   sched->add(&first.seq);
   const uint64_t id = r->id;
   if (q.deadline_ns > 0) deadlines.emplace(q.deadline_ns, id);
+  if (q.max_stall_ns > 0) ++n_stall_bounded;
   active.emplace(id, std::move(r));
+}
+
+void Engine::Impl::expire_stalls(int64_t now) {
+  if (now - last_stall_check_ns < 50'000'000) return;  // a bound of seconds needs no finer check
+  last_stall_check_ns = now;
+  std::vector<ActiveRequest*> stalled;
+  for (auto& [id, r] : active) {
+    if (r->req.max_stall_ns <= 0 || r->first_token_ns == 0 || r->aborting || r->completed) continue;
+    if (now - r->last_token_ns > r->req.max_stall_ns) stalled.push_back(r.get());
+  }
+  for (ActiveRequest* r : stalled) {
+    char msg[160];
+    std::snprintf(msg, sizeof(msg),
+                  "no new token for %.1f s (paused by higher-priority work); the server is busier than when it was "
+                  "admitted, retry later",
+                  static_cast<double>(now - r->last_token_ns) * 1e-9);
+    abort_request(*r, msg, "deadline_missed");
+    std::lock_guard<std::mutex> lock(stats_mu);
+    stats.requests_expired += 1;
+  }
 }
 
 void Engine::Impl::expire_deadlines(int64_t now) {
@@ -345,6 +368,7 @@ void Engine::Impl::reap() {
   for (uint64_t id : completed_ids) {
     auto it = active.find(id);
     if (it == active.end()) continue;
+    if (it->second->req.max_stall_ns > 0) --n_stall_bounded;
     for (auto& c : it->second->choices) {
       by_seq.erase(c->seq.id);
       if (self->cfg_.proposer) self->cfg_.proposer->forget(c->seq.id);

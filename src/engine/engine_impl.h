@@ -37,6 +37,10 @@ struct Choice {
   std::unique_ptr<StopMatcher> stop;
   bool finished = false;
   bool in_scheduler = false;
+  // Structured output: where the text is in the request's grammar, and the mask scratch.
+  std::unique_ptr<grammar::Matcher> matcher;
+  grammar::TokenMask mask;
+  bool grammar_stuck = false;  // the grammar allowed no token (the choice ends with an error)
   speculative::DraftSource draft_source = speculative::DraftSource::kNone;  // of this step's draft
 };
 
@@ -144,8 +148,12 @@ struct Engine::Impl {
   void emit_delta(Choice& c, std::string text, std::vector<TokenInfo> tokens);
   void finish_embedding(Choice& c);
   void abort_request(ActiveRequest& r, const std::string& message, const std::string& code = {});
-  // Ends the requests whose deadline passed before their first output.
+  // Ends the requests whose deadline passed before their first output, and those whose
+  // output stalled past their max_stall_ns.
   void expire_deadlines(int64_t now);
+  void expire_stalls(int64_t now);
+  int64_t last_stall_check_ns = 0;
+  int n_stall_bounded = 0;  // active requests with a max_stall_ns
   void maybe_complete(ActiveRequest& r);
   void reap();
   void publish_stats(double step_ms, int batch_tokens, int batch_seqs);

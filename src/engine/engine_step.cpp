@@ -98,6 +98,13 @@ void Engine::Impl::propose() {
       if (t < 0 || t >= n_vocab) break;  // a proposer's bad token ends its draft
       s.draft.push_back(t);
     }
+    if (c->matcher && !s.draft.empty()) {
+      // A draft the grammar would refuse is never accepted: verify only what it allows.
+      grammar::Matcher probe(*c->matcher);
+      size_t ok = 0;
+      while (ok < s.draft.size() && probe.can_continue() && probe.accept_token(s.draft[ok])) ++ok;
+      s.draft.resize(ok);
+    }
     if (s.draft.empty()) continue;
     c->draft_source = source;
     candidates.push_back(speculative::DraftCandidate{s.id, source, static_cast<int>(s.draft.size()), 0});
@@ -136,7 +143,21 @@ bool Engine::Impl::build_batch(const sched::StepPlan& plan, bool* want_hidden) {
 }
 
 SampleResult Engine::Impl::sample_one(Choice& c, std::span<const float> logits) {
-  SampleResult s = c.sampler->sample(logits, c.history, scratch);
+  const uint64_t* allowed = nullptr;
+  if (c.matcher) {
+    c.matcher->fill_mask(c.mask);
+    bool any = false;
+    for (uint64_t w : c.mask) any = any || w != 0;
+    if (!any || c.grammar_stuck) {
+      c.grammar_stuck = true;
+      SampleResult s;
+      s.token = 0;
+      return s;
+    }
+    allowed = c.mask.data();
+  }
+  SampleResult s = c.sampler->sample(logits, c.history, scratch, allowed);
+  if (c.matcher && !c.matcher->accept_token(s.token)) c.grammar_stuck = true;
   c.history.add_generated(s.token);
   return s;
 }
@@ -346,6 +367,11 @@ void Engine::Impl::emit_token(Choice& c, SampleResult s, size_t keep_tokens) {
     emit_delta(c, std::move(text), {info});
     finish_choice(c, reason);
   };
+  if (c.grammar_stuck) {
+    c.seq.tokens.resize(keep_tokens - 1);
+    finish_choice(c, FinishReason::kError, "the output's grammar allows no token the vocabulary has here");
+    return;
+  }
 
   const bool eog = !q.stop.ignore_eos && self->tokenizer_.is_eog(token);
   const bool stop_tok = std::find(q.stop.stop_token_ids.begin(), q.stop.stop_token_ids.end(), token) !=
@@ -362,6 +388,15 @@ void Engine::Impl::emit_token(Choice& c, SampleResult s, size_t keep_tokens) {
   bool matched = false;
   std::string text = c.stop->push(c.detok->push(token), &matched);
   if (matched) {
+    finish(std::move(text), FinishReason::kStop);
+    return;
+  }
+  if (c.matcher && !c.matcher->can_continue()) {
+    // The grammar is complete and nothing may follow: the text is done.
+    std::string tail = c.detok->flush();
+    bool m2 = false;
+    text += c.stop->push(tail, &m2);
+    if (!m2) text += c.stop->flush();
     finish(std::move(text), FinishReason::kStop);
     return;
   }

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampling.h"
+#include "grammar/matcher.h"
 #include "sched/seq_state.h"
 
 namespace metro::engine {
@@ -34,12 +36,18 @@ struct Request {
   // out; 0 for none. Past it without one, the request is ended: finish kAbort with code
   // "deadline_missed" (HTTP 503), its KV freed.
   int64_t deadline_ns = 0;
+  // A request that has begun its output and then gets no new token for this long (paused or
+  // preempted by higher classes) is ended the same way; 0: never.
+  int64_t max_stall_ns = 0;
   uint64_t prefix_hash = 0;  // hash of the template / system prompt (length prediction)
   int64_t arrival_ns = 0;    // when the request reached the server; 0: at submit()
   // Speculative decoding: the expected output (OpenAI `prediction`), a source of drafts;
   // and whether this request may be drafted for at all (the engine's proposer decides how).
   std::vector<int32_t> prediction;
   bool speculative = true;
+  // Structured output: every choice's text is a sentence of this grammar (the sampler only
+  // draws tokens it allows; the choice stops once the grammar is complete). Null: free text.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 enum class FinishReason : uint8_t {

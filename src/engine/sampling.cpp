@@ -428,22 +428,47 @@ std::vector<const char*> Sampler::step_names() const {
 }
 
 SamplingState Sampler::run(std::span<const float> raw, const TokenHistory& history, SamplerScratch& scratch,
-                           size_t n_steps) {
+                           size_t n_steps, const uint64_t* allowed) {
   SamplingState st;
   st.raw = raw;
   st.logits = raw;
   st.history = &history;
   st.scratch = &scratch;
+  if (allowed != nullptr) {
+    std::span<float> l = st.mutable_logits();
+    const size_t n = l.size();
+    for (size_t w = 0; w * 64 < n; ++w) {
+      const uint64_t bits = allowed[w];
+      if (bits == ~uint64_t{0}) continue;
+      const size_t end = std::min(n, w * 64 + 64);
+      for (size_t i = w * 64; i < end; ++i) {
+        if (!((bits >> (i & 63)) & 1u)) l[i] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
   for (size_t i = 0; i < n_steps; ++i) chain_[i]->apply(st);
   return st;
 }
 
-SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& history, SamplerScratch& scratch) {
-  const SamplingState st = run(raw, history, scratch, chain_.size());
+SampleResult Sampler::sample(std::span<const float> raw, const TokenHistory& history, SamplerScratch& scratch,
+                             const uint64_t* allowed) {
+  const SamplingState st = run(raw, history, scratch, chain_.size(), allowed);
   SampleResult res;
   res.token = st.token;
+  if (allowed != nullptr && (res.token < 0 || !((allowed[static_cast<size_t>(res.token) >> 6] >>
+                                                 (static_cast<unsigned>(res.token) & 63)) & 1u))) {
+    // A masked token's weight underflows to zero or a subnormal: should one be drawn, the
+    // most likely allowed token is taken instead.
+    int32_t pick = -1;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (((allowed[i >> 6] >> (i & 63)) & 1u) && (pick < 0 || raw[i] > raw[static_cast<size_t>(pick)])) {
+        pick = static_cast<int32_t>(i);
+      }
+    }
+    res.token = pick;
+  }
   if (p_.logprobs || p_.top_logprobs > 0) {
-    res.logprob = raw_logprob(raw, st.token);
+    res.logprob = raw_logprob(raw, res.token);
     res.top = top_logprobs(raw, p_.top_logprobs);
   }
   return res;

@@ -147,8 +147,12 @@ class Sampler {
   //   -> greedy (temperature 0) | softmax(temperature) -> top-k/top-p/min-p -> draw (seeded)
   Sampler(SamplingParams params, uint64_t seed);
 
-  // Picks a token from one row of raw logits (not modified).
-  SampleResult sample(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch);
+  // Picks a token from one row of raw logits (not modified). `allowed` (a bit per token id,
+  // or null for all) restricts the draw: the other tokens' logits become -inf before the
+  // chain; the log-probabilities reported stay those of the raw row. At least one token
+  // must be allowed.
+  SampleResult sample(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch,
+                      const uint64_t* allowed = nullptr);
   // The processed distribution the next sample() of this row would draw from (every step
   // but the last). Views into `scratch`, valid until its next use. Draws nothing.
   Distribution distribution(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch);
@@ -159,7 +163,7 @@ class Sampler {
 
  private:
   SamplingState run(std::span<const float> logits, const TokenHistory& history, SamplerScratch& scratch,
-                    size_t n_steps);
+                    size_t n_steps, const uint64_t* allowed = nullptr);
   SamplingParams p_;
   std::vector<std::unique_ptr<SamplerStep>> chain_;
 };

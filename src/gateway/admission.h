@@ -25,9 +25,11 @@
 // faster than they did) shows in how long admitted requests actually wait. So a class whose
 // oldest admitted request has waited past the class's bound without a first token takes no
 // more requests until it has caught up (503 predicted_ttft_over_slo), and every admitted
-// request carries a deadline of `shed_after` x its class's bound (shed_deadline_ns): the
-// engine ends one still without a first token then with 503 deadline_missed, so that no
-// admitted request waits without an answer for longer than that.
+// request carries a deadline of `shed_after` x its class's bound (shed_deadline_ns) and the
+// same bound on a pause in its output (max_stall_ns): the engine ends one still without a
+// first token by then, or without a new token for that long, with deadline_missed (a 503,
+// or an error event in a stream already begun), so that no admitted request waits for
+// output longer than that.
 #pragma once
 
 #include <array>
@@ -56,7 +58,8 @@ struct AdmissionConfig {
       ClassQueueLimits{64, 16 * 1024}, ClassQueueLimits{256, 256 * 1024}, ClassQueueLimits{1024, 4 * 1024 * 1024}};
   double ttft_margin = 1.0;  // refuse when predicted TTFT > margin x the class TTFT objective
   // An admitted request without a first token after shed_after x (ttft_margin x its class's
-  // TTFT objective) is ended (503 deadline_missed); 0: never.
+  // TTFT objective), or without a new token for that long, is ended (deadline_missed); 0:
+  // never.
   double shed_after = 1.5;
   double initial_prefill_tokens_per_s = 400.0;  // until the engine has measured it
   double initial_step_s = 0.0;
@@ -104,6 +107,9 @@ class AdmissionController {
   // The deadline an admitted request of class c carries into the engine (0: none), given
   // the client's own (0: none).
   int64_t shed_deadline_ns(SlaClass c, int64_t admitted_ns, int64_t client_deadline_ns) const;
+  // The longest an admitted request of class c may go without a new token once its output
+  // has begun (the same shed_after x bound; 0: no bound).
+  int64_t max_stall_ns(SlaClass c) const;
 
   // Every step's measurements (EWMA; the prefill rate moves only in steps with prompt
   // tokens; a class's drain rate moves to what it got in steps where it was backlogged, and

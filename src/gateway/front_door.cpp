@@ -72,7 +72,10 @@ void Call::submit(std::vector<engine::Request> requests, Submitted done) {
   // Admission's promise, kept or ended: past it without a first token the engine ends the
   // request with 503 deadline_missed instead of leaving the client waiting.
   if (model_->admission) {
-    for (engine::Request& r : requests) r.deadline_ns = model_->admission->shed_deadline_ns(sla_class_, start_ns_, r.deadline_ns);
+    for (engine::Request& r : requests) {
+      r.deadline_ns = model_->admission->shed_deadline_ns(sla_class_, start_ns_, r.deadline_ns);
+      r.max_stall_ns = model_->admission->max_stall_ns(sla_class_);
+    }
   }
   EmbedBatcher* window = embeddings_ ? door_->embed_window() : nullptr;
   if (window == nullptr) {
@@ -237,6 +240,7 @@ Status FrontDoor::add_model(std::shared_ptr<ServedModel> model) {
   const bool admission = cfg_.admission == AdmissionMode::kOn ||
                          (cfg_.admission == AdmissionMode::kAuto && eng.queue_order()->by_class());
   if (admission) model->admission = std::make_shared<AdmissionController>(cfg_.admission_cfg, eng.queue_order());
+  if (!model->grammars) model->grammars = std::make_shared<grammar::GrammarCache>(eng.tokenizer());
   if (cfg_.calibrate) {
     // One timed prefill: admission starts from this machine's real speed, and the weights
     // are paged in before the first client.

@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "gateway/admission.h"
+#include "grammar/cache.h"
 #include "tokenizer/chat_template.h"
 
 namespace metro::gateway {
@@ -32,6 +33,9 @@ struct ServedModel {
   double calibrated_prefill_tokens_per_s = 0.0;  // 0: not measured
   // Gateway state of this model; null with admission control off.
   std::shared_ptr<AdmissionController> admission;
+  // Compiled output grammars (structured outputs) over its vocabulary; FrontDoor::add_model
+  // makes it when null.
+  std::shared_ptr<grammar::GrammarCache> grammars;
   // Declared last: unregistered before the engine it reads goes away.
   metrics::Registration engine_metrics;
 

@@ -1,8 +1,10 @@
 // Sampling, stop and streaming fields shared by /v1/completions and /v1/chat/completions.
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 
 #include "base/clock.h"
+#include "grammar/json_schema.h"
 
 #include "server/json_util.h"
 #include "server/openai_request.h"
@@ -154,6 +156,81 @@ static std::optional<ApiError> parse_prediction(const nlohmann::json& body, cons
   return std::nullopt;
 }
 
+// `response_format` (text, json_object, json_schema) and `metro.choice`: the grammar the
+// output must follow, compiled here on the prep thread (or found in the model's cache).
+static std::optional<ApiError> parse_output_constraint(const nlohmann::json& body, const PromptContext& ctx,
+                                                      GenerationFields* out) {
+  std::string key;
+  std::function<Expected<grammar::Grammar>()> make;
+  std::string param = "response_format";
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    const char* shape =
+        "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", "
+        "\"json_schema\": {\"name\": ..., \"schema\": {...}}}";
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) return bad_request(shape, param);
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object") {
+      key = "json_object";
+      make = [] { return Expected<grammar::Grammar>(grammar::json_object_grammar()); };
+    } else if (type == "json_schema") {
+      auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object()) return bad_request(shape, "response_format.json_schema");
+      if (auto n = js->find("name"); n != js->end() && !n->is_null() &&
+                                     (!n->is_string() || n->get<std::string>().size() > 64)) {
+        return bad_request("response_format.json_schema.name must be a string of at most 64 characters",
+                           "response_format.json_schema.name");
+      }
+      if (auto s = js->find("strict"); s != js->end() && !s->is_null() && !s->is_boolean()) {
+        return bad_request("response_format.json_schema.strict must be a boolean", "response_format.json_schema.strict");
+      }
+      auto schema = js->find("schema");
+      if (schema == js->end() || !(schema->is_object() || schema->is_boolean())) {
+        return bad_request("response_format.json_schema.schema must be a JSON schema (an object)",
+                           "response_format.json_schema.schema");
+      }
+      param = "response_format.json_schema.schema";
+      // The schema as sent, key order kept (properties are generated in that order).
+      nlohmann::ordered_json s = nlohmann::ordered_json::parse(schema->dump());
+      if (ctx.ordered_body != nullptr) {
+        const auto& ob = *ctx.ordered_body;
+        if (auto rf = ob.find("response_format"); rf != ob.end() && rf->is_object()) {
+          if (auto oj = rf->find("json_schema"); oj != rf->end() && oj->is_object() && oj->contains("schema")) {
+            s = (*oj)["schema"];
+          }
+        }
+      }
+      key = "json_schema:" + s.dump();
+      make = [s] { return grammar::json_schema_grammar(s); };
+    } else if (type != "text") {
+      return bad_request(shape, "response_format.type");
+    }
+  }
+  if (auto m = body.find("metro"); m != body.end() && m->is_object()) {
+    if (auto c = m->find("choice"); c != m->end() && !c->is_null()) {
+      if (!key.empty()) return bad_request("metro.choice and response_format cannot be combined", "metro.choice");
+      if (!c->is_array() || c->empty() || c->size() > 4096) {
+        return bad_request("metro.choice must be an array of 1 to 4096 non-empty strings", "metro.choice");
+      }
+      std::vector<std::string> choices;
+      for (const nlohmann::json& x : *c) {
+        if (!x.is_string() || x.get<std::string>().empty()) {
+          return bad_request("metro.choice must be an array of 1 to 4096 non-empty strings", "metro.choice");
+        }
+        choices.push_back(x.get<std::string>());
+      }
+      param = "metro.choice";
+      key = "choice:" + c->dump();
+      make = [choices] { return grammar::choice_grammar(choices); };
+    }
+  }
+  if (key.empty()) return std::nullopt;
+  if (ctx.grammars == nullptr) return bad_request("structured outputs are not available for this model", param);
+  auto g = ctx.grammars->get(key, make);
+  if (!g.ok()) return bad_request(g.status().message(), param, "unsupported_schema");
+  out->grammar = std::move(*g);
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
                                                 const CallContext& call, GenerationFields* out) {
   std::optional<ApiError> err;
@@ -219,10 +296,7 @@ std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endp
     }
   }
   if (auto e = parse_prediction(body, ctx, out)) return e;
-  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
-    const bool text = it->is_object() && it->contains("type") && (*it)["type"] == "text";
-    if (!text) return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
-  }
+  if (auto e = parse_output_constraint(body, ctx, out)) return e;
 
   return parse_traffic_fields(body, call, &out->sla_class, &out->deadline_ns);
 }

@@ -171,6 +171,7 @@ std::optional<ApiError> build_generation(std::vector<Prompt>& prompts, const Gen
     r.tenant = call.tenant;
     r.prediction = g.prediction;
     r.speculative = g.speculative;
+    r.grammar = g.grammar;
     out->prompt_tokens += static_cast<int>(r.prompt.size());
     out->requests.push_back(std::move(r));
   }
@@ -329,6 +330,12 @@ ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body
                                         const CallContext& call) {
   auto j = parse_body(body);
   if (!j.ok()) return j.error();
+  if (body.find("json_schema") != std::string_view::npos) {
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+    PromptContext with_order = ctx;
+    with_order.ordered_body = ordered.is_object() ? &ordered : nullptr;
+    return prepare_parsed_request(endpoint, *j, with_order, call);
+  }
   return prepare_parsed_request(endpoint, *j, ctx, call);
 }
 
@@ -348,6 +355,7 @@ PromptContext prompt_context(const gateway::ServedModel& m, const RequestLimits&
   p.n_embd = static_cast<int>(m.engine->model().hparams().n_embd);
   p.max_prompt_bytes = 2 * static_cast<size_t>(std::max(1, p.n_ctx)) * m.tokenizer().vocab().max_token_bytes();
   p.limits = limits;
+  p.grammars = m.grammars.get();
   return p;
 }
 

@@ -42,6 +42,12 @@ struct PromptContext {
   // context times the most bytes a token stands for): refused before tokenizing. 0: no bound.
   size_t max_prompt_bytes = 0;
   RequestLimits limits;
+  // Where structured-output grammars are compiled and kept (null: response_format other
+  // than text is refused).
+  grammar::GrammarCache* grammars = nullptr;
+  // The body parsed again keeping key order, when it has a JSON schema (its properties
+  // are generated in the order given); null otherwise.
+  const nlohmann::ordered_json* ordered_body = nullptr;
 };
 
 // What the HTTP layer knows of a request besides its body.
@@ -109,6 +115,8 @@ struct GenerationFields {
   // text parts}) tokenized, at most the context long; `metro.speculative` (default true).
   std::vector<int32_t> prediction;
   bool speculative = true;
+  // Structured output: `response_format` json_object / json_schema, or `metro.choice`.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
                                                 const CallContext& call, GenerationFields* out);

@@ -13,7 +13,8 @@ Phases:
    mid-stream, clients that hang up before their first token, malformed bodies.
 3. Account: every request ends in exactly one bucket. `ok` (complete and well formed),
    `refused` (429/503 with an error body: not accepted), `shed` (accepted, then answered
-   503 deadline_missed: no first token by the deadline admission set), `rejected_as_expected`
+   deadline_missed: no first token by the deadline admission set, or a stream paused past
+   it, ended with that error event and [DONE]), `rejected_as_expected`
    (400 to a malformed body), `aborted` (the client hung up on purpose). Anything else is `lost`: a
    200 whose stream ends without [DONE], a reset nobody asked for, a 5xx other than 503, a
    400 to a valid body, no answer within --patience seconds.
@@ -191,6 +192,8 @@ def judge(kind, status, head, data, events, hung, body):
             return "lost", f"stream ended without [DONE]: {events[-2:]}"
         chunks = [json.loads(e) for e in events[:-1]]
         errors = [c for c in chunks if "error" in c]
+        if errors and all(c["error"].get("code") == "deadline_missed" for c in errors):
+            return "shed", ""  # begun, then paused past its bound: ended with an explicit error
         if errors:
             return "lost", f"error event in a stream: {errors[0]}"
         finishes = [ch["finish_reason"] for c in chunks for ch in c.get("choices", []) if ch.get("finish_reason")]

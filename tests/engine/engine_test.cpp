@@ -289,6 +289,43 @@ TEST(Engine, ADeadlinePassedBeforeTheFirstTokenEndsTheRequest) {
   EXPECT_EQ(eng->stats().kv_blocks_used, 0);
 }
 
+// A request whose output has begun and then stalls past its max_stall_ns is ended the same
+// way (here a bound far below a step, so the first check after its first token ends it);
+// one with a roomy bound runs to its end.
+TEST(Engine, OutputStalledPastItsBoundEndsTheRequest) {
+  REQUIRE_MODEL();
+  auto eng = make_engine({});
+  const auto ps = prompts(2);
+  Request tight = greedy_request(ps[0], 4000);
+  tight.stop.ignore_eos = true;
+  tight.max_stall_ns = 1;
+  Handle h = *eng->submit(tight);
+  Event fin;
+  int tokens = 0;
+  for (;;) {
+    auto e = h.stream->pop(std::chrono::milliseconds(120000));
+    ASSERT_TRUE(e.has_value());
+    if (e->kind == Event::Kind::kDelta) tokens += static_cast<int>(e->tokens.size());
+    if (e->kind == Event::Kind::kFinish) fin = *e;
+    if (e->kind == Event::Kind::kDone) break;
+  }
+  EXPECT_EQ(fin.reason, FinishReason::kAbort);
+  EXPECT_EQ(fin.code, "deadline_missed");
+  EXPECT_GE(tokens, 1);
+  EXPECT_LT(tokens, 4000);
+  Request roomy = greedy_request(ps[1], 24);
+  roomy.stop.ignore_eos = true;
+  roomy.max_stall_ns = 60'000'000'000;
+  const Generation g = collect(*eng->submit(roomy));
+  EXPECT_EQ(g.reason, FinishReason::kLength);
+  EXPECT_EQ(g.tokens.size(), 24u);
+  EXPECT_EQ(eng->stats().requests_expired, 1u);
+  for (int i = 0; i < 100 && eng->stats().kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(eng->stats().kv_blocks_used, 0);
+}
+
 TEST(Engine, StopConditionsAndUsage) {
   REQUIRE_MODEL();
   auto eng = make_engine({});

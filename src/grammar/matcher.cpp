@@ -1,0 +1,305 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+#include "tokenizer/tokenizer.h"
+
+namespace metro::grammar {
+
+// ---------------------------------------------------------------------------------------
+// TokenTrie
+
+std::shared_ptr<const TokenTrie> TokenTrie::build(const tokenizer::Tokenizer& tok) {
+  std::vector<std::string> pieces(static_cast<size_t>(tok.n_vocab()));
+  std::vector<int32_t> eog;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (tok.is_eog(id)) {
+      eog.push_back(id);
+      continue;
+    }
+    if (tok.is_control(id)) continue;
+    pieces[static_cast<size_t>(id)] = tok.token_to_piece(id);
+  }
+  return from_pieces(pieces, eog);
+}
+
+std::shared_ptr<const TokenTrie> TokenTrie::from_pieces(const std::vector<std::string>& pieces,
+                                                         const std::vector<int32_t>& eog) {
+  auto t = std::make_shared<TokenTrie>();
+  t->n_vocab_ = static_cast<int32_t>(pieces.size());
+  t->eog_ = eog;
+  t->pieces_ = pieces;
+  std::vector<bool> is_eog(pieces.size(), false);
+  for (int32_t id : eog) {
+    if (id >= 0 && static_cast<size_t>(id) < pieces.size()) is_eog[static_cast<size_t>(id)] = true;
+  }
+  std::vector<std::pair<std::string, int32_t>> entries;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].empty() && !is_eog[i]) entries.emplace_back(pieces[i], static_cast<int32_t>(i));
+  }
+  t->build_from(std::move(entries));
+  return t;
+}
+
+std::string_view TokenTrie::piece(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= pieces_.size()) return {};
+  return pieces_[static_cast<size_t>(id)];
+}
+
+void TokenTrie::build_from(std::vector<std::pair<std::string, int32_t>> entries) {
+  std::sort(entries.begin(), entries.end());
+  nodes_.assign(1, Node{});
+  tokens_.clear();
+  // Depth-first, children of a node allocated together; tokens in preorder.
+  struct Frame {
+    size_t lo, hi, depth;
+    uint32_t node;
+  };
+  std::vector<Frame> work{{0, entries.size(), 0, 0}};
+  // Preorder needs a node's tokens before its children's: a stack processes a node, then
+  // pushes its children in reverse so the first child is next.
+  while (!work.empty()) {
+    const Frame f = work.back();
+    work.pop_back();
+    size_t i = f.lo;
+    Node& n = nodes_[f.node];
+    n.tokens_begin = static_cast<uint32_t>(tokens_.size());
+    while (i < f.hi && entries[i].first.size() == f.depth) tokens_.push_back(entries[i++].second);
+    nodes_[f.node].tokens_end = static_cast<uint32_t>(tokens_.size());
+    std::vector<Frame> kids;
+    while (i < f.hi) {
+      const auto b = static_cast<uint8_t>(entries[i].first[f.depth]);
+      size_t j = i;
+      while (j < f.hi && static_cast<uint8_t>(entries[j].first[f.depth]) == b) ++j;
+      kids.push_back(Frame{i, j, f.depth + 1, 0});
+      i = j;
+    }
+    const auto first = static_cast<uint32_t>(nodes_.size());
+    nodes_[f.node].first_child = first;
+    nodes_[f.node].n_children = static_cast<uint32_t>(kids.size());
+    for (size_t k = 0; k < kids.size(); ++k) {
+      Node child;
+      child.byte = static_cast<uint8_t>(entries[kids[k].lo].first[f.depth]);
+      nodes_.push_back(child);
+      kids[k].node = first + static_cast<uint32_t>(k);
+    }
+    for (size_t k = kids.size(); k-- > 0;) work.push_back(kids[k]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stacks
+
+const StackNode* NodeArena::intern(uint32_t pos, const StackNode* next) {
+  const Key k{pos, next};
+  if (auto it = index_.find(k); it != index_.end()) return it->second;
+  nodes_.push_back(StackNode{pos, next});
+  const StackNode* n = &nodes_.back();
+  index_.emplace(k, n);
+  return n;
+}
+
+void NodeArena::clear() {
+  nodes_.clear();
+  index_.clear();
+}
+
+namespace {
+
+using Kind = Element::Kind;
+
+// Adds the stacks ready to match a byte that `s` stands for (expanding rules at its top,
+// popping ended alternatives) to `out`; sets `accept` when the bottom is reached.
+void expand(const Grammar& g, const StackNode* s, NodeArena& arena, std::vector<const StackNode*>& out,
+            bool& accept) {
+  if (s == nullptr) {
+    accept = true;
+    return;
+  }
+  const std::vector<Element>& el = g.elements();
+  const Element& e = el[s->pos];
+  switch (e.kind) {
+    case Kind::kBytes:
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+      return;
+    case Kind::kEnd:
+      expand(g, s->next, arena, out, accept);
+      return;
+    case Kind::kRule: {
+      // What follows the rule; a rule last in its alternative returns straight to the
+      // caller's continuation, so right recursion does not grow the stack.
+      const StackNode* cont = el[s->pos + 1].kind == Kind::kEnd ? s->next : arena.intern(s->pos + 1, s->next);
+      for (uint32_t start : g.alternatives(e.index)) expand(g, arena.intern(start, cont), arena, out, accept);
+      return;
+    }
+  }
+}
+
+// The stacks after byte b from `in` (ready stacks) into `out`.
+void advance(const Grammar& g, const std::vector<const StackNode*>& in, uint8_t b, NodeArena& arena,
+             std::vector<const StackNode*>& out, bool& accept) {
+  out.clear();
+  accept = false;
+  const std::vector<Element>& el = g.elements();
+  for (const StackNode* s : in) {
+    if (!g.byte_set(el[s->pos].index).has(b)) continue;
+    const StackNode* after = el[s->pos + 1].kind == Kind::kEnd ? s->next : arena.intern(s->pos + 1, s->next);
+    if (after == nullptr) {
+      accept = true;
+      continue;
+    }
+    expand(g, after, arena, out, accept);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// CompiledGrammar
+
+Expected<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar g,
+                                                                         std::shared_ptr<const TokenTrie> trie,
+                                                                         std::string description) {
+  METRO_RETURN_IF_ERROR(g.validate());
+  if (!trie) return invalid_argument("grammar: no vocabulary");
+  return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(g), std::move(trie), std::move(description)));
+}
+
+size_t CompiledGrammar::KeyHash::operator()(const std::vector<uint32_t>& k) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t v : k) h = (h ^ v) * 0x100000001b3ull;
+  return static_cast<size_t>(h);
+}
+
+std::shared_ptr<const TokenMask> CompiledGrammar::find_mask(const std::vector<uint32_t>& key) const {
+  std::lock_guard lock(mu_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    ++misses_;
+    return nullptr;
+  }
+  ++hits_;
+  lru_.splice(lru_.begin(), lru_, it->second.at);
+  return it->second.mask;
+}
+
+void CompiledGrammar::store_mask(const std::vector<uint32_t>& key, std::shared_ptr<const TokenMask> mask) const {
+  std::lock_guard lock(mu_);
+  if (cache_.count(key)) return;
+  lru_.push_front(key);
+  cache_.emplace(key, Entry{std::move(mask), lru_.begin()});
+  while (cache_.size() > kMaxCachedMasks) {
+    cache_.erase(lru_.back());
+    lru_.pop_back();
+  }
+}
+
+CompiledGrammar::CacheStats CompiledGrammar::cache_stats() const {
+  std::lock_guard lock(mu_);
+  return CacheStats{hits_, misses_, cache_.size()};
+}
+
+// ---------------------------------------------------------------------------------------
+// Matcher
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> g) : g_(std::move(g)), arena_(std::make_shared<NodeArena>()) {
+  const Grammar& gr = g_->grammar();
+  for (uint32_t start : gr.alternatives(gr.root())) {
+    expand(gr, arena_->intern(start, nullptr), *arena_, ready_, accepting_);
+  }
+}
+
+Matcher::Matcher(const Matcher& o) : g_(o.g_), arena_(o.arena_), ready_(o.ready_), accepting_(o.accepting_) {}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  const Grammar& gr = g_->grammar();
+  std::vector<const StackNode*> cur = ready_, next;
+  bool acc = accepting_;
+  for (char c : bytes) {
+    advance(gr, cur, static_cast<uint8_t>(c), *arena_, next, acc);
+    if (next.empty() && !acc) return false;
+    if (next.size() > kMaxStacks) return false;
+    cur.swap(next);
+  }
+  ready_ = std::move(cur);
+  accepting_ = acc;
+  return true;
+}
+
+bool Matcher::accept_token(int32_t id) {
+  const TokenTrie& t = g_->trie();
+  if (std::find(t.eog().begin(), t.eog().end(), id) != t.eog().end()) return accepting_;
+  const std::string_view p = t.piece(id);
+  if (p.empty()) return false;
+  return accept_bytes(p);
+}
+
+bool Matcher::allows(int32_t id) const {
+  Matcher probe(*this);
+  return probe.accept_token(id);
+}
+
+void Matcher::key(std::vector<uint32_t>& out) const {
+  out.clear();
+  for (const StackNode* s : ready_) {
+    for (const StackNode* n = s; n != nullptr; n = n->next) out.push_back(n->pos);
+    out.push_back(UINT32_MAX);
+  }
+}
+
+std::shared_ptr<const TokenMask> Matcher::compute_mask() {
+  const Grammar& gr = g_->grammar();
+  const TokenTrie& t = g_->trie();
+  auto mask = std::make_shared<TokenMask>((static_cast<size_t>(t.n_vocab()) + 63) / 64, 0);
+  TokenMask& m = *mask;
+  scratch_.clear();
+  // Depth-first over the trie; level d holds the stacks after the first d bytes.
+  struct Frame {
+    uint32_t node;
+    uint32_t next_child;
+  };
+  std::vector<std::vector<const StackNode*>> level(1, ready_);
+  std::vector<Frame> path{{0, 0}};
+  const auto& nodes = t.nodes();
+  const auto& toks = t.tokens();
+  while (!path.empty()) {
+    Frame& f = path.back();
+    const TokenTrie::Node& n = nodes[f.node];
+    if (f.next_child == n.n_children) {
+      path.pop_back();
+      continue;
+    }
+    const uint32_t child = n.first_child + f.next_child++;
+    const size_t d = path.size();
+    if (level.size() <= d) level.emplace_back();
+    bool acc = false;
+    advance(gr, level[d - 1], nodes[child].byte, scratch_, level[d], acc);
+    if (level[d].empty() && !acc) continue;
+    // The token's bytes are all consumed: allowed (acc: the text is complete after it).
+    for (uint32_t i = nodes[child].tokens_begin; i < nodes[child].tokens_end; ++i) {
+      const auto id = static_cast<uint32_t>(toks[i]);
+      m[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    if (!level[d].empty() && nodes[child].n_children > 0) path.push_back(Frame{child, 0});
+  }
+  return mask;
+}
+
+void Matcher::fill_mask(TokenMask& out) {
+  const TokenTrie& t = g_->trie();
+  out.assign((static_cast<size_t>(t.n_vocab()) + 63) / 64, 0);
+  if (!ready_.empty()) {
+    key(key_);
+    std::shared_ptr<const TokenMask> m = g_->find_mask(key_);
+    if (!m) {
+      m = compute_mask();
+      g_->store_mask(key_, m);
+    }
+    out = *m;
+  }
+  if (accepting_) {
+    for (int32_t id : t.eog()) out[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (static_cast<unsigned>(id) & 63);
+  }
+}
+
+}  // namespace metro::grammar

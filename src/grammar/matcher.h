@@ -1,0 +1,182 @@
+// Matching generated tokens against a grammar, and the mask of the tokens that may come next.
+//
+// A matcher holds the set of parse stacks the text so far allows (a pushdown automaton run
+// on every alternative at once). A stack is a linked list of grammar positions: the element
+// to match next, then what follows when its alternative ends. Stacks are interned, so equal
+// stacks are one node and a repetition that returns to the same place in the grammar makes
+// no new node: the set stays as small as the grammar's ambiguity at that point.
+//
+// The mask of allowed next tokens walks the vocabulary's byte trie with the stack set,
+// pruning every subtree whose prefix no stack accepts. Masks are cached per compiled grammar
+// by the structure of the stack set, so every request with the same schema shares them: in a
+// JSON string, each token after the first finds its mask in the cache.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "grammar/grammar.h"
+
+namespace metro::tokenizer {
+class Tokenizer;
+}
+
+namespace metro::grammar {
+
+// The vocabulary as a trie over token bytes, tokens listed in preorder (a subtree's tokens
+// are contiguous). Control tokens and empty pieces are left out; end-of-generation tokens are
+// kept apart (allowed exactly when the text is complete).
+class TokenTrie {
+ public:
+  struct Node {
+    uint32_t first_child = 0;
+    uint32_t n_children = 0;
+    uint32_t tokens_begin = 0;  // this node's own tokens: [tokens_begin, tokens_end)
+    uint32_t tokens_end = 0;
+    uint8_t byte = 0;
+  };
+
+  static std::shared_ptr<const TokenTrie> build(const tokenizer::Tokenizer& tok);
+  // From explicit pieces (tests): id i has bytes pieces[i]; `eog` ids end generation.
+  static std::shared_ptr<const TokenTrie> from_pieces(const std::vector<std::string>& pieces,
+                                                       const std::vector<int32_t>& eog);
+
+  int32_t n_vocab() const { return n_vocab_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<int32_t>& eog() const { return eog_; }
+  std::string_view piece(int32_t id) const;
+
+ private:
+  void build_from(std::vector<std::pair<std::string, int32_t>> entries);
+  int32_t n_vocab_ = 0;
+  std::vector<Node> nodes_;  // nodes_[0] is the root
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> eog_;
+  std::vector<std::string> pieces_;
+};
+
+struct StackNode {
+  uint32_t pos = 0;               // an element of Grammar::elements()
+  const StackNode* next = nullptr;  // null: the bottom (the root's alternative ends here)
+};
+
+// Interned stack nodes (equal (pos, next) pairs are one node).
+class NodeArena {
+ public:
+  const StackNode* intern(uint32_t pos, const StackNode* next);
+  void clear();
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  struct Key {
+    uint32_t pos;
+    const StackNode* next;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<const void*>()(k.next) * 0x9E3779B97F4A7C15ull + k.pos;
+    }
+  };
+  std::deque<StackNode> nodes_;
+  std::unordered_map<Key, const StackNode*, KeyHash> index_;
+};
+
+// Bit i: token i allowed.
+using TokenMask = std::vector<uint64_t>;
+
+inline bool mask_has(std::span<const uint64_t> m, int32_t id) {
+  return (m[static_cast<size_t>(id) >> 6] >> (static_cast<unsigned>(id) & 63)) & 1u;
+}
+
+// A validated grammar bound to a vocabulary, with its shared mask cache. Thread-safe.
+class CompiledGrammar {
+ public:
+  static Expected<std::shared_ptr<const CompiledGrammar>> compile(Grammar g, std::shared_ptr<const TokenTrie> trie,
+                                                                 std::string description = {});
+
+  const Grammar& grammar() const { return g_; }
+  const TokenTrie& trie() const { return *trie_; }
+  const std::string& description() const { return description_; }
+
+  // The cached mask for a stack-set key, or null.
+  std::shared_ptr<const TokenMask> find_mask(const std::vector<uint32_t>& key) const;
+  void store_mask(const std::vector<uint32_t>& key, std::shared_ptr<const TokenMask> mask) const;
+  struct CacheStats {
+    uint64_t hits = 0, misses = 0;
+    size_t entries = 0;
+  };
+  CacheStats cache_stats() const;
+
+  static constexpr size_t kMaxCachedMasks = 512;
+
+ private:
+  CompiledGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie, std::string description)
+      : g_(std::move(g)), trie_(std::move(trie)), description_(std::move(description)) {}
+
+  Grammar g_;
+  std::shared_ptr<const TokenTrie> trie_;
+  std::string description_;
+
+  struct KeyHash {
+    size_t operator()(const std::vector<uint32_t>& k) const;
+  };
+  mutable std::mutex mu_;
+  mutable std::list<std::vector<uint32_t>> lru_;  // most recent first
+  struct Entry {
+    std::shared_ptr<const TokenMask> mask;
+    std::list<std::vector<uint32_t>>::iterator at;
+  };
+  mutable std::unordered_map<std::vector<uint32_t>, Entry, KeyHash> cache_;
+  mutable uint64_t hits_ = 0, misses_ = 0;
+};
+
+// One generation's place in a grammar. Not thread-safe; copyable (n > 1 choices fork it).
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> g);
+  Matcher(const Matcher& other);
+  Matcher& operator=(const Matcher&) = delete;
+
+  // Advances by a token's bytes. False (and the state unchanged) when the grammar does not
+  // allow them; an end-of-generation token is accepted when the text is complete.
+  bool accept_token(int32_t id);
+  bool accept_bytes(std::string_view bytes);
+  // The text so far is a complete sentence of the grammar.
+  bool is_accepting() const { return accepting_; }
+  // Some byte may still follow.
+  bool can_continue() const { return !ready_.empty(); }
+  // The tokens allowed next (end-of-generation tokens when complete), n_vocab bits.
+  void fill_mask(TokenMask& out);
+  // Whether `id` is allowed next (without computing the whole mask).
+  bool allows(int32_t id) const;
+
+  const CompiledGrammar& compiled() const { return *g_; }
+  // Stack nodes made so far (shared with copies), for tests and bounds.
+  size_t n_nodes() const { return arena_->size(); }
+  // Bound on the stacks alive at once; a grammar more ambiguous than this fails the match.
+  static constexpr size_t kMaxStacks = 1024;
+
+ private:
+  void key(std::vector<uint32_t>& out) const;
+  std::shared_ptr<const TokenMask> compute_mask();
+
+  std::shared_ptr<const CompiledGrammar> g_;
+  std::shared_ptr<NodeArena> arena_;  // shared with forks (nodes are immutable)
+  std::vector<const StackNode*> ready_;
+  bool accepting_ = false;
+  NodeArena scratch_;
+  std::vector<uint32_t> key_;
+};
+
+}  // namespace metro::grammar

@@ -1,0 +1,226 @@
+// Grammars, the matcher and its token masks, and JSON schemas compiled to grammars: what
+// each accepts and refuses, masks against a token-by-token check on the real vocabulary,
+// and schemas refused by the keyword they use.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine_test_util.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "support/test_util.h"
+
+namespace metro::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::shared_ptr<const CompiledGrammar> compiled(Grammar g, std::shared_ptr<const TokenTrie> trie) {
+  auto c = CompiledGrammar::compile(std::move(g), std::move(trie));
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+// A vocabulary of single bytes (printable ASCII, newline, tab) and an end token: any text of
+// those bytes can be matched byte by byte.
+std::shared_ptr<const TokenTrie> byte_trie() {
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
+  pieces.push_back("<eos>");
+  return TokenTrie::from_pieces(pieces, {256});
+}
+
+bool matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+  Matcher m(g);
+  return m.accept_bytes(text) && m.is_accepting();
+}
+
+std::vector<int32_t> allowed_ids(const TokenMask& m, int32_t n) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) {
+    if (mask_has(m, i)) out.push_back(i);
+  }
+  return out;
+}
+
+TEST(Grammar, LeftRecursionIsRefusedByRuleName) {
+  Builder b;
+  const uint32_t a = b.declare("list");
+  b.grammar().add_alternative(a, {b.ref(a), b.byte('x')});
+  b.grammar().add_alternative(a, {b.byte('y')});
+  Grammar g = b.take(a);
+  const Status s = g.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'list'"), std::string::npos) << s.message();
+  // Through a rule that matches nothing: just as endless.
+  Builder c;
+  const uint32_t r = c.declare("r");
+  const Element nothing = c.empty();
+  c.grammar().add_alternative(r, {nothing, c.ref(r), c.byte('x')});
+  c.grammar().add_alternative(r, {c.byte('y')});
+  EXPECT_FALSE(c.take(r).validate().ok());
+  // Right recursion is how repetition is written: fine.
+  Builder d;
+  const Element xs = d.star(d.byte('x'));
+  const uint32_t root = d.declare("root");
+  d.define(root, xs);
+  EXPECT_TRUE(d.take(root).validate().ok());
+}
+
+TEST(Matcher, ChoicesOnAToyVocabulary) {
+  const std::vector<std::string> pieces = {"y", "es", "yes", "n", "o", "no", "may", "be", "x", "<eos>", "maybe!"};
+  auto trie = TokenTrie::from_pieces(pieces, {9});
+  auto g = compiled(*choice_grammar({"yes", "no", "maybe"}), trie);
+  Matcher m(g);
+  TokenMask mask;
+  m.fill_mask(mask);
+  EXPECT_EQ(allowed_ids(mask, 11), (std::vector<int32_t>{0, 2, 3, 5, 6}));
+  EXPECT_FALSE(m.accept_token(8));
+  EXPECT_FALSE(m.accept_token(9)) << "end of generation before the text is complete";
+  ASSERT_TRUE(m.accept_token(0));
+  m.fill_mask(mask);
+  EXPECT_EQ(allowed_ids(mask, 11), (std::vector<int32_t>{1}));
+  ASSERT_TRUE(m.accept_token(1));
+  EXPECT_TRUE(m.is_accepting());
+  EXPECT_FALSE(m.can_continue());
+  m.fill_mask(mask);
+  EXPECT_EQ(allowed_ids(mask, 11), (std::vector<int32_t>{9}));
+  EXPECT_TRUE(m.accept_token(9));
+  // A copy goes its own way.
+  Matcher a(g);
+  ASSERT_TRUE(a.accept_token(6));
+  Matcher b(a);
+  ASSERT_TRUE(b.accept_token(7));
+  EXPECT_TRUE(b.is_accepting());
+  EXPECT_FALSE(a.is_accepting());
+  EXPECT_TRUE(a.allows(7));
+  EXPECT_FALSE(a.allows(10)) << "'maybe!' runs past the grammar";
+}
+
+struct Case {
+  json schema;
+  std::vector<std::string> valid, invalid;
+};
+
+TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesTheRest) {
+  const std::vector<Case> cases = {
+      {json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0}},
+                       "required":["name"]})"),
+       {R"({"name":"Al"})", R"({"name": "Al", "age": 3})", R"({"name":"Al","age":0})",
+        "{\n  \"name\": \"\\u00e9t\\u00e9 \xc3\xa9\",\n  \"age\": 42\n}"},
+       {R"({"age":3})", R"({"name":"Al","age":-1})", R"({"name":1})", R"({"name":"Al",})", R"({"name":"Al")",
+        R"({"name":"a"b"})", "{\"name\":\"\xff\"}", R"({"name":"Al","age":01})", R"({"name":"Al","extra":1})"}},
+      {json::parse(R"({"enum":["red","green",3,null]})"), {R"("red")", "3", "null"}, {R"("blue")", "4", R"(red)"}},
+      {json::parse(R"({"const":{"a":[1,true]}})"), {R"({"a":[1,true]})"}, {R"({"a":[1,false]})"}},
+      {json::parse(R"({"anyOf":[{"type":"number"},{"type":"array","items":{"type":"boolean"},"minItems":1,"maxItems":2}]})"),
+       {"1.5e3", "-0.25", "[true]", "[true, false]"}, {"[]", "[true,true,true]", "[1]", "1."}},
+      {json::parse(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
+                       "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v","kids"]}},
+                       "$ref":"#/$defs/node"})"),
+       {R"({"v":1,"kids":[]})", R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]})"},
+       {R"({"v":1})", R"({"v":1,"kids":[{"v":2}]})"}},
+      {json::parse(R"({"type":"string","minLength":2,"maxLength":3})"), {R"("ab")", R"("abc")", R"("\n\t")"},
+       {R"("a")", R"("abcd")"}},
+      {json::parse(R"({"type":"string","format":"date"})"), {R"("2026-12-04")"}, {R"("2026-13-04")", R"("26-12-04")"}},
+      {json::parse(R"({"type":"string","format":"uuid"})"), {R"("123e4567-e89b-12d3-a456-426614174000")"},
+       {R"("123e4567e89b12d3a456426614174000")"}},
+      {json::parse(R"({"type":["integer","null"]})"), {"0", "-17", "null"}, {"1.5", "\"1\""}},
+      {json::parse(R"({"type":"object","additionalProperties":{"type":"integer","minimum":1}})"),
+       {"{}", R"({"a":1,"b":22})"}, {R"({"a":0})", R"({"a":"x"})"}},
+      {json::parse(R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"null"}}})"),
+       {"{}", R"({"a":true})", R"({"b":null})", R"({"a":false,"b":null})", "{ }"}, {R"({,"b":null})", R"({"a":true,})"}},
+      {json::parse("true"), {R"({"x":[1,{"y":null}]})", "\"s\"", "-3"}, {"{x:1}", "[1,]"}},
+  };
+  auto trie = byte_trie();
+  for (const Case& c : cases) {
+    auto g = json_schema_grammar(c.schema);
+    ASSERT_TRUE(g.ok()) << c.schema.dump() << ": " << g.status().message();
+    auto cg = compiled(std::move(*g), trie);
+    for (const std::string& v : c.valid) EXPECT_TRUE(matches(cg, v)) << c.schema.dump() << " should accept " << v;
+    for (const std::string& v : c.invalid) EXPECT_FALSE(matches(cg, v)) << c.schema.dump() << " should refuse " << v;
+  }
+  auto any = compiled(json_object_grammar(), trie);
+  EXPECT_TRUE(matches(any, R"({"a": [1, 2.5, "x", {"b": null}], "c": false})"));
+  EXPECT_FALSE(matches(any, "[1]")) << "JSON mode asks for an object";
+  EXPECT_FALSE(matches(any, R"({"a": tru})"));
+}
+
+TEST(JsonSchema, WhatCannotBeGuaranteedIsRefusedByKeywordAndPath) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type":"string","pattern":"^a+$"})", "'pattern'"},
+      {R"({"type":"integer","minimum":5})", "minimum"},
+      {R"({"type":"object","properties":{"a":{"type":"number","maximum":3}}})", "/properties/a"},
+      {R"({"type":"object","patternProperties":{"^x":{}}})", "'patternProperties'"},
+      {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "allOf"},
+      {R"({"type":"string","format":"email"})", "'email'"},
+      {R"({"$ref":"https://example.com/s.json"})", "$ref"},
+      {R"({"type":"string","minItems":2})", "'minItems' does not apply"},
+      {R"({"type":"strin"})", "unknown type"},
+      {R"(false)", "allows no value"},
+  };
+  for (const auto& [text, want] : cases) {
+    auto g = json_schema_grammar(json::parse(text));
+    ASSERT_FALSE(g.ok()) << text;
+    EXPECT_NE(g.status().message().find(want), std::string::npos) << text << ": " << g.status().message();
+  }
+}
+
+// Repetition returns to the same stacks: past the first elements of each shape, matching
+// more of a long array makes no new stack node.
+TEST(Matcher, LongRepetitionMakesNoNewStackNodes) {
+  auto g = compiled(*json_schema_grammar(json::parse(R"({"type":"array","items":{"type":"integer"}})")), byte_trie());
+  Matcher m(g);
+  ASSERT_TRUE(m.accept_bytes("[1"));
+  for (int i = 0; i < 1100; ++i) ASSERT_TRUE(m.accept_bytes("," + std::to_string(i)));
+  const size_t nodes = m.n_nodes();
+  for (int i = 1100; i < 5000; ++i) ASSERT_TRUE(m.accept_bytes("," + std::to_string(i)));
+  EXPECT_EQ(m.n_nodes(), nodes);
+  TokenMask mask;
+  m.fill_mask(mask);
+  EXPECT_TRUE(mask_has(mask, ',') && mask_has(mask, ']') && mask_has(mask, '5') && !mask_has(mask, 'a'));
+  ASSERT_TRUE(m.accept_bytes("]"));
+  EXPECT_TRUE(m.is_accepting());
+}
+
+// On SmolLM2's 49k-token vocabulary: the mask at each step of a real text equals checking
+// every token one by one, and always holds the text's own next token.
+TEST(Matcher, MaskEqualsATokenByTokenCheckOnTheRealVocabulary) {
+  REQUIRE_MODEL();
+  const auto& tok = *metro::testing::default_model().tokenizer;
+  auto trie = TokenTrie::build(tok);
+  const json schema = json::parse(R"({"type":"object","properties":{"city":{"type":"string"},
+      "days":{"type":"integer","minimum":1},"tags":{"type":"array","items":{"enum":["rain","sun"]},"maxItems":3}},
+      "required":["city","days"]})");
+  auto g = compiled(*json_schema_grammar(schema), trie);
+  const std::string text = R"({"city": "Zürich", "days": 12, "tags": ["rain", "sun"]})";
+  const std::vector<int32_t> ids = tok.encode(text, false, false);
+  Matcher m(g);
+  TokenMask mask;
+  const size_t stride = metro::testing::sanitized() ? 6 : 2;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    m.fill_mask(mask);
+    EXPECT_TRUE(mask_has(mask, ids[i])) << "step " << i << " token '" << tok.token_to_piece(ids[i]) << "'";
+    if (i % stride == 0) {
+      int differ = 0;
+      for (int32_t t = 0; t < tok.n_vocab(); ++t) {
+        if (mask_has(mask, t) != m.allows(t) && ++differ <= 3) {
+          ADD_FAILURE() << "step " << i << " token " << t << " '" << tok.token_to_piece(t) << "': mask "
+                        << mask_has(mask, t);
+        }
+      }
+      EXPECT_EQ(differ, 0) << "step " << i;
+    }
+    ASSERT_TRUE(m.accept_token(ids[i])) << i;
+  }
+  EXPECT_TRUE(m.is_accepting());
+  EXPECT_FALSE(m.can_continue());
+  m.fill_mask(mask);
+  for (int32_t t = 0; t < tok.n_vocab(); ++t) EXPECT_EQ(mask_has(mask, t), tok.is_eog(t)) << t;
+  EXPECT_GT(g->cache_stats().entries, 0u);
+}
+
+}  // namespace
+}  // namespace metro::grammar
