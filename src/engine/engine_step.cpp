@@ -157,7 +157,10 @@ SampleResult Engine::Impl::sample_one(Choice& c, std::span<const float> logits) 
     allowed = c.mask.data();
   }
   SampleResult s = c.sampler->sample(logits, c.history, scratch, allowed);
-  if (c.matcher && !c.matcher->accept_token(s.token)) c.grammar_stuck = true;
+  if (c.matcher) {
+    if (!c.matcher->accept_token(s.token)) c.grammar_stuck = true;
+    s.grammar_done = !c.matcher->can_continue();
+  }
   c.history.add_generated(s.token);
   return s;
 }
@@ -361,6 +364,7 @@ void Engine::Impl::emit_token(Choice& c, SampleResult s, size_t keep_tokens) {
     stats.generated_tokens += 1;
   }
   const int32_t token = s.token;
+  const bool grammar_done = s.grammar_done;
   TokenInfo info{token, s.logprob, std::move(s.top)};
   auto finish = [&](std::string text, FinishReason reason) {
     c.seq.tokens.resize(keep_tokens);
@@ -391,7 +395,7 @@ void Engine::Impl::emit_token(Choice& c, SampleResult s, size_t keep_tokens) {
     finish(std::move(text), FinishReason::kStop);
     return;
   }
-  if (c.matcher && !c.matcher->can_continue()) {
+  if (grammar_done) {
     // The grammar is complete and nothing may follow: the text is done.
     std::string tail = c.detok->flush();
     bool m2 = false;

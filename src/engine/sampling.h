@@ -66,6 +66,7 @@ struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;                    // of the chosen token (raw distribution)
   std::vector<TokenLogprob> top;           // top_logprobs alternatives, best first
+  bool grammar_done = false;               // the request's grammar is complete after it
 };
 
 // Softmax weights (in [0, 1]) by bucket: count and mass per quarter of each octave's

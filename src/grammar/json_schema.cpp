@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -143,6 +144,7 @@ class JsonParts {
 
 // Bounds that keep a compiled grammar small.
 constexpr int kMaxRepeat = 4096;
+constexpr size_t kMaxElements = size_t{1} << 20;
 
 class SchemaCompiler {
  public:
@@ -174,12 +176,28 @@ class SchemaCompiler {
       }
       return reference(s["$ref"], path, depth);
     }
-    if (s.contains("const")) return literal_value(s["const"]);
-    if (s.contains("enum")) {
-      const json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return bad(path + "/enum", "must be a non-empty array");
+    if (s.contains("const") || s.contains("enum")) {
+      // The listed values, those of the listed type(s) when `type` is given too.
+      const char* key = s.contains("const") ? "const" : "enum";
+      for (const auto& [k, v] : s.items()) {
+        (void)v;
+        if (k != key && k != "type" && !kAnnotations.count(k)) {
+          return bad(path, std::string("'") + k + "' beside '" + key + "' is not supported");
+        }
+      }
+      json values = json::array();
+      if (s.contains("const")) {
+        values.push_back(s["const"]);
+      } else {
+        values = s["enum"];
+        if (!values.is_array() || values.empty()) return bad(path + "/enum", "must be a non-empty array");
+      }
       std::vector<Element> opts;
-      for (const json& v : e) opts.push_back(literal_value(v));
+      for (const json& v : values) {
+        if (s.contains("type") && !of_type(v, s["type"])) continue;
+        opts.push_back(literal_value(v));
+      }
+      if (opts.empty()) return bad(path, std::string("no value of '") + key + "' has the listed type");
       return b_.alt(opts, "enum");
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -225,6 +243,15 @@ class SchemaCompiler {
     } else {
       return parts_.value();
     }
+    // Keywords apply to the types they name; with a list of types, each keyword must apply
+    // to one of them (a keyword of no listed type would constrain nothing: a mistake).
+    std::set<std::string> allowed;
+    for (const std::string& t : types) {
+      auto it = kTypeKeywords.find(t);
+      if (it == kTypeKeywords.end()) return bad(path + "/type", "unknown type '" + t + "'");
+      allowed.insert(it->second.begin(), it->second.end());
+    }
+    METRO_RETURN_IF_ERROR(only(s, path, types.size() == 1 ? types[0] : std::string("any of the listed types"), allowed));
     std::vector<Element> opts;
     for (const std::string& t : types) {
       METRO_ASSIGN_OR_RETURN(Element e, typed(t, s, path, depth));
@@ -234,6 +261,35 @@ class SchemaCompiler {
   }
 
  private:
+  inline static const std::map<std::string, std::set<std::string>> kTypeKeywords = {
+      {"string", {"minLength", "maxLength", "format"}},
+      {"integer", {"minimum"}},
+      {"number", {}},
+      {"boolean", {}},
+      {"null", {}},
+      {"array", {"items", "minItems", "maxItems"}},
+      {"object", {"properties", "required", "additionalProperties"}}};
+
+  static bool of_type(const json& v, const json& type) {
+    auto one = [&](const std::string& t) {
+      if (t == "string") return v.is_string();
+      if (t == "integer") return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+      if (t == "number") return v.is_number();
+      if (t == "boolean") return v.is_boolean();
+      if (t == "null") return v.is_null();
+      if (t == "array") return v.is_array();
+      if (t == "object") return v.is_object();
+      return false;
+    };
+    if (type.is_string()) return one(type.get<std::string>());
+    if (type.is_array()) {
+      for (const json& t : type) {
+        if (t.is_string() && one(t.get<std::string>())) return true;
+      }
+    }
+    return false;
+  }
+
   static size_t count_annotations(const json& s) {
     size_t n = 0;
     for (const char* k : {"title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
@@ -273,7 +329,6 @@ class SchemaCompiler {
 
   Expected<Element> typed(const std::string& t, const json& s, const std::string& path, int depth) {
     if (t == "string") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {"minLength", "maxLength", "format"}));
       METRO_ASSIGN_OR_RETURN(int lo, bound(s, "minLength", path, 0));
       METRO_ASSIGN_OR_RETURN(int hi, bound(s, "maxLength", path, -1));
       if (hi >= 0 && hi < lo) return bad(path, "maxLength is below minLength");
@@ -286,7 +341,6 @@ class SchemaCompiler {
       return parts_.string(lo, hi);
     }
     if (t == "integer") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {"minimum"}));
       if (s.contains("minimum")) {
         const json& m = s["minimum"];
         if (!m.is_number() || (m.get<double>() != 0.0 && m.get<double>() != 1.0)) {
@@ -297,19 +351,15 @@ class SchemaCompiler {
       return parts_.integer();
     }
     if (t == "number") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {}));
       return parts_.number();
     }
     if (t == "boolean") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {}));
       return parts_.boolean();
     }
     if (t == "null") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {}));
       return parts_.null();
     }
     if (t == "array") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {"items", "minItems", "maxItems"}));
       METRO_ASSIGN_OR_RETURN(int lo, bound(s, "minItems", path, 0));
       METRO_ASSIGN_OR_RETURN(int hi, bound(s, "maxItems", path, -1));
       if (hi >= 0 && hi < lo) return bad(path, "maxItems is below minItems");
@@ -320,7 +370,6 @@ class SchemaCompiler {
       return parts_.array_of(item, lo, hi);
     }
     if (t == "object") {
-      METRO_RETURN_IF_ERROR(only(s, path, t, {"properties", "required", "additionalProperties"}));
       return object(s, path, depth);
     }
     return bad(path + "/type", "unknown type '" + t + "'");
@@ -487,6 +536,9 @@ Expected<Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
   METRO_ASSIGN_OR_RETURN(Element e, c.compile(schema, ""));
   b.define(root, e);
   Grammar g = b.take(root);
+  if (g.elements().size() > kMaxElements) {
+    return invalid_argument("JSON schema: the grammar it compiles to is too large (lengths and item counts add up)");
+  }
   METRO_RETURN_IF_ERROR(g.validate());
   return g;
 }

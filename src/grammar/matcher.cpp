@@ -247,19 +247,55 @@ void Matcher::key(std::vector<uint32_t>& out) const {
   }
 }
 
+size_t Matcher::SetAutomaton::Hash::operator()(const std::vector<const StackNode*>& v) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const StackNode* n : v) h = (h ^ reinterpret_cast<uintptr_t>(n)) * 0x100000001b3ull;
+  return static_cast<size_t>(h);
+}
+
+int32_t Matcher::set_id(std::vector<const StackNode*> set) {
+  std::sort(set.begin(), set.end());
+  if (auto it = dfa_.ids.find(set); it != dfa_.ids.end()) return it->second;
+  const auto id = static_cast<int32_t>(dfa_.sets.size());
+  dfa_.sets.push_back(set);
+  std::array<int32_t, 256> row;
+  row.fill(kUnknown);
+  dfa_.next.push_back(row);
+  dfa_.ids.emplace(std::move(set), id);
+  return id;
+}
+
+int32_t Matcher::transition(int32_t id, uint8_t b) {
+  int32_t t = dfa_.next[static_cast<size_t>(id)][b];
+  if (t != kUnknown) return t;
+  std::vector<const StackNode*> out;
+  bool acc = false;
+  advance(g_->grammar(), dfa_.sets[static_cast<size_t>(id)], b, scratch_, out, acc);
+  if (out.empty() && !acc) {
+    t = kDead;
+  } else {
+    t = (set_id(std::move(out)) << 1) | (acc ? 1 : 0);
+  }
+  dfa_.next[static_cast<size_t>(id)][b] = t;
+  return t;
+}
+
 std::shared_ptr<const TokenMask> Matcher::compute_mask() {
-  const Grammar& gr = g_->grammar();
   const TokenTrie& t = g_->trie();
   auto mask = std::make_shared<TokenMask>((static_cast<size_t>(t.n_vocab()) + 63) / 64, 0);
   TokenMask& m = *mask;
-  scratch_.clear();
-  // Depth-first over the trie; level d holds the stacks after the first d bytes.
+  // Bounded memory: the automaton and its nodes start over when they have grown large.
+  if (dfa_.sets.size() > 2000 || scratch_.size() > 1'000'000) {
+    dfa_.clear();
+    scratch_.clear();
+  }
+  // Depth-first over the trie, each frame holding the stack set after its node's bytes.
   struct Frame {
     uint32_t node;
     uint32_t next_child;
+    int32_t set;
   };
-  std::vector<std::vector<const StackNode*>> level(1, ready_);
-  std::vector<Frame> path{{0, 0}};
+  std::vector<Frame> path{{0, 0, set_id(ready_)}};
   const auto& nodes = t.nodes();
   const auto& toks = t.tokens();
   while (!path.empty()) {
@@ -270,17 +306,17 @@ std::shared_ptr<const TokenMask> Matcher::compute_mask() {
       continue;
     }
     const uint32_t child = n.first_child + f.next_child++;
-    const size_t d = path.size();
-    if (level.size() <= d) level.emplace_back();
-    bool acc = false;
-    advance(gr, level[d - 1], nodes[child].byte, scratch_, level[d], acc);
-    if (level[d].empty() && !acc) continue;
-    // The token's bytes are all consumed: allowed (acc: the text is complete after it).
+    const int32_t tr = transition(f.set, nodes[child].byte);
+    if (tr == kDead) continue;
+    // The token's bytes are all consumed: allowed (accepting or not: stacks remain).
     for (uint32_t i = nodes[child].tokens_begin; i < nodes[child].tokens_end; ++i) {
       const auto id = static_cast<uint32_t>(toks[i]);
       m[id >> 6] |= uint64_t{1} << (id & 63);
     }
-    if (!level[d].empty() && nodes[child].n_children > 0) path.push_back(Frame{child, 0});
+    const int32_t next_set = tr >> 1;
+    if (nodes[child].n_children > 0 && !dfa_.sets[static_cast<size_t>(next_set)].empty()) {
+      path.push_back(Frame{child, 0, next_set});
+    }
   }
   return mask;
 }

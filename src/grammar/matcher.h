@@ -12,6 +12,7 @@
 // JSON string, each token after the first finds its mask in the cache.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -175,8 +176,31 @@ class Matcher {
   std::shared_ptr<NodeArena> arena_;  // shared with forks (nodes are immutable)
   std::vector<const StackNode*> ready_;
   bool accepting_ = false;
-  NodeArena scratch_;
   std::vector<uint32_t> key_;
+
+  // The stack sets a mask walk meets, interned, with their byte transitions filled in as
+  // they are taken: inside a JSON string almost every trie node leads back to the same set,
+  // so the walk is a table lookup per node. Kept across steps (cleared when it grows past
+  // its bound); its nodes live in scratch_.
+  struct SetAutomaton {
+    struct Hash {
+      size_t operator()(const std::vector<const StackNode*>& v) const;
+    };
+    std::vector<std::vector<const StackNode*>> sets;
+    std::vector<std::array<int32_t, 256>> next;  // (id << 1 | accept), kDead, or kUnknown
+    std::unordered_map<std::vector<const StackNode*>, int32_t, Hash> ids;
+    void clear() {
+      sets.clear();
+      next.clear();
+      ids.clear();
+    }
+  };
+  static constexpr int32_t kUnknown = -1;
+  static constexpr int32_t kDead = -2;  // no stack, not accepting
+  int32_t set_id(std::vector<const StackNode*> set);
+  int32_t transition(int32_t id, uint8_t b);
+  NodeArena scratch_;
+  SetAutomaton dfa_;
 };
 
 }  // namespace metro::grammar

@@ -133,6 +133,9 @@ TEST(JsonSchema, AcceptsWhatTheSchemaAllowsAndRefusesTheRest) {
       {json::parse(R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"null"}}})"),
        {"{}", R"({"a":true})", R"({"b":null})", R"({"a":false,"b":null})", "{ }"}, {R"({,"b":null})", R"({"a":true,})"}},
       {json::parse("true"), {R"({"x":[1,{"y":null}]})", "\"s\"", "-3"}, {"{x:1}", "[1,]"}},
+      // Keywords apply to the types they name; enum values of another type are left out.
+      {json::parse(R"({"type":["string","null"],"maxLength":3})"), {R"("ab")", "null"}, {R"("abcd")", "1"}},
+      {json::parse(R"({"type":"string","enum":["a",1,"b"]})"), {R"("a")", R"("b")"}, {"1"}},
   };
   auto trie = byte_trie();
   for (const Case& c : cases) {
@@ -160,6 +163,8 @@ TEST(JsonSchema, WhatCannotBeGuaranteedIsRefusedByKeywordAndPath) {
       {R"({"type":"string","minItems":2})", "'minItems' does not apply"},
       {R"({"type":"strin"})", "unknown type"},
       {R"(false)", "allows no value"},
+      {R"({"enum":["abc"],"minLength":3})", "beside 'enum'"},
+      {R"({"type":"integer","enum":["a"]})", "listed type"},
   };
   for (const auto& [text, want] : cases) {
     auto g = json_schema_grammar(json::parse(text));

@@ -1,0 +1,131 @@
+// Structured outputs: the cost of a token mask on SmolLM2's 49k vocabulary and of compiling a
+// schema, for JSON mode and a tool-call schema.
+//
+//   build/bin/metro_kernel_bench --benchmark_filter=Grammar
+//
+// GrammarMask walks a real output token by token, computing each step's mask as the engine
+// does: `cold` with a new grammar (every stack set is a cache miss, each miss a walk of the
+// vocabulary trie), `warm` with the grammar's mask cache filled by an earlier request with
+// the same schema. Counters: avg_us and p99_us per token. The goal is 50 us on average and
+// 0.5 ms at p99.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using metro::grammar::CompiledGrammar;
+using metro::grammar::Matcher;
+using metro::grammar::TokenMask;
+using metro::grammar::TokenTrie;
+
+const char* kToolSchema = R"({"type":"object","properties":{
+  "name":{"const":"get_weather"},
+  "arguments":{"type":"object","properties":{
+    "location":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1}},
+    "required":["location"]}},
+  "required":["name","arguments"]})";
+const char* kToolText =
+    R"({"name": "get_weather", "arguments": {"location": "San Francisco, CA", "unit": "celsius", "days": 3}})";
+const char* kObjectText =
+    R"({"title": "Trip notes", "stops": [{"city": "Lyon", "nights": 2}, {"city": "Turin", "nights": 3}], )"
+    R"("budget": 1250.5, "booked": true, "notes": null})";
+
+std::string model_path() {
+  if (const char* env = std::getenv("METRO_MODEL")) return env;
+  return "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+struct Vocab {
+  std::unique_ptr<metro::tokenizer::Tokenizer> tok;
+  std::shared_ptr<const TokenTrie> trie;
+};
+
+const Vocab* vocab() {
+  static Vocab v;
+  static const bool loaded = [] {
+    auto f = metro::gguf::File::open(model_path());
+    if (!f.ok()) return false;
+    auto t = metro::tokenizer::Tokenizer::from_gguf(*f);
+    if (!t.ok()) return false;
+    v.tok = std::make_unique<metro::tokenizer::Tokenizer>(std::move(*t));
+    v.trie = TokenTrie::build(*v.tok);
+    return true;
+  }();
+  return loaded ? &v : nullptr;
+}
+
+metro::grammar::Grammar grammar_of(int which) {
+  if (which == 0) return metro::grammar::json_object_grammar();
+  return *metro::grammar::json_schema_grammar(nlohmann::ordered_json::parse(kToolSchema));
+}
+
+// Per-token mask times of one pass over the text's tokens.
+std::vector<double> mask_pass(const std::shared_ptr<const CompiledGrammar>& g, const std::vector<int32_t>& ids) {
+  Matcher m(g);
+  TokenMask mask;
+  std::vector<double> us;
+  for (int32_t id : ids) {
+    const auto t0 = std::chrono::steady_clock::now();
+    m.fill_mask(mask);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    if (!m.accept_token(id)) break;
+  }
+  return us;
+}
+
+void BM_GrammarMask(benchmark::State& state) {
+  const Vocab* v = vocab();
+  if (v == nullptr) {
+    state.SkipWithError("default model missing (run from the repository root, or set METRO_MODEL)");
+    return;
+  }
+  const int which = static_cast<int>(state.range(0));
+  const bool warm = state.range(1) != 0;
+  const std::vector<int32_t> ids = v->tok->encode(which == 0 ? kObjectText : kToolText, false, false);
+  std::vector<double> all;
+  std::shared_ptr<const CompiledGrammar> shared = *CompiledGrammar::compile(grammar_of(which), v->trie);
+  if (warm) mask_pass(shared, ids);
+  for (auto _ : state) {
+    std::shared_ptr<const CompiledGrammar> g = warm ? shared : *CompiledGrammar::compile(grammar_of(which), v->trie);
+    const std::vector<double> us = mask_pass(g, ids);
+    all.insert(all.end(), us.begin(), us.end());
+  }
+  std::sort(all.begin(), all.end());
+  double sum = 0;
+  for (double x : all) sum += x;
+  state.counters["avg_us"] = all.empty() ? 0.0 : sum / static_cast<double>(all.size());
+  state.counters["p99_us"] = all.empty() ? 0.0 : all[std::min(all.size() - 1, all.size() * 99 / 100)];
+  state.counters["tokens"] = static_cast<double>(ids.size());
+  state.SetLabel(std::string(which == 0 ? "json_object" : "tool_schema") + (warm ? " warm" : " cold"));
+}
+BENCHMARK(BM_GrammarMask)->ArgNames({"grammar", "warm"})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_GrammarCompile(benchmark::State& state) {
+  const Vocab* v = vocab();
+  if (v == nullptr) {
+    state.SkipWithError("default model missing (run from the repository root, or set METRO_MODEL)");
+    return;
+  }
+  const int which = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    auto g = CompiledGrammar::compile(grammar_of(which), v->trie);
+    benchmark::DoNotOptimize(g);
+  }
+  state.SetLabel(which == 0 ? "json_object" : "tool_schema");
+}
+BENCHMARK(BM_GrammarCompile)->ArgName("grammar")->DenseRange(0, 1)->Unit(benchmark::kMicrosecond);
+
+}  // namespace

@@ -1,0 +1,177 @@
+"""Structured outputs end to end: `response_format` json_schema over a corpus of schemas
+(every finished output parses and validates with the `jsonschema` package, sampled and
+greedy, streamed and not), json_object, `metro.choice`, the openai SDK's own `parse` with a
+pydantic model, and schemas the server cannot guarantee refused with a 400 naming the
+keyword."""
+
+import json
+
+import jsonschema
+import pydantic
+
+from e2e_util import check_error, env_int, request
+
+# Shapes of real tool and extraction schemas, and of the JSON-Schema test suite's keywords.
+SCHEMAS = [
+    {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                      "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]},
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}},
+     "required": ["name", "age"], "additionalProperties": False},
+    {"type": "object", "properties": {"answer": {"type": "boolean"}}, "required": ["answer"]},
+    {"type": "object", "properties": {"score": {"type": "number"}, "label": {"const": "review"}},
+     "required": ["label", "score"]},
+    {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 4},
+    {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 3},
+    {"enum": ["yes", "no", "maybe"]},
+    {"type": "string", "format": "date"},
+    {"type": "string", "format": "uuid"},
+    {"type": "string", "format": "date-time"},
+    {"type": "object", "properties": {"query": {"type": "string", "maxLength": 30},
+                                      "limit": {"type": "integer", "minimum": 1},
+                                      "filters": {"type": "object", "properties": {
+                                          "lang": {"enum": ["en", "fr", "de"]},
+                                          "after": {"type": "string", "format": "date"}}}},
+     "required": ["query"]},
+    {"type": "object", "properties": {"steps": {"type": "array", "maxItems": 3, "items": {
+        "type": "object", "properties": {"n": {"type": "integer"}, "text": {"type": "string", "maxLength": 16}},
+        "required": ["n", "text"]}}}, "required": ["steps"]},
+    {"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"error": {"type": "string", "maxLength": 20}},
+                                     "required": ["error"]}]},
+    {"oneOf": [{"type": "null"}, {"type": "boolean"}]},
+    {"type": ["string", "null"], "maxLength": 10},
+    {"$defs": {"leaf": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0}}, "required": ["id"]}},
+     "type": "object", "properties": {"first": {"$ref": "#/$defs/leaf"}, "second": {"$ref": "#/$defs/leaf"}},
+     "required": ["first", "second"]},
+    {"definitions": {"tree": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/definitions/tree"}}},
+        "required": ["v", "kids"]}}, "$ref": "#/definitions/tree"},
+    {"type": "object", "additionalProperties": {"type": "integer"}},
+    {"type": "object", "properties": {"ok": {"type": "boolean"}}, "additionalProperties": False},
+    {"type": "object", "properties": {"title": {"type": "string", "minLength": 1, "maxLength": 40},
+                                      "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+                                      "priority": {"enum": [1, 2, 3]}, "done": {"type": "boolean"}},
+     "required": ["title", "priority", "done"]},
+    {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}}, "required": ["lat", "lon"],
+     "title": "Point", "description": "A place on Earth"},
+    {"type": "integer", "minimum": 1},
+    {"type": "object", "properties": {"function": {"const": "get_weather"}, "arguments": {
+        "type": "object", "properties": {"location": {"type": "string", "maxLength": 30}}, "required": ["location"]}},
+     "required": ["function", "arguments"]},
+    {"allOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}]},
+]
+
+PROMPT = "Reply with JSON for a weather lookup, a person or a list, as the format asks."
+
+
+def _chat(t, body, stream=False):
+    b = {"model": t.model_name, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 160}
+    b.update(body)
+    if stream:
+        b["stream"] = True
+    st, _, data = request(t.port, "POST", "/v1/chat/completions", b, t.auth, timeout=300)
+    return st, data
+
+
+def _stream_text(data):
+    text, finish = "", None
+    for line in data.decode().split("\n\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        j = json.loads(line[6:])
+        for ch in j.get("choices", []):
+            text += ch["delta"].get("content") or ""
+            finish = ch.get("finish_reason") or finish
+    return text, finish
+
+
+def t_structured_json_schema_corpus(t):
+    stops = lengths = 0
+    runs = env_int("METRO_E2E_STRUCTURED_RUNS", 2)
+    for i, schema in enumerate(SCHEMAS):
+        fmt = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+        for run in range(runs):
+            sampled = {"temperature": 0.8, "seed": 1000 * i + run} if run else {"temperature": 0}
+            st, data = _chat(t, dict(sampled, response_format=fmt), stream=run % 2 == 1)
+            assert st == 200, (i, data[:300])
+            if run % 2 == 1:
+                text, finish = _stream_text(data)
+            else:
+                c = json.loads(data)["choices"][0]
+                text, finish = c["message"]["content"], c["finish_reason"]
+            if finish == "length":  # cut by max_tokens: a prefix of a valid text
+                lengths += 1
+                continue
+            assert finish == "stop", (i, finish, text)
+            stops += 1
+            try:
+                value = json.loads(text)
+                jsonschema.validate(value, schema)
+            except Exception as e:  # noqa: BLE001 - report the schema and the text
+                raise AssertionError(f"schema {i} {json.dumps(schema)}: output {text!r}: {e}") from e
+    total = stops + lengths
+    assert stops >= 0.75 * total, (stops, lengths)
+    t.note(f"structured outputs: {stops} of {total} outputs over {len(SCHEMAS)} schemas finished and validated "
+           f"(jsonschema), {lengths} cut by max_tokens")
+
+
+def t_structured_json_object_and_choice(t):
+    st, data = _chat(t, {"response_format": {"type": "json_object"}, "temperature": 0, "max_tokens": 200})
+    assert st == 200, data[:300]
+    c = json.loads(data)["choices"][0]
+    if c["finish_reason"] == "stop":
+        assert isinstance(json.loads(c["message"]["content"]), dict), c
+    choices = ["red", "green", "blue"]
+    for seed in range(4):
+        st, data = _chat(t, {"metro": {"choice": choices}, "temperature": 1.0, "seed": seed})
+        assert st == 200, data[:300]
+        c = json.loads(data)["choices"][0]
+        assert c["message"]["content"] in choices and c["finish_reason"] == "stop", c
+    # On completions too.
+    st, _, data = request(t.port, "POST", "/v1/completions", {
+        "model": t.model_name, "prompt": "The best colour is", "max_tokens": 8, "metro": {"choice": choices}}, t.auth)
+    assert st == 200 and json.loads(data)["choices"][0]["text"] in choices, data[:300]
+    # text is free text, as before.
+    st, data = _chat(t, {"response_format": {"type": "text"}, "max_tokens": 4})
+    assert st == 200, data[:300]
+
+
+def t_structured_sdk_parse_with_pydantic(t):
+    class Weather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=20)
+        celsius: int
+        sunny: bool
+
+    parse = getattr(t.client.chat.completions, "parse", None) or t.client.beta.chat.completions.parse
+    r = parse(model=t.model_name, messages=[{"role": "user", "content": "Weather in Oslo as JSON."}],
+              response_format=Weather, max_tokens=120, temperature=0)
+    c = r.choices[0]
+    if c.finish_reason == "stop":
+        assert isinstance(c.message.parsed, Weather), c.message
+        assert len(c.message.parsed.city) <= 20
+
+
+def t_structured_refusals(t):
+    cases = [
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}}, "pattern"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "maximum": 9}}}, "maximum"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "email"}}}, "email"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "http://x/y.json"}}}, "$ref"),
+    ]
+    for fmt, word in cases:
+        st, data = _chat(t, {"response_format": fmt})
+        err = check_error(st, data, 400, "unsupported_schema")
+        assert word in err["message"] and err["param"] == "response_format.json_schema.schema", err
+    for fmt, param in (({"type": "xml"}, "response_format.type"), ({"type": "json_schema"}, "response_format.json_schema"),
+                       ({"type": "json_schema", "json_schema": {"name": "x", "schema": 3}},
+                        "response_format.json_schema.schema"), ("json", "response_format")):
+        st, data = _chat(t, {"response_format": fmt})
+        err = check_error(st, data, 400)
+        assert err["param"] == param, (fmt, err)
+    st, data = _chat(t, {"metro": {"choice": []}})
+    check_error(st, data, 400)
+    st, data = _chat(t, {"metro": {"choice": ["a"]}, "response_format": {"type": "json_object"}})
+    check_error(st, data, 400)
+
+
+TESTS = [t_structured_refusals, t_structured_json_object_and_choice, t_structured_json_schema_corpus,
+         t_structured_sdk_parse_with_pydantic]

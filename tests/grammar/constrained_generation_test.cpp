@@ -1,0 +1,137 @@
+// Structured outputs through the engine on the default model: sampled and greedy outputs
+// under a JSON schema parse and have the schema's shape, constrained and free requests
+// share batches without touching each other's text, and speculation (drafts checked
+// against the grammar) gives the same constrained text as without it.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/engine_test_util.h"
+#include "engine/speculative/ngram.h"
+#include "grammar/cache.h"
+#include "grammar/json_schema.h"
+#include "support/test_util.h"
+
+namespace metro::grammar {
+namespace {
+
+using metro::testing::collect;
+using metro::testing::default_model;
+using metro::testing::Generation;
+using metro::testing::greedy_request;
+using metro::testing::sanitized;
+
+std::unique_ptr<engine::Engine> make_engine(engine::EngineConfig cfg = {}) {
+  const auto& sm = default_model();
+  if (cfg.n_threads == 0) cfg.n_threads = 2;
+  auto e = engine::Engine::create(sm.model, *sm.tokenizer, cfg);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(*e);
+}
+
+const char* kSchema = R"({"type":"object","properties":{
+    "name":{"type":"string","maxLength":12},
+    "age":{"type":"integer","minimum":0},
+    "tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":2}},
+  "required":["name","age"]})";
+
+std::shared_ptr<const CompiledGrammar> person_grammar(GrammarCache& cache) {
+  auto g = cache.get("person", [] { return json_schema_grammar(nlohmann::ordered_json::parse(kSchema)); });
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  return *g;
+}
+
+// The schema's shape, checked without the grammar.
+void expect_person(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << text;
+  ASSERT_TRUE(j.is_object()) << text;
+  ASSERT_TRUE(j.contains("name") && j["name"].is_string()) << text;
+  EXPECT_LE(j["name"].get<std::string>().size(), 12u * 4) << text;  // 12 characters, up to 4 bytes each
+  ASSERT_TRUE(j.contains("age") && j["age"].is_number_integer() && j["age"].get<int64_t>() >= 0) << text;
+  if (j.contains("tags")) {
+    ASSERT_TRUE(j["tags"].is_array() && j["tags"].size() <= 2) << text;
+    for (const auto& t : j["tags"]) EXPECT_TRUE(t == "a" || t == "b") << text;
+  }
+  for (const auto& [k, v] : j.items()) {
+    (void)v;
+    EXPECT_TRUE(k == "name" || k == "age" || k == "tags") << text;
+  }
+}
+
+engine::Request person_request(const std::shared_ptr<const CompiledGrammar>& g, int max_tokens) {
+  const auto& tok = *default_model().tokenizer;
+  engine::Request r = greedy_request(tok.encode("A person, as JSON with name, age and tags:", true, false), max_tokens);
+  r.grammar = g;
+  return r;
+}
+
+TEST(StructuredOutput, SampledAndGreedyOutputsHaveTheSchemasShape) {
+  REQUIRE_MODEL();
+  auto eng = make_engine();
+  GrammarCache cache(*default_model().tokenizer);
+  auto g = person_grammar(cache);
+  const int runs = sanitized() ? 3 : 10;
+  int stopped = 0;
+  for (int i = 0; i <= runs; ++i) {
+    engine::Request r = person_request(g, 96);
+    if (i > 0) {
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = 77 + static_cast<uint64_t>(i);
+      r.sampling.has_seed = true;
+    }
+    const Generation out = collect(*eng->submit(r));
+    if (out.reason == engine::FinishReason::kLength) continue;  // cut by max_tokens
+    ASSERT_EQ(out.reason, engine::FinishReason::kStop) << out.text;
+    ++stopped;
+    expect_person(out.text);
+  }
+  EXPECT_GE(stopped, (runs + 1) / 2);
+  EXPECT_GT(g->cache_stats().hits, 0u);
+}
+
+TEST(StructuredOutput, ConstrainedAndFreeRequestsShareABatch) {
+  REQUIRE_MODEL();
+  auto eng = make_engine();
+  GrammarCache cache(*default_model().tokenizer);
+  auto g = person_grammar(cache);
+  const auto& tok = *default_model().tokenizer;
+  engine::Request free = greedy_request(tok.encode("The weather today is", true, false), 24);
+  free.stop.ignore_eos = true;
+  const Generation alone = collect(*eng->submit(free));
+  const Generation constrained_alone = collect(*eng->submit(person_request(g, 64)));
+  std::vector<engine::Handle> hs;
+  hs.push_back(*eng->submit(free));
+  for (int i = 0; i < 3; ++i) hs.push_back(*eng->submit(person_request(g, 64)));
+  EXPECT_EQ(collect(hs[0]).tokens, alone.tokens) << "a free request's text changed beside constrained ones";
+  for (size_t i = 1; i < hs.size(); ++i) {
+    const Generation out = collect(hs[i]);
+    EXPECT_EQ(out.tokens, constrained_alone.tokens) << i;
+    if (out.reason == engine::FinishReason::kStop) expect_person(out.text);
+  }
+}
+
+TEST(StructuredOutput, SpeculationKeepsTheConstrainedText) {
+  REQUIRE_MODEL();
+  GrammarCache cache(*default_model().tokenizer);
+  auto g = person_grammar(cache);
+  const Generation want = collect(*make_engine()->submit(person_request(g, 64)));
+  engine::EngineConfig cfg;
+  cfg.proposer = std::make_shared<engine::speculative::NgramProposer>();
+  cfg.max_draft_tokens = 8;
+  cfg.adaptive_drafts = false;
+  auto eng = make_engine(cfg);
+  engine::Request r = person_request(g, 64);
+  // A prediction that is partly wrong and partly outside the grammar.
+  r.prediction = default_model().tokenizer->encode(want.text.substr(0, want.text.size() / 2) + "}} not json",
+                                                   false, false);
+  const Generation got = collect(*eng->submit(r));
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_GT(eng->stats().draft_tokens, 0u);
+}
+
+}  // namespace
+}  // namespace metro::grammar
