@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Structured outputs end to end: output tokens/s of `metro serve` with and without a JSON
+schema at several concurrency levels, and (with --llama-completion) llama.cpp's decode speed
+with and without `--json-schema` on the same GGUF and prompt, one stream, in the same run.
+
+    python3 bench/structured_serve.py [--levels 1,16] [--requests 32] \
+        [--llama-completion PATH/llama-completion]
+
+metro: chat requests at temperature 0, max_tokens 128, each level run with the schema and
+without, alternated; tokens/s = completion tokens of all requests / wall time of the level.
+A constrained output ends when its JSON is complete, so it has fewer tokens; the rate is
+what compares. llama.cpp: `llama-completion` greedy, 128 tokens, its own "eval time" rate.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMA = {"type": "object", "properties": {
+    "name": {"const": "get_weather"},
+    "arguments": {"type": "object", "properties": {
+        "location": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1}}, "required": ["location"]}},
+    "required": ["name", "arguments"]}
+ASKS = ["What's the weather in Paris for the next three days?", "Weather in Tokyo tomorrow, in fahrenheit.",
+        "Is it going to rain in Lima this week?", "How cold will Oslo be on Friday?"]
+
+
+async def post(port, body):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    raw = json.dumps(body).encode()
+    writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n".encode() + raw)
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0], head[:200]
+    return json.loads(payload)
+
+
+async def level_run(port, streams, n, constrained):
+    sem = asyncio.Semaphore(streams)
+    tokens = 0
+
+    async def one(i):
+        nonlocal tokens
+        body = {"messages": [{"role": "user", "content": ASKS[i % len(ASKS)] + " Answer as a get_weather call in JSON."}],
+                "max_tokens": 128, "temperature": 0}
+        if constrained:
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "call", "schema": SCHEMA}}
+        async with sem:
+            r = await post(port, body)
+            tokens += r["usage"]["completion_tokens"]
+
+    t0 = time.time()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return tokens / (time.time() - t0)
+
+
+def llama_rate(binary, model, schema):
+    prompt = ("<|im_start|>user\n" + ASKS[0] + " Answer as a get_weather call in JSON.<|im_end|>\n"
+              "<|im_start|>assistant\n")
+    cmd = [binary, "-m", model, "-p", prompt, "-n", "128", "--temp", "0", "-t", "2", "-no-cnv"]
+    if schema:
+        cmd += ["--json-schema", json.dumps(SCHEMA)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    m = re.search(r"eval time =.*?([\d.]+) tokens per second", p.stderr.split("prompt eval time")[-1])
+    return float(m.group(1)) if m else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--metro", default=os.path.join(ROOT, "build/bin/metro"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--levels", default="1,16")
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--port", type=int, default=18290)
+    ap.add_argument("--llama-completion", default="")
+    a = ap.parse_args()
+    srv = subprocess.Popen([a.metro, "serve", "-m", a.model, "--port", str(a.port), "-t", "2", "--max-seqs", "64",
+                            "--admission", "off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{a.port}/ready", timeout=1)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.2)
+        asyncio.run(level_run(a.port, 1, 4, True))  # compile the schema, warm the mask cache
+        for streams in [int(x) for x in a.levels.split(",")]:
+            free = asyncio.run(level_run(a.port, streams, a.requests, False))
+            json_rate = asyncio.run(level_run(a.port, streams, a.requests, True))
+            print(f"metro   streams {streams:3d}: free {free:7.1f} tok/s, json_schema {json_rate:7.1f} tok/s "
+                  f"({100 * (json_rate / free - 1):+.1f}%)", flush=True)
+    finally:
+        srv.terminate()
+        srv.wait()
+    if a.llama_completion:
+        free = llama_rate(a.llama_completion, a.model, False)
+        constrained = llama_rate(a.llama_completion, a.model, True)
+        print(f"llama.cpp streams   1: free {free:7.1f} tok/s, json_schema {constrained:7.1f} tok/s "
+              f"({100 * (constrained / free - 1):+.1f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
