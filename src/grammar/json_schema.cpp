@@ -152,6 +152,9 @@ class SchemaCompiler {
 
   Expected<Element> compile(const json& s, const std::string& path, int depth = 0) {
     if (depth > 64) return bad(path, "nesting deeper than 64 levels");
+    if (b_.grammar().elements().size() > kMaxElements) {
+      return bad(path, "the schema compiles to too large a grammar (lengths and item counts add up)");
+    }
     if (s.is_boolean()) {
       if (s.get<bool>()) return parts_.value();
       return bad(path, "the schema `false` allows no value");

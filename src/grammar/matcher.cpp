@@ -108,28 +108,37 @@ namespace {
 
 using Kind = Element::Kind;
 
+uint32_t next_epoch() {
+  thread_local uint32_t epoch = 0;
+  if (++epoch == 0) ++epoch;  // 0 is "never visited"
+  return epoch;
+}
+
 // Adds the stacks ready to match a byte that `s` stands for (expanding rules at its top,
-// popping ended alternatives) to `out`; sets `accept` when the bottom is reached.
+// popping ended alternatives) to `out`, once each; sets `accept` when the bottom is
+// reached. Nodes already visited in this expansion (`epoch`) are skipped.
 void expand(const Grammar& g, const StackNode* s, NodeArena& arena, std::vector<const StackNode*>& out,
-            bool& accept) {
+            bool& accept, uint32_t epoch) {
   if (s == nullptr) {
     accept = true;
     return;
   }
+  if (s->mark == epoch) return;
+  s->mark = epoch;
   const std::vector<Element>& el = g.elements();
   const Element& e = el[s->pos];
   switch (e.kind) {
     case Kind::kBytes:
-      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+      out.push_back(s);
       return;
     case Kind::kEnd:
-      expand(g, s->next, arena, out, accept);
+      expand(g, s->next, arena, out, accept, epoch);
       return;
     case Kind::kRule: {
       // What follows the rule; a rule last in its alternative returns straight to the
       // caller's continuation, so right recursion does not grow the stack.
       const StackNode* cont = el[s->pos + 1].kind == Kind::kEnd ? s->next : arena.intern(s->pos + 1, s->next);
-      for (uint32_t start : g.alternatives(e.index)) expand(g, arena.intern(start, cont), arena, out, accept);
+      for (uint32_t start : g.alternatives(e.index)) expand(g, arena.intern(start, cont), arena, out, accept, epoch);
       return;
     }
   }
@@ -140,6 +149,7 @@ void advance(const Grammar& g, const std::vector<const StackNode*>& in, uint8_t 
              std::vector<const StackNode*>& out, bool& accept) {
   out.clear();
   accept = false;
+  const uint32_t epoch = next_epoch();
   const std::vector<Element>& el = g.elements();
   for (const StackNode* s : in) {
     if (!g.byte_set(el[s->pos].index).has(b)) continue;
@@ -148,7 +158,7 @@ void advance(const Grammar& g, const std::vector<const StackNode*>& in, uint8_t 
       accept = true;
       continue;
     }
-    expand(g, after, arena, out, accept);
+    expand(g, after, arena, out, accept, epoch);
   }
 }
 
@@ -204,8 +214,9 @@ CompiledGrammar::CacheStats CompiledGrammar::cache_stats() const {
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> g) : g_(std::move(g)), arena_(std::make_shared<NodeArena>()) {
   const Grammar& gr = g_->grammar();
+  const uint32_t epoch = next_epoch();
   for (uint32_t start : gr.alternatives(gr.root())) {
-    expand(gr, arena_->intern(start, nullptr), *arena_, ready_, accepting_);
+    expand(gr, arena_->intern(start, nullptr), *arena_, ready_, accepting_, epoch);
   }
 }
 

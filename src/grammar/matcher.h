@@ -69,6 +69,11 @@ class TokenTrie {
 struct StackNode {
   uint32_t pos = 0;               // an element of Grammar::elements()
   const StackNode* next = nullptr;  // null: the bottom (the root's alternative ends here)
+  // The expansion that last visited it (a per-thread counter): a node reached again by
+  // another path in the same expansion is not expanded twice, so shared sub-rules cost
+  // once however many alternatives lead to them. Nodes belong to one matcher (and its
+  // copies), used by one thread at a time.
+  mutable uint32_t mark = 0;
 };
 
 // Interned stack nodes (equal (pos, next) pairs are one node).

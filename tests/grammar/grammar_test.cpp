@@ -173,6 +173,27 @@ TEST(JsonSchema, WhatCannotBeGuaranteedIsRefusedByKeywordAndPath) {
   }
 }
 
+// Alternatives that lead to the same sub-rule share its expansion: thirty levels of two-way
+// choices between the same reference are thirty expansions, not 2^30 (this would not end).
+TEST(Matcher, SharedSubRulesAreExpandedOnce) {
+  json defs = json::object();
+  for (int i = 0; i < 30; ++i) {
+    const std::string next = "#/$defs/d" + std::to_string(i + 1);
+    defs["d" + std::to_string(i)] = json{{"anyOf", json::array({json{{"$ref", next}}, json{{"$ref", next}}})}};
+  }
+  defs["d30"] = json{{"type", "integer"}};
+  const json schema{{"$defs", defs}, {"$ref", "#/$defs/d0"}};
+  auto g = json_schema_grammar(schema);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto cg = compiled(std::move(*g), byte_trie());
+  EXPECT_TRUE(matches(cg, "12345"));
+  EXPECT_FALSE(matches(cg, "\"x\""));
+  Matcher m(cg);
+  TokenMask mask;
+  m.fill_mask(mask);
+  EXPECT_TRUE(mask_has(mask, '7') && mask_has(mask, '-') && !mask_has(mask, '"'));
+}
+
 // Repetition returns to the same stacks: past the first elements of each shape, matching
 // more of a long array makes no new stack node.
 TEST(Matcher, LongRepetitionMakesNoNewStackNodes) {
