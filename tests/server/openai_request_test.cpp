@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/engine_test_util.h"
+#include "grammar/matcher.h"
 #include "server/json_util.h"
 #include "support/test_util.h"
 #include "tokenizer/chat_template.h"
@@ -31,6 +32,8 @@ class OpenAiRequestTest : public ::testing::Test {
     ctx_.model_name = "smol";
     ctx_.n_ctx = 256;
     ctx_.n_embd = 576;
+    grammars_ = std::make_unique<grammar::GrammarCache>(*tok_);
+    ctx_.grammars = grammars_.get();
   }
 
   ApiResult<PreparedCall> prep(Endpoint e, const json& body, const CallContext& call = {}) {
@@ -52,6 +55,7 @@ class OpenAiRequestTest : public ::testing::Test {
 
   const tokenizer::Tokenizer* tok_ = nullptr;
   std::optional<tokenizer::ChatTemplate> tmpl_;
+  std::unique_ptr<grammar::GrammarCache> grammars_;
   PromptContext ctx_;
 };
 
@@ -286,8 +290,50 @@ TEST_F(OpenAiRequestTest, UnsupportedKnownFieldsAreRefused) {
   refused(Endpoint::kCompletions, json{{"prompt", "a"}, {"suffix", "b"}});
   refused(Endpoint::kCompletions, json{{"prompt", "a"}, {"echo", true}, {"logprobs", 2}});
   const json msgs = {{{"role", "user"}, {"content", "hi"}}};
-  refused(Endpoint::kChatCompletions, json{{"messages", msgs}, {"response_format", {{"type", "json_object"}}}});
   EXPECT_TRUE(prep(Endpoint::kChatCompletions, {{"messages", msgs}, {"response_format", {{"type", "text"}}}}).ok());
+}
+
+// response_format and metro.choice become the request's grammar, compiled once per schema
+// text; the schema's property order is the order sent (the body is parsed again keeping
+// it); what cannot be guaranteed is refused naming the keyword.
+TEST_F(OpenAiRequestTest, OutputConstraintsBecomeTheRequestsGrammar) {
+  const json msgs = {{{"role", "user"}, {"content", "hi"}}};
+  auto text = prep(Endpoint::kChatCompletions, {{"messages", msgs}, {"response_format", {{"type", "text"}}}});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->requests[0].grammar, nullptr);
+  auto obj = prep(Endpoint::kChatCompletions, {{"messages", msgs}, {"response_format", {{"type", "json_object"}}}});
+  ASSERT_TRUE(obj.ok()) << obj.error().message;
+  ASSERT_NE(obj->requests[0].grammar, nullptr);
+  // "zeta" before "alpha" as sent: the grammar asks for zeta first.
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":)"
+      R"({"name":"o","schema":{"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"integer"}},)"
+      R"("required":["zeta","alpha"]}}}})";
+  auto ordered = prepare_request(Endpoint::kChatCompletions, body, ctx_, {});
+  ASSERT_TRUE(ordered.ok()) << ordered.error().message;
+  grammar::Matcher m(ordered->requests[0].grammar);
+  EXPECT_TRUE(m.accept_bytes(R"({"zeta":1,"alpha":2})") && m.is_accepting());
+  grammar::Matcher m2(ordered->requests[0].grammar);
+  EXPECT_FALSE(m2.accept_bytes(R"({"alpha":2,)"));
+  // The same schema again is the same compiled grammar.
+  auto again = prepare_request(Endpoint::kChatCompletions, body, ctx_, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->requests[0].grammar, ordered->requests[0].grammar);
+  auto choice = prep(Endpoint::kCompletions, {{"prompt", "x"}, {"metro", {{"choice", {"yes", "no"}}}}});
+  ASSERT_TRUE(choice.ok()) << choice.error().message;
+  ASSERT_NE(choice->requests[0].grammar, nullptr);
+  const ApiError e = refused(Endpoint::kChatCompletions,
+                             json{{"messages", msgs},
+                                  {"response_format", {{"type", "json_schema"},
+                                                       {"json_schema", {{"name", "p"},
+                                                                        {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}});
+  EXPECT_EQ(e.code, "unsupported_schema");
+  EXPECT_EQ(e.param, "response_format.json_schema.schema");
+  EXPECT_NE(e.message.find("'pattern'"), std::string::npos) << e.message;
+  EXPECT_EQ(refused(Endpoint::kChatCompletions, json{{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}).param,
+            "response_format.type");
+  EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"choice", json::array()}}}}).param,
+            "metro.choice");
 }
 
 TEST_F(OpenAiRequestTest, ChatRendersTheTemplate) {
