@@ -145,6 +145,7 @@ class JsonParts {
 // Bounds that keep a compiled grammar small.
 constexpr int kMaxRepeat = 4096;
 constexpr size_t kMaxElements = size_t{1} << 20;
+constexpr size_t kMaxProperties = 256;
 
 class SchemaCompiler {
  public:
@@ -389,6 +390,11 @@ class SchemaCompiler {
         props[k] = &v;
       }
     }
+    // Optional properties chain one rule to the next, and matching descends that chain:
+    // bounded, so no schema can make it deep.
+    if (names.size() > kMaxProperties) {
+      return bad(path + "/properties", "more than " + std::to_string(kMaxProperties) + " properties");
+    }
     std::set<std::string> required;
     if (s.contains("required")) {
       const json& r = s["required"];
@@ -398,6 +404,9 @@ class SchemaCompiler {
         const std::string name = x.get<std::string>();
         required.insert(name);
         if (!props.count(name)) names.push_back(name);  // any value
+      }
+      if (names.size() > kMaxProperties) {
+        return bad(path + "/required", "more than " + std::to_string(kMaxProperties) + " properties");
       }
     }
     const json* extra = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;

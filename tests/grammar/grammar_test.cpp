@@ -166,6 +166,11 @@ TEST(JsonSchema, WhatCannotBeGuaranteedIsRefusedByKeywordAndPath) {
       {R"({"enum":["abc"],"minLength":3})", "beside 'enum'"},
       {R"({"type":"integer","enum":["a"]})", "listed type"},
   };
+  json wide = json{{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i < 2000; ++i) wide["properties"]["p" + std::to_string(i)] = json{{"type", "integer"}};
+  auto w = json_schema_grammar(wide);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("more than 256 properties"), std::string::npos) << w.status().message();
   for (const auto& [text, want] : cases) {
     auto g = json_schema_grammar(json::parse(text));
     ASSERT_FALSE(g.ok()) << text;
