@@ -395,23 +395,16 @@ void Engine::Impl::emit_token(Choice& c, SampleResult s, size_t keep_tokens) {
     finish(std::move(text), FinishReason::kStop);
     return;
   }
-  if (grammar_done) {
-    // The grammar is complete and nothing may follow: the text is done.
-    std::string tail = c.detok->flush();
-    bool m2 = false;
-    text += c.stop->push(tail, &m2);
-    if (!m2) text += c.stop->flush();
-    finish(std::move(text), FinishReason::kStop);
-    return;
-  }
   const int generated = static_cast<int>(keep_tokens) - c.seq.n_prompt;
   const bool length = generated >= q.stop.max_tokens || static_cast<int>(keep_tokens) >= self->n_ctx_;
-  if (length) {
+  // A complete grammar (nothing may follow) ends the text as a stop; the length bound as
+  // length, unless a stop string completes in what the detokenizer still held.
+  if (grammar_done || length) {
     std::string tail = c.detok->flush();
     bool m2 = false;
     text += c.stop->push(tail, &m2);
     if (!m2) text += c.stop->flush();
-    finish(std::move(text), m2 ? FinishReason::kStop : FinishReason::kLength);
+    finish(std::move(text), m2 || grammar_done ? FinishReason::kStop : FinishReason::kLength);
     return;
   }
   emit_delta(c, std::move(text), {info});

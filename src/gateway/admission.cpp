@@ -191,14 +191,14 @@ void AdmissionController::release(SlaClass c, int prompt_tokens, const std::stri
 
 int64_t AdmissionController::max_stall_ns(SlaClass c) const {
   if (cfg_.shed_after <= 0.0) return 0;
+  // shed_after x the class's bound (capped so the product stays in range).
   const double bound_s = cfg_.shed_after * cfg_.ttft_margin * cfg_.sla.of(c).ttft_s;
   return static_cast<int64_t>(std::min(bound_s, 1e9) * 1e9);
 }
 
 int64_t AdmissionController::shed_deadline_ns(SlaClass c, int64_t admitted_ns, int64_t client_deadline_ns) const {
   if (cfg_.shed_after <= 0.0) return client_deadline_ns;
-  const double bound_s = cfg_.shed_after * cfg_.ttft_margin * cfg_.sla.of(c).ttft_s;
-  const int64_t shed = admitted_ns + static_cast<int64_t>(std::min(bound_s, 1e9) * 1e9);
+  const int64_t shed = admitted_ns + max_stall_ns(c);
   return client_deadline_ns > 0 ? std::min(client_deadline_ns, shed) : shed;
 }
 

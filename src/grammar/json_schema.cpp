@@ -521,20 +521,24 @@ class SchemaCompiler {
 
 }  // namespace
 
-Grammar json_object_grammar() {
+namespace {
+// A grammar whose root is what `part` builds from the shared JSON pieces.
+template <class Part>
+Grammar json_grammar(Part part) {
   Builder b;
   JsonParts parts(b);
   const uint32_t root = b.declare("root");
-  b.define(root, parts.any_object());
+  b.define(root, part(parts));
   return b.take(root);
+}
+}  // namespace
+
+Grammar json_object_grammar() {
+  return json_grammar([](JsonParts& p) { return p.any_object(); });
 }
 
 Grammar json_value_grammar() {
-  Builder b;
-  JsonParts parts(b);
-  const uint32_t root = b.declare("root");
-  b.define(root, parts.value());
-  return b.take(root);
+  return json_grammar([](JsonParts& p) { return p.value(); });
 }
 
 Expected<Grammar> json_schema_grammar(const nlohmann::json& schema) {

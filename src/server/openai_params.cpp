@@ -189,16 +189,18 @@ static std::optional<ApiError> parse_output_constraint(const nlohmann::json& bod
                            "response_format.json_schema.schema");
       }
       param = "response_format.json_schema.schema";
-      // The schema as sent, key order kept (properties are generated in that order).
-      nlohmann::ordered_json s = nlohmann::ordered_json::parse(schema->dump());
+      // The schema as sent, key order kept (properties are generated in that order); a
+      // caller without the ordered body gets the keys sorted.
+      const nlohmann::ordered_json* sent = nullptr;
       if (ctx.ordered_body != nullptr) {
         const auto& ob = *ctx.ordered_body;
         if (auto rf = ob.find("response_format"); rf != ob.end() && rf->is_object()) {
           if (auto oj = rf->find("json_schema"); oj != rf->end() && oj->is_object() && oj->contains("schema")) {
-            s = (*oj)["schema"];
+            sent = &(*oj)["schema"];
           }
         }
       }
+      nlohmann::ordered_json s = sent != nullptr ? *sent : nlohmann::ordered_json::parse(schema->dump());
       key = "json_schema:" + s.dump();
       make = [s] { return grammar::json_schema_grammar(s); };
     } else if (type != "text") {
