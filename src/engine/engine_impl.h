@@ -109,6 +109,7 @@ struct Engine::Impl {
   std::vector<std::span<const kv::BlockId>> tables;
   std::vector<Sampled> sampled;       // per plan entry, reused across steps
   std::vector<int32_t> proposal;      // proposer scratch
+  std::vector<uint64_t> plan_ids;     // report(): the step's sequence ids, sorted
   speculative::DraftController controller;
   std::vector<speculative::DraftCandidate> candidates;
   int last_prefill_tokens = 0;        // prompt tokens of the last step (drafts excluded)

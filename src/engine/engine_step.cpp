@@ -287,6 +287,10 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
     rep.accepted_tokens += accepted;
     if (committed == 1 && chunk_begin >= ss.seq->n_prompt) {
       ++rep.cost.decode_seqs;
+      ++rep.begun_by_class[static_cast<size_t>(ss.seq->sla_class)];
+      if (i < sampled.size() && sampled[i].first_row >= 0) {
+        rep.output_tokens_by_class[static_cast<size_t>(ss.seq->sla_class)] += 1 + accepted;
+      }
       rep.cost.decode_ctx += static_cast<double>(chunk_begin + 1);
       // Drafts cost what a chunk of as many prompt tokens after the decode costs.
       rep.cost.prefill_tokens += ss.n_draft;
@@ -306,6 +310,17 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
   const sched::SchedulerCounts counts = sched->counts();
   rep.waiting_by_class = counts.waiting_by_class;
   rep.running_by_class = counts.running_by_class;
+  // Begun when the step started: its decodes (counted above) and the begun sequences it
+  // left paused.
+  plan_ids.clear();
+  for (const sched::ScheduledSeq& ss : plan.seqs) plan_ids.push_back(ss.seq->id);
+  std::sort(plan_ids.begin(), plan_ids.end());
+  for (const auto& [id, c] : by_seq) {
+    if (c->in_scheduler && !c->finished && c->seq.n_generated() > 0 &&
+        !std::binary_search(plan_ids.begin(), plan_ids.end(), id)) {
+      ++rep.begun_by_class[static_cast<size_t>(c->seq.sla_class)];
+    }
+  }
   for (int k = 0; k < kNumSlaClasses; ++k) {
     metrics.set_queue_depth(static_cast<SlaClass>(k), counts.waiting_by_class[static_cast<size_t>(k)],
                             counts.running_by_class[static_cast<size_t>(k)]);

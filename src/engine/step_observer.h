@@ -20,6 +20,11 @@ struct StepReport {
   std::array<int, kNumSlaClasses> prefill_tokens_by_class{};
   std::array<int, kNumSlaClasses> waiting_by_class{};  // after the step
   std::array<int, kNumSlaClasses> running_by_class{};
+  // Output tokens the step gave sequences whose output had begun (decodes and their
+  // accepted drafts; a first token is not counted), and how many sequences had begun and
+  // not ended after it (running or paused): together the pace each class's output keeps.
+  std::array<int, kNumSlaClasses> output_tokens_by_class{};
+  std::array<int, kNumSlaClasses> begun_by_class{};
 };
 
 class StepObserver {

@@ -164,6 +164,22 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
       return d;
     }
   }
+  // Output that has begun but crawls is the same promise broken later: a class whose begun
+  // requests are behind pace takes no more until they catch up or end.
+  if (q_.begun[k] > 0) {
+    const double pace_bound = cfg_.ttft_margin * cfg_.sla.of(cls).tpot_s;
+    if (q_.pace_s[k] > pace_bound) {
+      // Room comes when about one of them ends: each has some dozens of tokens to go.
+      Decision d = refuse(kReasonTpot, std::max(1.0, q_.pace_s[k] * 16.0));
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "the %s class's running requests are behind their time-per-output-token objective (%.2f s per "
+                    "token against %.2f s); retry after %d s",
+                    sla_class_name(cls), q_.pace_s[k], pace_bound, static_cast<int>(d.retry_after_s));
+      d.message = buf;
+      return d;
+    }
+  }
   const double ttft = predicted_ttft_locked(cls, prompt, tenant);
   if (ttft > limit) {
     // When the queue ahead has drained by (ttft - limit) seconds of prefill, it would fit.
@@ -216,6 +232,28 @@ void AdmissionController::observe_step(const StepObservation& o) {
     if (o.backlogged[k]) q_.drain_tokens_per_s[k] += a * (t / o.step_s - q_.drain_tokens_per_s[k]);
   }
   if (any_backlog) q_.fifo_drain_tokens_per_s += a * (total / o.step_s - q_.fifo_drain_tokens_per_s);
+  for (size_t k = 0; k < o.begun.size(); ++k) {
+    const int begun = std::max(0, o.begun[k]);
+    const int tokens = std::max(0, o.output_tokens[k]);
+    if (begun == 0 && tokens == 0) {
+      pace_seq_s_[k] = pace_tokens_[k] = 0.0;
+      q_.pace_s[k] = 0.0;
+    } else {
+      // A class's first step with begun requests starts the averages as if each got a
+      // token in it (on pace at this step time); later steps move them.
+      const double seq_s = begun * o.step_s;
+      if (pace_seq_s_[k] == 0.0) {
+        pace_seq_s_[k] = seq_s;
+        pace_tokens_[k] = std::max(begun, tokens);
+      } else {
+        pace_seq_s_[k] += a * (seq_s - pace_seq_s_[k]);
+        pace_tokens_[k] += a * (tokens - pace_tokens_[k]);
+      }
+      // A class given no tokens for long reads as far behind, not as a division by zero.
+      q_.pace_s[k] = pace_seq_s_[k] / std::max(pace_tokens_[k], 1e-6);
+    }
+    q_.begun[k] = begun;
+  }
   if (total > 0 && std::isfinite(o.prefill_s) && o.prefill_s > 0.0) {
     q_.prefill_tokens_per_s += a * (total / o.prefill_s - q_.prefill_tokens_per_s);
     // A class that had nothing waiting, below no backlogged class, would have had the whole

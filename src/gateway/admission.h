@@ -30,6 +30,13 @@
 // first token by then, or without a new token for that long, with deadline_missed (a 503,
 // or an error event in a stream already begun), so that no admitted request waits for
 // output longer than that.
+//
+// The same holds for the pace of output once begun. The engine reports, per class, how
+// many sequences have begun output and how many output tokens each step gave them; their
+// ratio, averaged, is the seconds per output token the class's running requests get. A
+// class whose running requests get slower than `ttft_margin` x its TPOT objective takes no
+// more requests (503 tpot_over_slo) until they are back on pace or have ended: classes
+// above it are taking the steps, and every request let in would slow the ones running.
 #pragma once
 
 #include <array>
@@ -79,6 +86,10 @@ struct QueueState {
   std::array<double, kNumSlaClasses> oldest_wait_s{};
   double fifo_drain_tokens_per_s = 0.0;  // all classes together, when any is backlogged
   double step_s = 0.0;
+  // Per class, seconds per output token its begun requests get (averaged over steps; 0
+  // while it has none), and how many had begun at the last step.
+  std::array<double, kNumSlaClasses> pace_s{};
+  std::array<int, kNumSlaClasses> begun{};
 };
 
 // What the engine measured in one step.
@@ -90,6 +101,10 @@ struct StepObservation {
   double prefill_s = 0.0;
   // Whether the class had prompts waiting to start when the step began.
   std::array<bool, kNumSlaClasses> backlogged{};
+  // Per class: output tokens the step gave sequences whose output had begun, and how many
+  // such sequences there were (running or paused).
+  std::array<int, kNumSlaClasses> output_tokens{};
+  std::array<int, kNumSlaClasses> begun{};
 };
 
 class AdmissionController {
@@ -113,7 +128,8 @@ class AdmissionController {
 
   // Every step's measurements (EWMA; the prefill rate moves only in steps with prompt
   // tokens; a class's drain rate moves to what it got in steps where it was backlogged, and
-  // to the prefill rate in steps where neither it nor a class above it was).
+  // to the prefill rate in steps where neither it nor a class above it was; a class's pace
+  // moves in steps where it had begun requests and starts afresh when it has none).
   void observe_step(const StepObservation& o);
   // Replaces the starting guesses with a measurement (e.g. a warm-up prefill at startup):
   // the prefill rate and every class's drain rate become `prefill_tokens_per_s`.
@@ -139,6 +155,10 @@ class AdmissionController {
   std::array<sched::ClassQueue, kNumSlaClasses> queues_;
   // Admission times of the requests each class holds, oldest first.
   std::array<std::multiset<int64_t>, kNumSlaClasses> admitted_at_;
+  // Per class, averaged sequence-seconds of begun output and output tokens per step: their
+  // ratio is the class's pace.
+  std::array<double, kNumSlaClasses> pace_seq_s_{};
+  std::array<double, kNumSlaClasses> pace_tokens_{};
 };
 
 }  // namespace metro::gateway

@@ -11,6 +11,7 @@ namespace metro::gateway {
 inline constexpr const char* kReasonQueueFull = "queue_full";              // 503: class queue at its request bound
 inline constexpr const char* kReasonQueueTokens = "queue_tokens_full";     // 503: class queue at its prompt-token bound
 inline constexpr const char* kReasonTtft = "predicted_ttft_over_slo";      // 503: would miss its TTFT objective
+inline constexpr const char* kReasonTpot = "tpot_over_slo";                // 503: its class's output is behind pace
 inline constexpr const char* kReasonDeadline = "deadline_unreachable";     // 503: would miss its own deadline
 inline constexpr const char* kReasonTenantRate = "tenant_tokens_per_minute"; // 429: over the token quota
 inline constexpr const char* kReasonTenantConcurrency = "tenant_concurrency"; // 429: too many in flight

@@ -41,6 +41,8 @@ class AdmissionFeed final : public engine::StepObserver {
       // still has prompts waiting after it.
       o.backlogged[c] = rep.prefill_tokens_by_class[c] > 0 || rep.waiting_by_class[c] > 0;
     }
+    o.output_tokens = rep.output_tokens_by_class;
+    o.begun = rep.begun_by_class;
     admission_->observe_step(o);
   }
 
@@ -275,6 +277,10 @@ std::string FrontDoor::message_for(const Decision& d, SlaClass c) const {
     return std::string("the ") + sla_class_name(c) +
            " queue is too long to start this request within its time-to-first-token objective; retry after " + retry +
            " s";
+  }
+  if (d.reason == kReasonTpot) {
+    return std::string("the ") + sla_class_name(c) +
+           " class's running requests are behind their time-per-output-token objective; retry after " + retry + " s";
   }
   if (d.reason == kReasonOverloaded) return "the server is at its limit of concurrent choices";
   return std::string("the ") + sla_class_name(c) + " queue is full; retry after " + retry + " s";

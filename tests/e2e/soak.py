@@ -17,7 +17,8 @@ Phases:
    it, ended with that error event and [DONE]), `rejected_as_expected`
    (400 to a malformed body), `aborted` (the client hung up on purpose). Anything else is `lost`: a
    200 whose stream ends without [DONE], a reset nobody asked for, a 5xx other than 503, a
-   400 to a valid body, no answer within --patience seconds.
+   400 to a valid body, no answer within the client's patience: --patience seconds, or what
+   the server promises a request of its class and length if that is longer (see PROMISE).
 4. After the load: the server must settle to 0 requests in flight, 0 running, 0 KV blocks
    referenced, answer a normal request, and exit 0 on SIGTERM. Its RSS is sampled all
    along; growth over the second half of the soak must stay under --rss-slack MiB.
@@ -55,6 +56,21 @@ SYSTEM = ("You are a careful assistant for a railway company. Answer briefly, ci
           "when you can, and never invent a train that does not run. ") * 3
 TOPICS = ["the night train to Vienna", "a delayed connection", "bicycle spaces", "a lost ticket",
           "the coastal line", "seat reservations", "the dining car", "platform changes"]
+
+
+# The server's objectives (--sla) and admission's factors, as the soak starts it. A request
+# admitted in class c is promised its first token within SHED_AFTER x TTFT_MARGIN x ttft (the
+# engine ends it with deadline_missed otherwise) and output at TTFT_MARGIN x tpot per token
+# (admission takes no more into a class whose running requests are slower); a client of
+# that class waits that long for max_tokens tokens, with SHED_AFTER's slack on the pace too.
+SLA = {"realtime": (2.0, 0.1), "standard": (10.0, 0.2), "batch": (60.0, 1.0)}  # class: (ttft, tpot)
+SLA_SPEC = "realtime:ttft=2,tpot=0.1 standard:ttft=10,tpot=0.2 batch:ttft=60,tpot=1"
+TTFT_MARGIN, SHED_AFTER = 3.0, 1.5
+
+
+def promise_s(sla_class, max_tokens):
+    ttft, tpot = SLA[sla_class]
+    return SHED_AFTER * TTFT_MARGIN * (ttft + max_tokens * tpot) + 30.0
 
 
 def rss_mib(pid):
@@ -220,11 +236,14 @@ def judge(kind, status, head, data, events, hung, body):
 
 
 class Tally:
-    def __init__(self):
+    def __init__(self, patience_floor=300.0):
         self.buckets, self.kinds, self.refusals, self.lost, self.lost_causes = {}, {}, {}, [], {}
         self.latencies = []
+        self.latencies_by_class = {}
+        # ok answers that took longer than --patience (their class promised that much)
+        self.patience_floor, self.ok_past_floor = patience_floor, 0
 
-    def add(self, kind, bucket, detail, latency):
+    def add(self, kind, bucket, detail, latency, sla_class=None):
         self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
         self.kinds.setdefault(kind, {}).setdefault(bucket, 0)
         self.kinds[kind][bucket] += 1
@@ -238,12 +257,18 @@ class Tally:
             self.lost_causes[cause] = self.lost_causes.get(cause, 0) + 1
         if bucket == "ok":
             self.latencies.append(latency)
+            if sla_class is not None:
+                self.latencies_by_class.setdefault(sla_class, []).append(latency)
+            if latency > self.patience_floor:
+                self.ok_past_floor += 1
 
 
 async def one_request(port, model, rng, tally, patience, misbehave):
     key = rng.choices(list(TENANTS), weights=[v[2] for v in TENANTS.values()])[0]
     kind, path, body, headers, factory, early = pick_request(rng, model, misbehave)
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    max_tokens = body.get("max_tokens", 0) if isinstance(body, dict) else 0
+    patience = max(patience, promise_s(TENANTS[key][1], max_tokens))
     t0 = time.time()
     progress = {}
     coro = exchange(port, path, raw, key, headers, factory() if factory else None, progress)
@@ -269,7 +294,7 @@ async def one_request(port, model, rng, tally, patience, misbehave):
         tally.add(kind, "lost", f"{type(e).__name__}: {e}", 0)
         return
     bucket, detail = judge(kind, status, head, data, events, hung, body)
-    tally.add(kind, bucket, detail, time.time() - t0)
+    tally.add(kind, bucket, detail, time.time() - t0, TENANTS[key][1])
 
 
 async def calibrate(port, model, seconds, workers, patience):
@@ -288,7 +313,7 @@ async def calibrate(port, model, seconds, workers, patience):
 
 
 async def soak(port, model, rate, seconds, patience, server_pid, rss_samples, health, max_outstanding):
-    tally = Tally()
+    tally = Tally(patience)
     rng = random.Random(2)
     tasks = set()
     skipped = 0
@@ -349,7 +374,7 @@ def main():
         srv = MetroServer(args.metro, args.model, [
             "--model-name", model_name, "--api-key-file", keys, "--ctx", "1024", "--max-seqs", str(args.max_seqs),
             "-t", str(args.threads), "--admission", "on", "--drain-timeout", "30",
-            "--sla", "realtime:ttft=2 standard:ttft=10 batch:ttft=60"])
+            "--sla", SLA_SPEC, "--ttft-margin", str(TTFT_MARGIN), "--shed-after", str(SHED_AFTER)])
         srv.start()
         srv.wait_ready()
         pid = srv.proc.pid
@@ -400,6 +425,10 @@ def main():
         "requests": total, "buckets": tally.buckets, "by_kind": tally.kinds, "refusals": tally.refusals,
         "not_sent_client_saturated": skipped, "lost_by_cause": tally.lost_causes, "lost_samples": tally.lost,
         "ok_latency_s": {"p50": percentile(tally.latencies, 0.5), "p99": percentile(tally.latencies, 0.99)},
+        "ok_latency_s_by_class": {c: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "max": max(v)}
+                                  for c, v in tally.latencies_by_class.items()},
+        "ok_past_patience_floor": tally.ok_past_floor,
+        "patience_s_by_class_at_96_tokens": {c: max(args.patience, promise_s(c, 96)) for c in SLA},
         "health_probes": len(health), "health_not_200": health_bad,
         "health_latency_s_max": max(health_lat) if health_lat else None,
         "rss_mib": {"start": rss[0] if rss else None, "first_half_max": first_half_max,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -398,6 +399,47 @@ TEST(Engine, StepTraceRecordsEachStepsWork) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--step-trace"), std::string::npos);
   EXPECT_EQ(bad.status().message().find("nonexistent"), std::string::npos);  // no paths in errors
+}
+
+// Admission judges a class's pace from two counts in every step report: the output tokens
+// given to sequences whose output had begun (first tokens excluded) and how many had begun.
+class PaceWatch : public StepObserver {
+ public:
+  void on_step(const StepReport& r) override {
+    std::lock_guard lock(mu);
+    for (size_t k = 0; k < r.begun_by_class.size(); ++k) {
+      output[k] += r.output_tokens_by_class[k];
+      max_begun[k] = std::max(max_begun[k], r.begun_by_class[k]);
+      EXPECT_LE(r.output_tokens_by_class[k], r.begun_by_class[k]);  // one token each, no drafts here
+    }
+  }
+  std::mutex mu;
+  std::array<int, kNumSlaClasses> output{};
+  std::array<int, kNumSlaClasses> max_begun{};
+};
+
+TEST(Engine, StepReportsCountEachClassesOutputAndBegunRequests) {
+  REQUIRE_MODEL();
+  auto watch = std::make_shared<PaceWatch>();
+  {
+    auto eng = make_engine({.max_batch_tokens = 16});
+    eng->add_observer(watch);
+    const auto ps = prompts(3);
+    Request batch = greedy_request(ps[0], 6);
+    batch.sla_class = SlaClass::kBatch;
+    Request standard = greedy_request(ps[1], 9);
+    auto a = eng->submit(batch);
+    auto b = eng->submit(standard);
+    ASSERT_EQ(collect(*a).tokens.size(), 6u);
+    ASSERT_EQ(collect(*b).tokens.size(), 9u);
+  }  // the engine's thread has ended: every report is in
+  std::lock_guard lock(watch->mu);
+  EXPECT_EQ(watch->output[static_cast<size_t>(SlaClass::kBatch)], 5);
+  EXPECT_EQ(watch->output[static_cast<size_t>(SlaClass::kStandard)], 8);
+  EXPECT_EQ(watch->output[static_cast<size_t>(SlaClass::kRealtime)], 0);
+  EXPECT_EQ(watch->max_begun[static_cast<size_t>(SlaClass::kBatch)], 1);
+  EXPECT_EQ(watch->max_begun[static_cast<size_t>(SlaClass::kStandard)], 1);
+  EXPECT_EQ(watch->max_begun[static_cast<size_t>(SlaClass::kRealtime)], 0);
 }
 
 // Every policy fits the step cost from the engine's step reports (FCFS schedules nothing by

@@ -266,6 +266,54 @@ TEST(Admission, AClassBehindItsBoundTakesNoMoreAndAdmittedRequestsCarryADeadline
   EXPECT_FALSE(validate(cfg).ok());
 }
 
+// A step in which `begun` batch requests had begun output and got `tokens` output tokens.
+StepObservation batch_output_step(double step_s, int begun, int tokens) {
+  StepObservation o;
+  o.step_s = step_s;
+  o.begun[2] = begun;
+  o.output_tokens[2] = tokens;
+  return o;
+}
+
+TEST(Admission, AClassWhoseOutputIsBehindPaceTakesNoMore) {
+  AdmissionConfig cfg = base_cfg();
+  cfg.sla.of(SlaClass::kBatch).tpot_s = 1.0;
+  cfg.ttft_margin = 2.0;  // pace bound: 2 s per output token
+  AdmissionController a = make(cfg);
+  // Eight batch requests decode, each a token per 0.1 s step: on pace.
+  for (int i = 0; i < 20; ++i) a.observe_step(batch_output_step(0.1, 8, 8));
+  EXPECT_NEAR(a.state().pace_s[2], 0.1, 1e-9);
+  EXPECT_EQ(a.state().begun[2], 8);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 10}, 0).admit);
+  a.release(SlaClass::kBatch, 10, "", 0);
+  // Higher classes take the steps: one batch token per 0.25 s step for the eight, 2 s per
+  // token each, then less.
+  for (int i = 0; i < 60; ++i) a.observe_step(batch_output_step(0.25, 8, i % 2));
+  EXPECT_GT(a.state().pace_s[2], 2.0);
+  Decision d = admit(a, {SlaClass::kBatch, 10}, 0);
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_EQ(d.reason, kReasonTpot);
+  EXPECT_GE(d.retry_after_s, 1.0);
+  EXPECT_NE(d.message.find("time-per-output-token"), std::string::npos) << d.message;
+  // Classes on pace are not refused for it.
+  EXPECT_TRUE(admit(a, {SlaClass::kStandard, 10}, 0).admit);
+  // Back on pace: admitted again.
+  for (int i = 0; i < 40; ++i) a.observe_step(batch_output_step(0.1, 8, 8));
+  EXPECT_LT(a.state().pace_s[2], 2.0);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 10}, 0).admit);
+  a.release(SlaClass::kBatch, 10, "", 0);
+  // Behind again; then every begun request ends: nothing runs slowly, the class is open and
+  // its pace starts afresh with the next begun requests.
+  for (int i = 0; i < 60; ++i) a.observe_step(batch_output_step(0.25, 8, 0));
+  EXPECT_FALSE(admit(a, {SlaClass::kBatch, 10}, 0).admit);
+  a.observe_step(batch_output_step(0.25, 0, 0));
+  EXPECT_EQ(a.state().pace_s[2], 0.0);
+  EXPECT_TRUE(admit(a, {SlaClass::kBatch, 10}, 0).admit);
+  a.observe_step(batch_output_step(0.1, 2, 2));
+  EXPECT_NEAR(a.state().pace_s[2], 0.1, 1e-9);
+}
+
 TEST(Admission, ConfigValidation) {
   AdmissionConfig c;
   EXPECT_TRUE(validate(c).ok());
