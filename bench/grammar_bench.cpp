@@ -1,5 +1,6 @@
 // Structured outputs: the cost of a token mask on SmolLM2's 49k vocabulary and of compiling a
-// schema, for JSON mode and a tool-call schema.
+// schema, for JSON mode, a tool-call schema, and a request's tools as the server compiles them
+// (two functions, the Hermes format, tool_choice required).
 //
 //   build/bin/metro_kernel_bench --benchmark_filter=Grammar
 //
@@ -21,6 +22,7 @@
 #include "gguf/gguf.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -38,6 +40,9 @@ const char* kToolSchema = R"({"type":"object","properties":{
   "required":["name","arguments"]})";
 const char* kToolText =
     R"({"name": "get_weather", "arguments": {"location": "San Francisco, CA", "unit": "celsius", "days": 3}})";
+const char* kHermesText =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"San Francisco, CA\", \"unit\": "
+    "\"celsius\", \"days\": 3}}\n</tool_call>";
 const char* kObjectText =
     R"({"title": "Trip notes", "stops": [{"city": "Lyon", "nights": 2}, {"city": "Turin", "nights": 3}], )"
     R"("budget": 1250.5, "booked": true, "notes": null})";
@@ -66,10 +71,24 @@ const Vocab* vocab() {
   return loaded ? &v : nullptr;
 }
 
+metro::server::ToolRequest hermes_tools() {
+  metro::server::ToolRequest t;
+  t.format = metro::server::ToolFormat::kHermes;
+  t.mode = metro::server::ToolRequest::Mode::kRequired;
+  t.functions.push_back({"get_weather", "", nlohmann::ordered_json::parse(kToolSchema)["properties"]["arguments"]});
+  t.functions.push_back({"get_time", "", nlohmann::ordered_json::parse(
+                                             R"({"type":"object","properties":{"zone":{"type":"string"}},"required":["zone"]})")});
+  return t;
+}
+
 metro::grammar::Grammar grammar_of(int which) {
   if (which == 0) return metro::grammar::json_object_grammar();
+  if (which == 2) return *metro::server::tool_call_grammar(hermes_tools());
   return *metro::grammar::json_schema_grammar(nlohmann::ordered_json::parse(kToolSchema));
 }
+
+const char* text_of(int which) { return which == 0 ? kObjectText : which == 1 ? kToolText : kHermesText; }
+const char* label_of(int which) { return which == 0 ? "json_object" : which == 1 ? "tool_schema" : "hermes_tools"; }
 
 // Per-token mask times of one pass over the text's tokens.
 std::vector<double> mask_pass(const std::shared_ptr<const CompiledGrammar>& g, const std::vector<int32_t>& ids) {
@@ -93,7 +112,7 @@ void BM_GrammarMask(benchmark::State& state) {
   }
   const int which = static_cast<int>(state.range(0));
   const bool warm = state.range(1) != 0;
-  const std::vector<int32_t> ids = v->tok->encode(which == 0 ? kObjectText : kToolText, false, false);
+  const std::vector<int32_t> ids = v->tok->encode(text_of(which), false, false);
   std::vector<double> all;
   std::shared_ptr<const CompiledGrammar> shared = *CompiledGrammar::compile(grammar_of(which), v->trie);
   if (warm) mask_pass(shared, ids);
@@ -108,10 +127,10 @@ void BM_GrammarMask(benchmark::State& state) {
   state.counters["avg_us"] = all.empty() ? 0.0 : sum / static_cast<double>(all.size());
   state.counters["p99_us"] = all.empty() ? 0.0 : all[std::min(all.size() - 1, all.size() * 99 / 100)];
   state.counters["tokens"] = static_cast<double>(ids.size());
-  state.SetLabel(std::string(which == 0 ? "json_object" : "tool_schema") + (warm ? " warm" : " cold"));
+  state.SetLabel(std::string(label_of(which)) + (warm ? " warm" : " cold"));
 }
 BENCHMARK(BM_GrammarMask)->ArgNames({"grammar", "warm"})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->Args({2, 0})->Args({2, 1})->Unit(benchmark::kMillisecond);
 
 void BM_GrammarCompile(benchmark::State& state) {
   const Vocab* v = vocab();
@@ -124,8 +143,8 @@ void BM_GrammarCompile(benchmark::State& state) {
     auto g = CompiledGrammar::compile(grammar_of(which), v->trie);
     benchmark::DoNotOptimize(g);
   }
-  state.SetLabel(which == 0 ? "json_object" : "tool_schema");
+  state.SetLabel(label_of(which));
 }
-BENCHMARK(BM_GrammarCompile)->ArgName("grammar")->DenseRange(0, 1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GrammarCompile)->ArgName("grammar")->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -285,7 +285,9 @@ void Engine::Impl::loop() {
 void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
   const Request& q = r->req;
   const uint64_t base_seed = q.sampling.has_seed ? q.sampling.seed : seed_rng();
-  const tokenizer::DecodeOptions dopts{.render_special = false, .strip_leading_space = false};
+  // A constrained output is the text its grammar matched, control tokens as their text (the
+  // trie reads them so: a tool-call format may open with one, as [TOOL_CALLS]).
+  const tokenizer::DecodeOptions dopts{.render_special = q.grammar != nullptr, .strip_leading_space = false};
   r->arrival_ns = q.arrival_ns > 0 ? q.arrival_ns : now_ns();
   for (int i = 0; i < q.n; ++i) {
     auto c = std::make_unique<Choice>();
@@ -307,7 +309,7 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
       c->history.set_prompt(q.prompt);
       c->detok = std::make_unique<tokenizer::IncrementalDetokenizer>(self->tokenizer_, dopts);
       c->stop = std::make_unique<StopMatcher>(q.stop.stop);
-      if (q.grammar) c->matcher = std::make_unique<grammar::Matcher>(q.grammar);
+      if (q.grammar && q.grammar_trigger.empty()) c->matcher = std::make_unique<grammar::Matcher>(q.grammar);
     }
     by_seq[c->seq.id] = c.get();
     r->choices.push_back(std::move(c));

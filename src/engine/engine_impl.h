@@ -41,6 +41,10 @@ struct Choice {
   std::unique_ptr<grammar::Matcher> matcher;
   grammar::TokenMask mask;
   bool grammar_stuck = false;  // the grammar allowed no token (the choice ends with an error)
+  // Request::grammar_trigger: the output's last bytes while the trigger is awaited (at most
+  // its length - 1 before each new token's), and whether it no longer is.
+  std::string trigger_tail;
+  bool trigger_done = false;
   speculative::DraftSource draft_source = speculative::DraftSource::kNone;  // of this step's draft
 };
 
@@ -147,6 +151,7 @@ struct Engine::Impl {
   void fork_children(ActiveRequest& r, std::span<const float> logits);
   void finish_choice(Choice& c, FinishReason reason, const std::string& message = {});
   void emit_delta(Choice& c, std::string text, std::vector<TokenInfo> tokens);
+  void watch_trigger(Choice& c, SampleResult& s);
   void finish_embedding(Choice& c);
   void abort_request(ActiveRequest& r, const std::string& message, const std::string& code = {});
   // Ends the requests whose deadline passed before their first output, and those whose

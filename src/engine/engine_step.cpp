@@ -160,9 +160,31 @@ SampleResult Engine::Impl::sample_one(Choice& c, std::span<const float> logits) 
   if (c.matcher) {
     if (!c.matcher->accept_token(s.token)) c.grammar_stuck = true;
     s.grammar_done = !c.matcher->can_continue();
+  } else if (!c.trigger_done && c.req->req.grammar && !c.req->req.grammar_trigger.empty()) {
+    watch_trigger(c, s);
   }
   c.history.add_generated(s.token);
   return s;
+}
+
+// A free output becomes constrained once it spells the grammar's trigger: the matcher starts
+// with the bytes from the trigger on (the grammar begins with it).
+void Engine::Impl::watch_trigger(Choice& c, SampleResult& s) {
+  const std::string& trigger = c.req->req.grammar_trigger;
+  if (self->tokenizer_.is_eog(s.token)) return;
+  c.trigger_tail += self->tokenizer_.token_to_piece(s.token);
+  const size_t at = c.trigger_tail.find(trigger);
+  if (at == std::string::npos) {
+    if (c.trigger_tail.size() >= trigger.size()) c.trigger_tail.erase(0, c.trigger_tail.size() - (trigger.size() - 1));
+    return;
+  }
+  c.trigger_done = true;
+  auto m = std::make_unique<grammar::Matcher>(c.req->req.grammar);
+  if (m->accept_bytes(std::string_view(c.trigger_tail).substr(at))) {
+    s.grammar_done = !m->can_continue();
+    c.matcher = std::move(m);
+  }
+  c.trigger_tail.clear();
 }
 
 // Samples each entry's rows in order: row i gives the token after draft i - 1; a draft is

@@ -48,6 +48,11 @@ struct Request {
   // Structured output: every choice's text is a sentence of this grammar (the sampler only
   // draws tokens it allows; the choice stops once the grammar is complete). Null: free text.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // When set, the grammar holds only from the first occurrence of this text in the output
+  // on (the text free before it; the grammar must start with it): a tool call the model may
+  // open or not. Should the grammar refuse what follows the trigger in its token, the rest
+  // of the output stays free.
+  std::string grammar_trigger;
 };
 
 enum class FinishReason : uint8_t {

@@ -176,6 +176,23 @@ Grammar Builder::take(uint32_t root) {
   return std::move(g_);
 }
 
+Element Builder::embed(const Grammar& g, const std::string& prefix) {
+  std::vector<uint32_t> rule_of(g.n_rules());
+  for (uint32_t r = 0; r < g.n_rules(); ++r) rule_of[r] = g_.add_rule(prefix + g.rule_name(r));
+  std::vector<Element> seq;
+  for (uint32_t r = 0; r < g.n_rules(); ++r) {
+    for (uint32_t start : g.alternatives(r)) {
+      seq.clear();
+      for (uint32_t i = start; g.elements()[i].kind != Element::Kind::kEnd; ++i) {
+        const Element e = g.elements()[i];
+        seq.push_back(e.kind == Element::Kind::kBytes ? bytes(g.byte_set(e.index)) : ref(rule_of[e.index]));
+      }
+      g_.add_alternative(rule_of[r], seq);
+    }
+  }
+  return ref(rule_of[g.root()]);
+}
+
 Element Builder::literal(std::string_view s) {
   if (s.size() == 1) return byte(static_cast<uint8_t>(s[0]));
   std::vector<Element> parts;

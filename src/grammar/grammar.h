@@ -99,6 +99,9 @@ class Builder {
   uint32_t declare(std::string name) { return g_.add_rule(std::move(name)); }
   void define(uint32_t rule, Element e) { g_.add_alternative(rule, {e}); }
   Element ref(uint32_t rule) { return {Element::Kind::kRule, rule}; }
+  // Copies every rule of `g` in (names prefixed with `prefix`) and returns a reference to
+  // its root: a compiled piece (a JSON schema's grammar) used inside a larger grammar.
+  Element embed(const Grammar& g, const std::string& prefix);
 
  private:
   Grammar g_;

@@ -82,9 +82,43 @@ ApiResult<std::string> content_text(const nlohmann::json& content, const std::st
   return text;
 }
 
+// An assistant message's tool_calls as templates read them: each {"id", "type": "function",
+// "function": {"name", "arguments"}} with the arguments a JSON object (OpenAI sends them as
+// a JSON string; the templates of models trained on tool calls render an object).
+ApiResult<nlohmann::ordered_json> normalize_tool_calls(const nlohmann::json& calls, const std::string& p) {
+  if (!calls.is_array()) return bad_request(p + " must be an array", p);
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const std::string q = p + "[" + std::to_string(k) + "]";
+    const nlohmann::json& c = calls[k];
+    if (!c.is_object()) return bad_request(q + " must be an object", q);
+    auto fn = c.find("function");
+    if (fn == c.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return bad_request(q + ".function.name is required", q + ".function.name");
+    }
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    if (auto a = fn->find("arguments"); a != fn->end() && !a->is_null()) {
+      if (a->is_string()) {
+        args = nlohmann::ordered_json::parse(a->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (args.is_discarded()) args = a->get<std::string>();  // not JSON: passed on as the text it is
+      } else {
+        args = nlohmann::ordered_json(*a);
+      }
+    }
+    nlohmann::ordered_json call = nlohmann::ordered_json::object();
+    if (auto id = c.find("id"); id != c.end() && id->is_string()) call["id"] = *id;
+    call["type"] = "function";
+    call["function"] = {{"name", (*fn)["name"]}, {"arguments", std::move(args)}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 }  // namespace
 
-ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const PromptContext& ctx) {
+ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const PromptContext& ctx,
+                                            const ToolRequest* tools) {
+  const bool generic_tools = tools != nullptr && tools->format == ToolFormat::kGeneric;
   if (ctx.chat_template == nullptr) return bad_request("this model has no chat template; use /v1/completions");
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return bad_request("messages is required", "messages");
@@ -143,8 +177,17 @@ ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const Pr
     if (auto id = get_string(m, "tool_call_id", kMaxFieldBytes, &err)) msg["tool_call_id"] = *id;
     if (err) return *err;
     if (has_tool_calls) {
-      if (!m["tool_calls"].is_array()) return bad_request(p + ".tool_calls must be an array", p + ".tool_calls");
-      msg["tool_calls"] = nlohmann::ordered_json(m["tool_calls"]);
+      auto calls = normalize_tool_calls(m["tool_calls"], p + ".tool_calls");
+      if (!calls.ok()) return calls.error();
+      if (generic_tools && msg["content"] == "") {
+        // The generic format's own words for calls, so the model sees what it called.
+        nlohmann::ordered_json envelope = nlohmann::ordered_json::array();
+        for (const auto& c : *calls) {
+          envelope.push_back({{"name", c["function"]["name"]}, {"arguments", c["function"]["arguments"]}});
+        }
+        msg["content"] = nlohmann::ordered_json{{"tool_calls", envelope}}.dump();
+      }
+      msg["tool_calls"] = std::move(*calls);
     }
     messages.push_back(std::move(msg));
     ++i;
@@ -153,7 +196,20 @@ ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const Pr
   opts.add_generation_prompt = true;
   if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
     if (!t->is_array()) return bad_request("tools must be an array", "tools");
-    opts.tools = nlohmann::ordered_json(*t);
+    const nlohmann::ordered_json* sent = nullptr;
+    if (ctx.ordered_body != nullptr) {
+      if (auto ot = ctx.ordered_body->find("tools"); ot != ctx.ordered_body->end() && ot->is_array()) sent = &*ot;
+    }
+    opts.tools = sent != nullptr ? *sent : nlohmann::ordered_json(*t);
+  }
+  if (generic_tools && tools->parses()) {
+    // The template knows no tools: a system message tells the model about them.
+    const std::string text = generic_tool_instructions(*tools);
+    if (!messages.empty() && messages[0]["role"] == "system" && messages[0]["content"].is_string()) {
+      messages[0]["content"] = messages[0]["content"].get<std::string>() + "\n\n" + text;
+    } else {
+      messages.insert(messages.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", text}});
+    }
   }
   auto rendered = ctx.chat_template->render(messages, opts);
   if (!rendered.ok()) {

@@ -3,8 +3,10 @@
 #include <random>
 
 #include "base/clock.h"
+#include "grammar/cache.h"
 #include "server/json_util.h"
 #include "server/openai_request.h"
+#include "tokenizer/chat_template.h"
 
 namespace metro::server {
 namespace detail {
@@ -172,6 +174,7 @@ std::optional<ApiError> build_generation(std::vector<Prompt>& prompts, const Gen
     r.prediction = g.prediction;
     r.speculative = g.speculative;
     r.grammar = g.grammar;
+    r.grammar_trigger = g.grammar_trigger;
     out->prompt_tokens += static_cast<int>(r.prompt.size());
     out->requests.push_back(std::move(r));
   }
@@ -223,7 +226,24 @@ ApiResult<PreparedCall> prepare_chat(const nlohmann::json& body, const PromptCon
   const int top = static_cast<int>(get_int(body, "top_logprobs", 0, ctx.limits.max_logprobs, &err).value_or(0));
   if (err) return *err;
   if (top > 0 && !logprobs) return bad_request("top_logprobs needs logprobs set to true", "top_logprobs");
-  auto ids = detail::chat_prompt(body, ctx);
+  std::optional<ToolRequest> tools;
+  const ToolFormat format =
+      ctx.chat_template != nullptr ? detect_tool_format(ctx.chat_template->source()) : ToolFormat::kGeneric;
+  if (auto e = parse_tool_request(body, ctx.ordered_body, format, &tools)) return *e;
+  if (tools && tools->parses()) {
+    if (g.grammar) {
+      return bad_request("tools cannot be combined with response_format or metro.choice unless tool_choice is none",
+                         "tool_choice");
+    }
+    if (ctx.grammars == nullptr) return bad_request("tool calling is not available for this model", "tools");
+    const ToolRequest& t = *tools;
+    auto compiled = ctx.grammars->get(tool_grammar_key(t), [&t] { return tool_call_grammar(t); });
+    if (!compiled.ok()) return bad_request(compiled.status().message(), "tools", "unsupported_schema");
+    g.grammar = std::move(*compiled);
+    if (!t.constrained_from_start()) g.grammar_trigger = std::string(tool_call_trigger(t.format));
+    pc.spec.tools = std::make_shared<const ToolRequest>(t);
+  }
+  auto ids = detail::chat_prompt(body, ctx, tools ? &*tools : nullptr);
   if (!ids.ok()) return ids.error();
   g.sampling.logprobs = logprobs;
   g.sampling.top_logprobs = top;
@@ -330,7 +350,7 @@ ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body
                                         const CallContext& call) {
   auto j = parse_body(body);
   if (!j.ok()) return j.error();
-  if (body.find("json_schema") != std::string_view::npos) {
+  if (body.find("json_schema") != std::string_view::npos || body.find("\"tools\"") != std::string_view::npos) {
     const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
     PromptContext with_order = ctx;
     with_order.ordered_body = ordered.is_object() ? &ordered : nullptr;

@@ -20,6 +20,7 @@
 #include "gateway/model_registry.h"
 #include "server/api_error.h"
 #include "server/server_config.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace metro::tokenizer {
@@ -76,6 +77,8 @@ struct ResponseSpec {
   int top_logprobs = 0;
   // /v1/embeddings
   bool base64 = false;
+  // Chat with tools (tool_choice other than none): the output is read as tool calls.
+  std::shared_ptr<const ToolRequest> tools;
 };
 
 struct PreparedCall {
@@ -117,6 +120,7 @@ struct GenerationFields {
   bool speculative = true;
   // Structured output: `response_format` json_object / json_schema, or `metro.choice`.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  std::string grammar_trigger;  // tool calls under auto: the grammar holds from this text on
 };
 std::optional<ApiError> parse_generation_fields(const nlohmann::json& body, Endpoint endpoint, const PromptContext& ctx,
                                                 const CallContext& call, GenerationFields* out);
@@ -143,8 +147,10 @@ ApiResult<std::vector<Prompt>> parse_prompts(const nlohmann::json& value, const 
                                              bool parse_special);
 
 // Chat messages -> prompt token ids (template rendered, special-token text in message
-// content kept as text).
-ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const PromptContext& ctx);
+// content kept as text). `tools`: the request's tools (null: none), shown to the template
+// (the generic format: described in a system message).
+ApiResult<std::vector<int32_t>> chat_prompt(const nlohmann::json& body, const PromptContext& ctx,
+                                            const ToolRequest* tools = nullptr);
 
 // Message content that spells a control token (`<|im_end|>`) must stay text. Such content is rendered as a random placeholder; the rendered prompt is then
 // tokenized with special tokens parsed in the template's own text and the content spliced

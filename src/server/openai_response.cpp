@@ -201,6 +201,13 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   }
   const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
   std::string text = sanitize_utf8(e.text);
+  std::vector<ToolCall> calls;
+  if (spec_.stream && parses_tools()) {
+    if (!c.tool_stream) c.tool_stream = std::make_unique<ToolCallStream>(spec_.tools->format);
+    ParsedToolOutput po = c.tool_stream->feed(text);
+    text = std::move(po.content);
+    calls = std::move(po.calls);
+  }
   const bool want_lp = chat ? spec_.chat_logprobs : spec_.logprobs >= 0;
   std::string echo;
   if (!c.started && spec_.echo) {
@@ -230,7 +237,10 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   }
   const bool first = !c.started;
   c.started = true;
-  if (text.empty() && lp.is_null() && !(first && !echo.empty())) return;
+  if (text.empty() && lp.is_null() && !(first && !echo.empty())) {
+    send_tool_calls(ci, std::move(calls), out);
+    return;
+  }
   OJson choice = OJson::object();
   choice["index"] = ci;
   if (chat) {
@@ -244,6 +254,30 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   base["choices"] = OJson::array({std::move(choice)});
   if (spec_.include_usage) base["usage"] = nullptr;
   *out += sse_event(dump_json(base));
+  send_tool_calls(ci, std::move(calls), out);
+}
+
+void ResponseFormatter::send_tool_calls(size_t ci, std::vector<ToolCall> calls, std::string* out) {
+  ChoiceState& c = choices_[ci];
+  for (ToolCall& call : calls) {
+    const int index = c.n_calls++;
+    auto chunk = [&](OJson tool_call) {
+      OJson base = chunk_base();
+      OJson choice = OJson::object();
+      choice["index"] = ci;
+      choice["delta"] = OJson{{"tool_calls", OJson::array({std::move(tool_call)})}};
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = nullptr;
+      base["choices"] = OJson::array({std::move(choice)});
+      if (spec_.include_usage) base["usage"] = nullptr;
+      *out += sse_event(dump_json(base));
+    };
+    chunk(OJson{{"index", index},
+                {"id", make_tool_call_id()},
+                {"type", "function"},
+                {"function", OJson{{"name", sanitize_utf8(call.name)}, {"arguments", ""}}}});
+    chunk(OJson{{"index", index}, {"function", OJson{{"arguments", sanitize_utf8(call.arguments)}}}});
+  }
 }
 
 void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string* out) {
@@ -276,6 +310,21 @@ void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string
     engine::Event none;  // a choice that produced no token still announces its role
     on_delta(ci, none, out);
   }
+  if (c.tool_stream) {
+    // What the stream still held: a last call, or text that did not become one.
+    ParsedToolOutput po = c.tool_stream->finish();
+    if (!po.content.empty()) {
+      OJson base = chunk_base();
+      base["choices"] = OJson::array({OJson{{"index", ci},
+                                            {"delta", OJson{{"content", sanitize_utf8(po.content)}}},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", nullptr}}});
+      if (spec_.include_usage) base["usage"] = nullptr;
+      *out += sse_event(dump_json(base));
+    }
+    send_tool_calls(ci, std::move(po.calls), out);
+  }
+  if (c.n_calls > 0 && c.finish_reason == "stop") c.finish_reason = "tool_calls";
   OJson base = chunk_base();
   OJson choice = OJson::object();
   choice["index"] = ci;
@@ -338,7 +387,27 @@ std::string ResponseFormatter::finish_body() {
     ChoiceState& c = choices_[i];
     OJson ch = OJson::object();
     ch["index"] = i;
-    if (chat) {
+    if (chat && parses_tools()) {
+      ParsedToolOutput po = parse_tool_output(spec_.tools->format, c.text);
+      OJson msg = OJson{{"role", "assistant"},
+                        {"content", po.calls.empty() || !po.content.empty() ? OJson(sanitize_utf8(po.content))
+                                                                            : OJson(nullptr)},
+                        {"refusal", nullptr}};
+      if (!po.calls.empty()) {
+        OJson calls = OJson::array();
+        for (const ToolCall& tc : po.calls) {
+          calls.push_back(OJson{{"id", make_tool_call_id()},
+                                {"type", "function"},
+                                {"function", OJson{{"name", sanitize_utf8(tc.name)},
+                                                   {"arguments", sanitize_utf8(tc.arguments)}}}});
+        }
+        msg["tool_calls"] = std::move(calls);
+        if (c.finish_reason == "stop") c.finish_reason = "tool_calls";
+      }
+      ch["message"] = std::move(msg);
+      ch["logprobs"] = spec_.chat_logprobs ? (c.logprobs.is_null() ? OJson{{"content", OJson::array()}} : c.logprobs)
+                                           : OJson(nullptr);
+    } else if (chat) {
       ch["message"] = OJson{{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
       ch["logprobs"] = spec_.chat_logprobs ? (c.logprobs.is_null() ? OJson{{"content", OJson::array()}} : c.logprobs)
                                            : OJson(nullptr);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -57,6 +58,9 @@ class ResponseFormatter {
     std::string finish_reason;
     size_t text_bytes = 0;            // for completions text_offset
     nlohmann::ordered_json logprobs;  // accumulated for non-streaming responses
+    // Chat with tools, streaming: the calls read from the text so far, and how many went out.
+    std::unique_ptr<ToolCallStream> tool_stream;
+    int n_calls = 0;
   };
 
   nlohmann::ordered_json chunk_base() const;
@@ -67,6 +71,9 @@ class ResponseFormatter {
   void on_finish(size_t choice, const engine::Event& e, std::string* out);
   std::string finish_body();
   void append_logprobs(ChoiceState& c, const nlohmann::ordered_json& lp);
+  // Streamed tool calls of choice ci: a chunk naming each call, then one with its arguments.
+  void send_tool_calls(size_t ci, std::vector<ToolCall> calls, std::string* out);
+  bool parses_tools() const { return spec_.tools != nullptr && spec_.endpoint == Endpoint::kChatCompletions; }
 
   ResponseSpec spec_;
   tokenizer::Tokenizer tok_;

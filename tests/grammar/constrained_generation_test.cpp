@@ -133,5 +133,91 @@ TEST(StructuredOutput, SpeculationKeepsTheConstrainedText) {
   EXPECT_GT(eng->stats().draft_tokens, 0u);
 }
 
+// A grammar with a trigger holds only once the output spells it: before, the text is what
+// it is without the grammar; from the trigger on, it follows the grammar and stops when
+// the grammar is complete. (Tool calls under tool_choice auto.)
+TEST(StructuredOutput, AGrammarWithATriggerHoldsFromTheTriggerOn) {
+  REQUIRE_MODEL();
+  auto eng = make_engine();
+  const auto& tok = *default_model().tokenizer;
+  const std::vector<int32_t> prompt = tok.encode("The capital of France is", true, false);
+  Generation free = collect(*eng->submit(greedy_request(prompt, 12)));
+  ASSERT_GE(free.tokens.size(), 4u);
+  // The trigger: the free output's third token, whole.
+  const std::string trigger = tok.token_to_piece(free.tokens[2]);
+  ASSERT_FALSE(trigger.empty());
+  std::string before;
+  for (int i = 0; i < 2; ++i) before += tok.token_to_piece(free.tokens[static_cast<size_t>(i)]);
+  ASSERT_EQ(before.find(trigger), std::string::npos) << "pick a token that does not occur earlier";
+  Builder b;
+  const Element root = b.seq({b.literal(trigger), b.alt({b.literal(" [yes]"), b.literal(" [no]")})}, "root");
+  GrammarCache cache(tok);
+  auto g = cache.get("trigger:" + trigger, [&] { return Expected<Grammar>(b.take(root.index)); });
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  for (const bool with_trigger : {true, false}) {
+    engine::Request r = greedy_request(prompt, 12);
+    r.grammar = *g;
+    if (with_trigger) r.grammar_trigger = trigger;
+    Generation out = collect(*eng->submit(r));
+    if (with_trigger) {
+      EXPECT_EQ(out.reason, engine::FinishReason::kStop);
+      EXPECT_TRUE(out.text == before + trigger + " [yes]" || out.text == before + trigger + " [no]") << out.text;
+    } else {
+      // Without the trigger the grammar holds from the first byte: the output starts with it.
+      EXPECT_EQ(out.text.rfind(trigger, 0), 0u) << out.text;
+    }
+  }
+  // A trigger the output never spells leaves it free: the same text as without a grammar.
+  engine::Request r = greedy_request(prompt, 12);
+  r.grammar = *g;
+  r.grammar_trigger = "\x01never\x01";
+  EXPECT_EQ(collect(*eng->submit(r)).text, free.text);
+}
+
+// A free output that opens a constrained part with a control token (a tool-call format can
+// open with one, as [TOOL_CALLS]): the text shows the control token, so that what reads the
+// output finds the trigger where the grammar did.
+TEST(StructuredOutput, AControlTokenThatTriggersTheGrammarKeepsItsText) {
+  REQUIRE_MODEL();
+  auto eng = make_engine();
+  const auto& tok = *default_model().tokenizer;
+  const std::vector<int32_t> im_start = tok.encode("<|im_start|>", false, true);
+  ASSERT_EQ(im_start.size(), 1u);
+  ASSERT_TRUE(tok.is_control(im_start[0]));
+  Builder b;
+  const Element root = b.seq({b.literal("<|im_start|>"), b.alt({b.literal(" yes"), b.literal(" no")})}, "root");
+  GrammarCache cache(tok);
+  auto g = cache.get("control", [&] { return Expected<Grammar>(b.take(root.index)); });
+  ASSERT_TRUE(g.ok());
+  engine::Request r = greedy_request(tok.encode("Say yes.", true, false), 8);
+  r.grammar = *g;
+  r.grammar_trigger = "<|im_start|>";
+  r.sampling.logit_bias.push_back({im_start[0], 100.0f});  // the free part opens with it
+  Generation out = collect(*eng->submit(r));
+  EXPECT_EQ(out.reason, engine::FinishReason::kStop);
+  ASSERT_FALSE(out.tokens.empty());
+  EXPECT_EQ(out.tokens[0], im_start[0]);
+  EXPECT_TRUE(out.text == "<|im_start|> yes" || out.text == "<|im_start|> no") << out.text;
+}
+
+// Spelled by a grammar from its first byte, a control token's text is made of ordinary
+// tokens (the vocabulary trie leaves control tokens out).
+TEST(StructuredOutput, AGrammarSpellsControlTextWithOrdinaryTokens) {
+  REQUIRE_MODEL();
+  auto eng = make_engine();
+  const auto& tok = *default_model().tokenizer;
+  Builder b;
+  const Element root = b.seq({b.literal("<|im_start|>"), b.literal("ok")}, "root");
+  GrammarCache cache(tok);
+  auto g = cache.get("control-spelled", [&] { return Expected<Grammar>(b.take(root.index)); });
+  ASSERT_TRUE(g.ok());
+  engine::Request r = greedy_request(tok.encode("Say ok.", true, false), 16);
+  r.grammar = *g;
+  Generation out = collect(*eng->submit(r));
+  EXPECT_EQ(out.reason, engine::FinishReason::kStop) << out.text;
+  EXPECT_EQ(out.text, "<|im_start|>ok");
+  for (int32_t id : out.tokens) EXPECT_FALSE(tok.is_control(id)) << id;
+}
+
 }  // namespace
 }  // namespace metro::grammar

@@ -1,0 +1,211 @@
+"""Tool calling end to end with the openai SDK: on the default model's template (which knows
+no tools: the generic format) and on servers started with the templates of the three native
+formats (Hermes as Qwen2.5 writes it, Llama 3.1, Mistral); tool_choice required, named and
+auto, parallel calls, streamed and not (the SDK's own accumulation of delta.tool_calls), the
+SDK's strict `pydantic_function_tool` parsing, a tool result sent back through the template,
+and malformed tool fields refused with a 400 naming them. Every call's arguments validate
+against its function's schema (`jsonschema`)."""
+
+import json
+import os
+
+import jsonschema
+import openai
+import pydantic
+
+from e2e_util import MetroServer, check_error, env_int, request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TEMPLATES = {
+    "hermes": os.path.join(ROOT, "tests/fixtures/chat_templates/templates/qwen25_tools.jinja"),
+    "llama3": os.path.join(ROOT, "tests/fixtures/chat_templates/templates/llama31_tools.jinja"),
+    "mistral": os.path.join(HERE, "templates/mistral_tools.jinja"),
+}
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Local time in a time zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 24}},
+                   "required": ["zone"], "additionalProperties": False}}}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What is the weather in Paris, and what time is it in Tokyo?"}]
+
+
+def _check_calls(calls, names=None):
+    assert calls, "no tool calls"
+    ids = set()
+    for c in calls:
+        assert c.type == "function" and c.id.startswith("call_") and c.id not in ids, c
+        ids.add(c.id)
+        assert c.function.name in SCHEMAS, c
+        if names is not None:
+            assert c.function.name in names, (c.function.name, names)
+        jsonschema.validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
+
+
+def _streamed(client, model, **kw):
+    """The SDK's chunks accumulated as its docs show: content, and tool calls by index."""
+    content, calls, finish = "", {}, None
+    for chunk in client.chat.completions.create(model=model, stream=True, **kw):
+        for ch in chunk.choices:
+            d = ch.delta
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                acc = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                if tc.id:
+                    assert acc["id"] is None, "a call's id comes once"
+                    acc["id"] = tc.id
+                if tc.function and tc.function.name:
+                    acc["name"] += tc.function.name
+                if tc.function and tc.function.arguments:
+                    acc["arguments"] += tc.function.arguments
+            finish = ch.finish_reason or finish
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+def _exercise(client, model, fmt, notes):
+    """required (one call, then parallel), named, streamed, auto; notes what it saw."""
+    r = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       parallel_tool_calls=False, max_tokens=200, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", (fmt, c)
+    _check_calls(c.message.tool_calls)
+    assert len(c.message.tool_calls) == 1, c.message.tool_calls
+    one = c.message.tool_calls[0]
+
+    # Parallel calls: a small model may go on calling until max_tokens; the calls that
+    # were complete are returned either way.
+    r = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=200, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason in ("tool_calls", "length"), (fmt, c)
+    _check_calls(c.message.tool_calls)
+    parallel_n = len(c.message.tool_calls)
+    if fmt == "llama3":
+        assert parallel_n == 1, "the Llama 3 format holds one call per message"
+
+    r = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, max_tokens=200, temperature=0.9,
+                                       seed=7, tool_choice={"type": "function", "function": {"name": "get_time"}})
+    c = r.choices[0]
+    assert c.finish_reason in ("tool_calls", "length"), (fmt, c)
+    _check_calls(c.message.tool_calls, {"get_time"})
+
+    content, calls, finish = _streamed(client, model, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       parallel_tool_calls=False, max_tokens=200, temperature=0)
+    assert finish == "tool_calls" and len(calls) == 1, (fmt, content, calls, finish)
+    acc = calls[0]
+    assert acc["id"] and acc["id"].startswith("call_"), acc
+    # Streamed and not, the same greedy call.
+    assert acc["name"] == one.function.name and json.loads(acc["arguments"]) == json.loads(one.function.arguments), (
+        acc, one)
+    content, calls, finish = _streamed(client, model, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       max_tokens=200, temperature=0)
+    assert finish in ("tool_calls", "length") and calls, (fmt, content, calls, finish)
+    for acc in calls:
+        assert acc["name"] in SCHEMAS, acc
+        jsonschema.validate(json.loads(acc["arguments"]), SCHEMAS[acc["name"]])
+
+    # auto: the model may call or answer; either way the answer is well formed.
+    auto_calls = 0
+    for seed in range(3):
+        r = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, max_tokens=120,
+                                           temperature=0.8, seed=seed)
+        c = r.choices[0]
+        if c.message.tool_calls:
+            auto_calls += 1
+            assert c.finish_reason == "tool_calls", c
+            _check_calls(c.message.tool_calls)
+        else:
+            assert c.finish_reason in ("stop", "length") and isinstance(c.message.content, str), c
+    notes.append(f"{fmt}: one call {one.function.name}, parallel {parallel_n} call(s), auto called in "
+                 f"{auto_calls} of 3")
+
+
+def t_tools_generic_format(t):
+    notes = []
+    _exercise(t.client, t.model_name, "generic", notes)
+    t.note("tool calling, " + "; ".join(notes))
+
+
+def t_tools_sdk_strict_pydantic_and_tool_results(t):
+    class GetWeather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=20)
+        unit: str = pydantic.Field(json_schema_extra={"enum": ["celsius", "fahrenheit"]})
+
+    parse = getattr(t.client.chat.completions, "parse", None) or t.client.beta.chat.completions.parse
+    r = parse(model=t.model_name, messages=[{"role": "user", "content": "Weather in Oslo?"}],
+              tools=[openai.pydantic_function_tool(GetWeather)], tool_choice="required", max_tokens=120,
+              temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    call = c.message.tool_calls[0]
+    assert isinstance(call.function.parsed_arguments, GetWeather), call
+    # The call and its result go back; the model answers in words.
+    messages = [{"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": call.id, "type": "function",
+                                 "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": "light rain, 8 degrees"}]
+    r = t.client.chat.completions.create(model=t.model_name, messages=messages, tools=TOOLS, tool_choice="none",
+                                         max_tokens=40, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length") and c.message.content and not c.message.tool_calls, c
+
+
+def t_tools_refusals(t):
+    base = {"model": t.model_name, "messages": ASK}
+    cases = [
+        ({"tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools[0].function.name"),
+        ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         "tool_choice.function.name"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": {"type": "string", "pattern": "^a"}}}}}], "tool_choice": "required"},
+         "tools"),
+    ]
+    for extra, param in cases:
+        st, _, data = request(t.port, "POST", "/v1/chat/completions", dict(base, **extra), t.auth)
+        err = check_error(st, data, 400)
+        assert err["param"] == param, (extra, err)
+    # tool_choice none with response_format is fine: the tools are not called.
+    st, _, data = request(t.port, "POST", "/v1/chat/completions",
+                          dict(base, tools=TOOLS, tool_choice="none", max_tokens=40,
+                               response_format={"type": "json_object"}), t.auth)
+    assert st == 200, data[:300]
+
+
+def t_tools_native_formats(t):
+    notes = []
+    for fmt, path in TEMPLATES.items():
+        srv = MetroServer(t.metro, t.model_path, [
+            "--model-name", t.model_name, "--ctx", "2048", "--ctx-total", "8192", "--max-seqs", "8",
+            "--chat-template", path, "-t", str(env_int("METRO_E2E_THREADS", 2))])
+        srv.start()
+        try:
+            srv.wait_ready()
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none", timeout=600,
+                                   max_retries=0)
+            _exercise(client, t.model_name, fmt, notes)
+            # The raw text follows the format: a completion with the same prompt is not
+            # needed; the parsed calls above came from it. A tool result renders.
+            r = client.chat.completions.create(model=t.model_name, max_tokens=8, temperature=0, tools=TOOLS,
+                                               messages=ASK + [
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_a", "type": "function",
+                 "function": {"name": "get_time", "arguments": "{\"zone\": \"Asia/Tokyo\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_a", "content": "21:04"}])
+            assert r.choices[0].finish_reason in ("stop", "length", "tool_calls"), r
+        finally:
+            srv.kill()
+    t.note("tool calling, " + "; ".join(notes))
+
+
+TESTS = [t_tools_refusals, t_tools_generic_format, t_tools_sdk_strict_pydantic_and_tool_results]
+SEPARATE_SERVER_TESTS = [t_tools_native_formats]
