@@ -1,6 +1,7 @@
 // Structured outputs: the cost of a token mask on SmolLM2's 49k vocabulary and of compiling a
 // schema, for JSON mode, a tool-call schema, and a request's tools as the server compiles them
-// (two functions, the Hermes format, tool_choice required).
+// (two functions, the Hermes format, tool_choice required), and a regular expression
+// (metro.regex).
 //
 //   build/bin/metro_kernel_bench --benchmark_filter=Grammar
 //
@@ -22,6 +23,7 @@
 #include "gguf/gguf.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
+#include "grammar/regex.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +45,8 @@ const char* kToolText =
 const char* kHermesText =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"San Francisco, CA\", \"unit\": "
     "\"celsius\", \"days\": 3}}\n</tool_call>";
+const char* kRegex = R"([A-Z][a-z]+ [A-Z][a-z]+ <[a-z0-9._-]+@[a-z0-9-]+(\.[a-z]{2,})+>, \+\d{1,3} \d{3} \d{4}( \(\w+\))?)";
+const char* kRegexText = "Ada Lovelace <ada.lovelace@analytical-engine.co.uk>, +44 207 1234 (office)";
 const char* kObjectText =
     R"({"title": "Trip notes", "stops": [{"city": "Lyon", "nights": 2}, {"city": "Turin", "nights": 3}], )"
     R"("budget": 1250.5, "booked": true, "notes": null})";
@@ -84,11 +88,16 @@ metro::server::ToolRequest hermes_tools() {
 metro::grammar::Grammar grammar_of(int which) {
   if (which == 0) return metro::grammar::json_object_grammar();
   if (which == 2) return *metro::server::tool_call_grammar(hermes_tools());
+  if (which == 3) return *metro::grammar::regex_grammar(kRegex);
   return *metro::grammar::json_schema_grammar(nlohmann::ordered_json::parse(kToolSchema));
 }
 
-const char* text_of(int which) { return which == 0 ? kObjectText : which == 1 ? kToolText : kHermesText; }
-const char* label_of(int which) { return which == 0 ? "json_object" : which == 1 ? "tool_schema" : "hermes_tools"; }
+const char* text_of(int which) {
+  return which == 0 ? kObjectText : which == 1 ? kToolText : which == 2 ? kHermesText : kRegexText;
+}
+const char* label_of(int which) {
+  return which == 0 ? "json_object" : which == 1 ? "tool_schema" : which == 2 ? "hermes_tools" : "regex";
+}
 
 // Per-token mask times of one pass over the text's tokens.
 std::vector<double> mask_pass(const std::shared_ptr<const CompiledGrammar>& g, const std::vector<int32_t>& ids) {
@@ -130,7 +139,7 @@ void BM_GrammarMask(benchmark::State& state) {
   state.SetLabel(std::string(label_of(which)) + (warm ? " warm" : " cold"));
 }
 BENCHMARK(BM_GrammarMask)->ArgNames({"grammar", "warm"})->Args({0, 0})->Args({0, 1})->Args({1, 0})->Args({1, 1})
-    ->Args({2, 0})->Args({2, 1})->Unit(benchmark::kMillisecond);
+    ->Args({2, 0})->Args({2, 1})->Args({3, 0})->Args({3, 1})->Unit(benchmark::kMillisecond);
 
 void BM_GrammarCompile(benchmark::State& state) {
   const Vocab* v = vocab();
@@ -145,6 +154,6 @@ void BM_GrammarCompile(benchmark::State& state) {
   }
   state.SetLabel(label_of(which));
 }
-BENCHMARK(BM_GrammarCompile)->ArgName("grammar")->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GrammarCompile)->ArgName("grammar")->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

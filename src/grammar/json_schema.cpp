@@ -1,5 +1,7 @@
 #include "grammar/json_schema.h"
 
+#include "grammar/regex.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -34,17 +36,7 @@ class JsonParts {
     ByteSet plain = ByteSet::range(0x20, 0x7e);
     plain.bits[0] &= ~(uint64_t{1} << '"');
     plain.bits['\\' >> 6] &= ~(uint64_t{1} << ('\\' & 63));
-    const Element cont = b_.bytes(ByteSet::range(0x80, 0xbf));
-    const Element utf8 = b_.alt(
-        {b_.seq({b_.bytes(ByteSet::range(0xc2, 0xdf)), cont}),
-         b_.seq({b_.byte(0xe0), b_.bytes(ByteSet::range(0xa0, 0xbf)), cont}),
-         b_.seq({b_.bytes(ByteSet::range(0xe1, 0xec)), cont, cont}),
-         b_.seq({b_.byte(0xed), b_.bytes(ByteSet::range(0x80, 0x9f)), cont}),
-         b_.seq({b_.bytes(ByteSet::range(0xee, 0xef)), cont, cont}),
-         b_.seq({b_.byte(0xf0), b_.bytes(ByteSet::range(0x90, 0xbf)), cont, cont}),
-         b_.seq({b_.bytes(ByteSet::range(0xf1, 0xf3)), cont, cont, cont}),
-         b_.seq({b_.byte(0xf4), b_.bytes(ByteSet::range(0x80, 0x8f)), cont, cont})},
-        "utf8");
+    const Element utf8 = utf8_multibyte(b_);
     ByteSet esc;
     for (char c : std::string("\"\\/bfnrt")) esc.add(static_cast<uint8_t>(c));
     const Element escape =
@@ -166,7 +158,7 @@ class SchemaCompiler {
                                                        "$defs", "definitions"};
     static const std::set<std::string> kKnown = {
         "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
-        "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "format", "minimum"};
+        "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "format", "pattern", "minimum"};
     for (const auto& [k, v] : s.items()) {
       (void)v;
       if (!kAnnotations.count(k) && !kKnown.count(k)) {
@@ -242,7 +234,7 @@ class SchemaCompiler {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern")) {
       types.push_back("string");
     } else {
       return parts_.value();
@@ -266,7 +258,7 @@ class SchemaCompiler {
 
  private:
   inline static const std::map<std::string, std::set<std::string>> kTypeKeywords = {
-      {"string", {"minLength", "maxLength", "format"}},
+      {"string", {"minLength", "maxLength", "format", "pattern"}},
       {"integer", {"minimum"}},
       {"number", {}},
       {"boolean", {}},
@@ -336,6 +328,20 @@ class SchemaCompiler {
       METRO_ASSIGN_OR_RETURN(int lo, bound(s, "minLength", path, 0));
       METRO_ASSIGN_OR_RETURN(int hi, bound(s, "maxLength", path, -1));
       if (hi >= 0 && hi < lo) return bad(path, "maxLength is below minLength");
+      if (s.contains("pattern")) {
+        if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+          return bad(path, "'pattern' beside a length bound or a format is not supported");
+        }
+        const json& p = s["pattern"];
+        if (!p.is_string()) return bad(path + "/pattern", "must be a string");
+        RegexOptions ro;
+        ro.json_string = true;
+        ro.search = true;  // JSON Schema patterns are not anchored
+        ro.any_char = parts_.string_char();
+        auto e = regex_element(b_, p.get<std::string>(), ro);
+        if (!e.ok()) return bad(path + "/pattern", e.status().message());
+        return b_.seq({b_.byte('"'), *e, b_.byte('"')}, "pattern");
+      }
       if (s.contains("format")) {
         if (s.contains("minLength") || s.contains("maxLength")) {
           return bad(path, "'format' beside a length bound is not supported");

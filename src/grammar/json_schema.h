@@ -8,8 +8,9 @@
 // none are generated, which every value of additionalProperties allows; without them, a map
 // whose values follow it), items, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf:
 // the alternatives should not overlap), allOf of one schema, $ref to #, #/$defs/NAME or
-// #/definitions/NAME (recursion allowed), string minLength / maxLength and format date, time,
-// date-time, uuid; integer minimum 0 or 1. Annotations (title, description, default,
+// #/definitions/NAME (recursion allowed), string minLength / maxLength, format date, time,
+// date-time, uuid, and pattern (a regular expression, grammar/regex.h; unanchored unless it
+// says ^ and $, as JSON Schema means it); integer minimum 0 or 1. Annotations (title, description, default,
 // examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored.
 // Whitespace between tokens: none, one space, or a newline and up to 16 spaces or tabs.
 #pragma once

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "grammar/json_schema.h"
+#include "grammar/regex.h"
 
 #include "server/json_util.h"
 #include "server/openai_request.h"
@@ -224,11 +225,25 @@ static std::optional<ApiError> parse_output_constraint(const nlohmann::json& bod
       key = "choice:" + c->dump();
       make = [choices] { return grammar::choice_grammar(choices); };
     }
+    if (auto r = m->find("regex"); r != m->end() && !r->is_null()) {
+      if (!key.empty()) {
+        return bad_request("metro.regex cannot be combined with response_format or metro.choice", "metro.regex");
+      }
+      if (!r->is_string() || r->get<std::string>().empty()) {
+        return bad_request("metro.regex must be a non-empty regular expression", "metro.regex");
+      }
+      const std::string pattern = r->get<std::string>();
+      param = "metro.regex";
+      key = "regex:" + pattern;
+      make = [pattern] { return grammar::regex_grammar(pattern); };
+    }
   }
   if (key.empty()) return std::nullopt;
   if (ctx.grammars == nullptr) return bad_request("structured outputs are not available for this model", param);
   auto g = ctx.grammars->get(key, make);
-  if (!g.ok()) return bad_request(g.status().message(), param, "unsupported_schema");
+  if (!g.ok()) {
+    return bad_request(g.status().message(), param, param == "metro.regex" ? "unsupported_regex" : "unsupported_schema");
+  }
   out->grammar = std::move(*g);
   return std::nullopt;
 }

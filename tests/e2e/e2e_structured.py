@@ -5,6 +5,7 @@ pydantic model, and schemas the server cannot guarantee refused with a 400 namin
 keyword."""
 
 import json
+import re
 
 import jsonschema
 import pydantic
@@ -58,6 +59,11 @@ SCHEMAS = [
         "type": "object", "properties": {"location": {"type": "string", "maxLength": 30}}, "required": ["location"]}},
      "required": ["function", "arguments"]},
     {"allOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}]},
+    {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{3}$"},
+                                      "phone": {"type": "string", "pattern": "^\\+?\\d{2,3} \\d{4}$"}},
+     "required": ["code", "phone"]},
+    {"type": "string", "pattern": "^(red|green|blue)( and (red|green|blue))?$"},
+    {"type": "array", "maxItems": 3, "items": {"type": "string", "pattern": "^[a-z]{2,8}(-[a-z]{2,8})?$"}},
 ]
 
 PROMPT = "Reply with JSON for a weather lookup, a person or a list, as the format asks."
@@ -135,6 +141,32 @@ def t_structured_json_object_and_choice(t):
     assert st == 200, data[:300]
 
 
+def t_structured_regex(t):
+    """metro.regex: every finished output matches the expression whole (Python's `re`)."""
+    patterns = [r"\d{3}-\d{4}", r"(yes|no), because [a-z ]{1,40}\.", r"[A-Z][a-z]{1,12} is \d{1,3} years old",
+                r"[^\n]{0,20}!"]
+    finished = 0
+    for i, pattern in enumerate(patterns):
+        for run in range(2):
+            sampled = {"temperature": 0.8, "seed": 10 * i + run} if run else {"temperature": 0}
+            st, data = _chat(t, dict(sampled, metro={"regex": pattern}, max_tokens=64), stream=run == 1)
+            assert st == 200, (pattern, data[:300])
+            if run == 1:
+                text, finish = _stream_text(data)
+            else:
+                c = json.loads(data)["choices"][0]
+                text, finish = c["message"]["content"], c["finish_reason"]
+            if finish == "length":
+                continue
+            assert finish == "stop", (pattern, finish, text)
+            assert re.fullmatch(pattern, text), (pattern, text)
+            finished += 1
+    assert finished >= len(patterns), finished
+    st, data = _chat(t, {"metro": {"regex": "(a)\\1"}})
+    err = check_error(st, data, 400, "unsupported_regex")
+    assert err["param"] == "metro.regex" and "backreferences" in err["message"], err
+
+
 def t_structured_sdk_parse_with_pydantic(t):
     class Weather(pydantic.BaseModel):
         city: str = pydantic.Field(max_length=20)
@@ -152,7 +184,7 @@ def t_structured_sdk_parse_with_pydantic(t):
 
 def t_structured_refusals(t):
     cases = [
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}}, "pattern"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "number", "multipleOf": 2}}}, "multipleOf"),
         ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "maximum": 9}}}, "maximum"),
         ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "format": "email"}}}, "email"),
         ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "http://x/y.json"}}}, "$ref"),
@@ -174,4 +206,4 @@ def t_structured_refusals(t):
 
 
 TESTS = [t_structured_refusals, t_structured_json_object_and_choice, t_structured_json_schema_corpus,
-         t_structured_sdk_parse_with_pydantic]
+         t_structured_regex, t_structured_sdk_parse_with_pydantic]

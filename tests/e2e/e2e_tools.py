@@ -168,7 +168,7 @@ def t_tools_refusals(t):
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-            "type": "object", "properties": {"x": {"type": "string", "pattern": "^a"}}}}}], "tool_choice": "required"},
+            "type": "object", "properties": {"x": {"type": "integer", "multipleOf": 2}}}}}], "tool_choice": "required"},
          "tools"),
     ]
     for extra, param in cases:

@@ -326,10 +326,21 @@ TEST_F(OpenAiRequestTest, OutputConstraintsBecomeTheRequestsGrammar) {
                              json{{"messages", msgs},
                                   {"response_format", {{"type", "json_schema"},
                                                        {"json_schema", {{"name", "p"},
-                                                                        {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}});
+                                                                        {"schema", {{"type", "string"}, {"multipleOf", 2}}}}}}}});
   EXPECT_EQ(e.code, "unsupported_schema");
   EXPECT_EQ(e.param, "response_format.json_schema.schema");
-  EXPECT_NE(e.message.find("'pattern'"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("'multipleOf'"), std::string::npos) << e.message;
+  // metro.regex: the output matches the expression whole; one the compiler cannot hold is
+  // refused by name.
+  auto re = prep(Endpoint::kCompletions, {{"prompt", "x"}, {"metro", {{"regex", "\\d{3}"}}}});
+  ASSERT_TRUE(re.ok()) << re.error().message;
+  ASSERT_NE(re->requests[0].grammar, nullptr);
+  const ApiError bad_re = refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"regex", "(a)\\1"}}}});
+  EXPECT_EQ(bad_re.code, "unsupported_regex");
+  EXPECT_EQ(bad_re.param, "metro.regex");
+  EXPECT_NE(bad_re.message.find("backreferences"), std::string::npos) << bad_re.message;
+  EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"regex", "a"}, {"choice", {"a"}}}}}).param,
+            "metro.regex");
   EXPECT_EQ(refused(Endpoint::kChatCompletions, json{{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}).param,
             "response_format.type");
   EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"choice", json::array()}}}}).param,

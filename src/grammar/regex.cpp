@@ -1,0 +1,456 @@
+#include "grammar/regex.h"
+
+#include <string>
+#include <vector>
+
+namespace metro::grammar {
+
+namespace {
+
+constexpr int kMaxRepeat = 4096;
+constexpr size_t kMaxElements = size_t{1} << 20;
+constexpr int kMaxDepth = 64;
+
+// A set of characters: ASCII ones by byte, and optionally every character of two or more
+// UTF-8 bytes (what a negated class or '.' also matches).
+struct CharSet {
+  ByteSet ascii;
+  bool multibyte = false;
+  void add_all_ascii() { ascii.add_range(0, 0x7f); }
+  void invert() {
+    ByteSet inv;
+    for (int c = 0; c < 0x80; ++c) {
+      if (!ascii.has(static_cast<uint8_t>(c))) inv.add(static_cast<uint8_t>(c));
+    }
+    ascii = inv;
+    multibyte = !multibyte;
+  }
+  void merge(const CharSet& o) {
+    for (size_t i = 0; i < 4; ++i) ascii.bits[i] |= o.ascii.bits[i];
+    multibyte = multibyte || o.multibyte;
+  }
+};
+
+CharSet class_of(char e) {
+  CharSet s;
+  switch (e) {
+    case 'd':
+    case 'D':
+      s.ascii = ByteSet::range('0', '9');
+      break;
+    case 'w':
+    case 'W':
+      s.ascii = ByteSet::range('0', '9');
+      s.ascii.add_range('a', 'z');
+      s.ascii.add_range('A', 'Z');
+      s.ascii.add('_');
+      break;
+    default:  // s, S
+      for (char c : std::string(" \t\n\r\f\v")) s.ascii.add(static_cast<uint8_t>(c));
+      break;
+  }
+  if (e == 'D' || e == 'W' || e == 'S') s.invert();
+  return s;
+}
+
+class RegexCompiler {
+ public:
+  RegexCompiler(Builder& b, std::string_view p, const RegexOptions& o) : b_(b), p_(p), o_(o) {}
+
+  Expected<Element> compile() {
+    bool anchored_start = false, anchored_end = false;
+    if (!p_.empty() && p_.front() == '^') {
+      anchored_start = true;
+      pos_ = 1;
+    }
+    size_t end = p_.size();
+    if (end > pos_ && p_[end - 1] == '$' && !escaped_at(end - 1)) {
+      anchored_end = true;
+      end -= 1;
+    }
+    end_ = end;
+    METRO_ASSIGN_OR_RETURN(Element body, alternation(0));
+    if (pos_ != end_) return bad("unbalanced ')'");
+    if (!o_.search) return body;
+    std::vector<Element> parts;
+    if (!anchored_start) parts.push_back(b_.star(*o_.any_char));
+    parts.push_back(body);
+    if (!anchored_end) parts.push_back(b_.star(*o_.any_char));
+    return b_.seq(parts, "pattern");
+  }
+
+ private:
+  Status bad(const std::string& what) const {
+    return invalid_argument("regular expression at offset " + std::to_string(pos_) + ": " + what);
+  }
+  bool at_end() const { return pos_ >= end_; }
+  char peek() const { return p_[pos_]; }
+  // Whether p_[i] is escaped by an odd run of backslashes before it.
+  bool escaped_at(size_t i) const {
+    size_t n = 0;
+    while (i > n && p_[i - n - 1] == '\\') ++n;
+    return n % 2 == 1;
+  }
+  Status check_size() const {
+    if (b_.grammar().elements().size() > kMaxElements) return invalid_argument("the regular expression is too large");
+    return Status();
+  }
+
+  Expected<Element> alternation(int depth) {
+    if (depth > kMaxDepth) return bad("groups nested too deeply");
+    std::vector<Element> options;
+    while (true) {
+      METRO_ASSIGN_OR_RETURN(Element s, sequence(depth));
+      options.push_back(s);
+      if (!at_end() && peek() == '|') {
+        ++pos_;
+        continue;
+      }
+      break;
+    }
+    return options.size() == 1 ? options[0] : b_.alt(options, "re.alt");
+  }
+
+  Expected<Element> sequence(int depth) {
+    std::vector<Element> parts;
+    while (!at_end() && peek() != '|' && peek() != ')') {
+      METRO_ASSIGN_OR_RETURN(Element a, atom(depth));
+      METRO_ASSIGN_OR_RETURN(Element q, quantified(a));
+      parts.push_back(q);
+      METRO_RETURN_IF_ERROR(check_size());
+    }
+    if (parts.empty()) return b_.empty();
+    return b_.seq(parts, "re.seq");
+  }
+
+  Expected<int> number() {
+    if (at_end() || peek() < '0' || peek() > '9') return bad("a number was expected");
+    int64_t v = 0;
+    while (!at_end() && peek() >= '0' && peek() <= '9') {
+      v = v * 10 + (peek() - '0');
+      if (v > kMaxRepeat) return bad("a repetition bound over " + std::to_string(kMaxRepeat));
+      ++pos_;
+    }
+    return static_cast<int>(v);
+  }
+
+  Expected<Element> quantified(Element a) {
+    if (at_end()) return a;
+    int lo = 1, hi = 1;
+    const char c = peek();
+    if (c == '*') {
+      lo = 0, hi = -1;
+      ++pos_;
+    } else if (c == '+') {
+      lo = 1, hi = -1;
+      ++pos_;
+    } else if (c == '?') {
+      lo = 0, hi = 1;
+      ++pos_;
+    } else if (c == '{') {
+      const size_t at = pos_;
+      ++pos_;
+      if (at_end() || peek() < '0' || peek() > '9') {
+        // Not a bound: ECMAScript takes a lone '{' literally; so does this.
+        pos_ = at;
+        return a;
+      }
+      auto n = number();
+      if (!n.ok()) return n.status();
+      lo = hi = *n;
+      if (!at_end() && peek() == ',') {
+        ++pos_;
+        if (!at_end() && peek() == '}') {
+          hi = -1;
+        } else {
+          METRO_ASSIGN_OR_RETURN(hi, number());
+        }
+      }
+      if (at_end() || peek() != '}') return bad("'{' opens a bound that does not close");
+      ++pos_;
+      if (hi >= 0 && hi < lo) return bad("a repetition bound {n,m} with m < n");
+    } else {
+      return a;
+    }
+    if (!at_end() && peek() == '?') ++pos_;  // lazy: the same texts
+    if (!at_end() && (peek() == '+' || peek() == '*' || peek() == '?' || peek() == '{')) {
+      if (peek() == '+') return bad("possessive quantifiers are not supported");
+      if (peek() != '{') return bad("a quantifier follows a quantifier");
+    }
+    return b_.repeat(a, lo, hi);
+  }
+
+  Expected<Element> atom(int depth) {
+    const char c = peek();
+    switch (c) {
+      case '(': {
+        ++pos_;
+        if (!at_end() && peek() == '?') {
+          ++pos_;
+          if (!at_end() && peek() == ':') {
+            ++pos_;
+          } else if (!at_end() && (peek() == '<' || peek() == 'P')) {
+            if (peek() == 'P') ++pos_;
+            if (at_end() || peek() != '<') return bad("(?P must name a group: (?P<name>...)");
+            if (pos_ + 1 < end_ && (p_[pos_ + 1] == '=' || p_[pos_ + 1] == '!')) {
+              return bad("lookbehind is not supported");
+            }
+            const size_t close = p_.find('>', pos_);
+            if (close == std::string_view::npos || close >= end_) return bad("a group name does not close");
+            pos_ = close + 1;
+          } else if (!at_end() && (peek() == '=' || peek() == '!')) {
+            return bad("lookahead is not supported");
+          } else {
+            return bad("inline flags and other (? groups are not supported");
+          }
+        }
+        METRO_ASSIGN_OR_RETURN(Element inner, alternation(depth + 1));
+        if (at_end() || peek() != ')') return bad("'(' does not close");
+        ++pos_;
+        return inner;
+      }
+      case ')':
+        return bad("unbalanced ')'");
+      case '*':
+      case '+':
+      case '?':
+        return bad("a quantifier with nothing to repeat");
+      case '^':
+        return bad("'^' is supported only at the start");
+      case '$':
+        return bad("'$' is supported only at the end");
+      case '.': {
+        ++pos_;
+        CharSet s;
+        s.add_all_ascii();
+        s.ascii.bits[0] &= ~(uint64_t{1} << '\n');
+        s.multibyte = true;
+        return chars(s);
+      }
+      case '[':
+        return char_class();
+      case '\\':
+        return escape();
+      default:
+        return literal_char();
+    }
+  }
+
+  // A literal character at pos_ (any UTF-8 sequence).
+  Expected<Element> literal_char() {
+    const auto b0 = static_cast<uint8_t>(peek());
+    if (b0 < 0x80) {
+      ++pos_;
+      CharSet s;
+      s.ascii.add(b0);
+      return chars(s);
+    }
+    const size_t n = b0 >= 0xf0 ? 4 : b0 >= 0xe0 ? 3 : b0 >= 0xc0 ? 2 : 0;
+    if (n == 0 || pos_ + n > end_) return bad("the pattern is not valid UTF-8");
+    const std::string_view ch = p_.substr(pos_, n);
+    pos_ += n;
+    return b_.literal(ch);
+  }
+
+  // \x: a class (\d ...), an escaped character, or what is refused.
+  Expected<CharSet> escape_set() {
+    ++pos_;  // the backslash
+    if (at_end()) return bad("a pattern may not end with a backslash");
+    const char e = peek();
+    ++pos_;
+    CharSet s;
+    switch (e) {
+      case 'd':
+      case 'D':
+      case 'w':
+      case 'W':
+      case 's':
+      case 'S':
+        return class_of(e);
+      case 't':
+        s.ascii.add('\t');
+        return s;
+      case 'n':
+        s.ascii.add('\n');
+        return s;
+      case 'r':
+        s.ascii.add('\r');
+        return s;
+      case 'f':
+        s.ascii.add('\f');
+        return s;
+      case 'v':
+        s.ascii.add('\v');
+        return s;
+      case 'x':
+      case 'u': {
+        const size_t digits = e == 'x' ? 2 : 4;
+        if (pos_ + digits > end_) return bad("\\x and \\u take 2 and 4 hex digits");
+        unsigned v = 0;
+        for (size_t i = 0; i < digits; ++i) {
+          const char h = p_[pos_ + i];
+          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                             : h >= 'A' && h <= 'F'   ? h - 'A' + 10
+                                                                      : -1;
+          if (d < 0) return bad("\\x and \\u take 2 and 4 hex digits");
+          v = v * 16 + static_cast<unsigned>(d);
+        }
+        pos_ += digits;
+        if (v >= 0x80) return bad("\\x and \\u escapes beyond ASCII are not supported: write the character");
+        s.ascii.add(static_cast<uint8_t>(v));
+        return s;
+      }
+      case 'b':
+      case 'B':
+        return bad("word boundaries (\\b, \\B) are not supported");
+      default:
+        if ((e >= '0' && e <= '9')) return bad("backreferences are not supported");
+        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
+          return bad(std::string("the escape \\") + e + " is not supported");
+        }
+        if (static_cast<uint8_t>(e) >= 0x80) return bad("escaped non-ASCII characters are not supported");
+        s.ascii.add(static_cast<uint8_t>(e));
+        return s;
+    }
+  }
+
+  Expected<Element> escape() {
+    METRO_ASSIGN_OR_RETURN(CharSet s, escape_set());
+    return chars(s);
+  }
+
+  Expected<Element> char_class() {
+    ++pos_;  // '['
+    bool negate = false;
+    if (!at_end() && peek() == '^') {
+      negate = true;
+      ++pos_;
+    }
+    CharSet s;
+    bool first = true;
+    while (true) {
+      if (at_end()) return bad("'[' does not close");
+      char c = peek();
+      if (c == ']' && !first) {
+        ++pos_;
+        break;
+      }
+      first = false;
+      int lo;
+      if (c == '\\') {
+        METRO_ASSIGN_OR_RETURN(CharSet e, escape_set());
+        // A single character may start a range; a class (\d) may not.
+        int only = -1, count = 0;
+        for (int x = 0; x < 0x80; ++x) {
+          if (e.ascii.has(static_cast<uint8_t>(x))) {
+            only = x;
+            ++count;
+          }
+        }
+        if (count != 1 || e.multibyte) {
+          s.merge(e);
+          continue;
+        }
+        lo = only;
+      } else {
+        if (static_cast<uint8_t>(c) >= 0x80) return bad("non-ASCII characters inside a class are not supported");
+        if (c == '[' && pos_ + 1 < end_ && p_[pos_ + 1] == ':') return bad("POSIX classes ([:alpha:]) are not supported");
+        lo = static_cast<uint8_t>(c);
+        ++pos_;
+      }
+      if (pos_ + 1 < end_ && peek() == '-' && p_[pos_ + 1] != ']') {
+        ++pos_;
+        int hi;
+        if (peek() == '\\') {
+          METRO_ASSIGN_OR_RETURN(CharSet e, escape_set());
+          int only = -1, count = 0;
+          for (int x = 0; x < 0x80; ++x) {
+            if (e.ascii.has(static_cast<uint8_t>(x))) {
+              only = x;
+              ++count;
+            }
+          }
+          if (count != 1 || e.multibyte) return bad("a range must end with one character");
+          hi = only;
+        } else {
+          if (static_cast<uint8_t>(peek()) >= 0x80) return bad("non-ASCII characters inside a class are not supported");
+          hi = static_cast<uint8_t>(peek());
+          ++pos_;
+        }
+        if (hi < lo) return bad("a range whose end is below its start");
+        s.ascii.add_range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
+      } else {
+        s.ascii.add(static_cast<uint8_t>(lo));
+      }
+    }
+    if (negate) s.invert();
+    return chars(s);
+  }
+
+  // One character of the set, as the output writes it.
+  Element chars(const CharSet& s) {
+    std::vector<Element> options;
+    ByteSet raw = s.ascii;
+    if (o_.json_string) {
+      // Inside a JSON string: quote, backslash and control characters only escaped.
+      static constexpr std::pair<char, const char*> kEscaped[] = {
+          {'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"}, {'\t', "\\t"}, {'\r', "\\r"}, {'\f', "\\f"}, {'\b', "\\b"}};
+      for (const auto& [c, text] : kEscaped) {
+        if (raw.has(static_cast<uint8_t>(c))) options.push_back(b_.literal(text));
+      }
+      raw.bits[0] &= ~((uint64_t{1} << 32) - 1);  // 0x00..0x1f
+      raw.bits[0] &= ~(uint64_t{1} << '"');
+      raw.bits['\\' >> 6] &= ~(uint64_t{1} << ('\\' & 63));
+      raw.bits[1] &= ~(uint64_t{1} << (0x7f - 64));
+    }
+    if (!raw.empty()) options.insert(options.begin(), b_.bytes(raw));
+    if (s.multibyte) options.push_back(utf8_multibyte(b_));
+    if (options.empty()) {
+      // Nothing the output can write: an element no text matches.
+      return b_.bytes(ByteSet{});
+    }
+    return options.size() == 1 ? options[0] : b_.alt(options, "re.char");
+  }
+
+  Builder& b_;
+  std::string_view p_;
+  const RegexOptions& o_;
+  size_t pos_ = 0;
+  size_t end_ = 0;
+};
+
+}  // namespace
+
+Element utf8_multibyte(Builder& b) {
+  const Element cont = b.bytes(ByteSet::range(0x80, 0xbf));
+  return b.alt({b.seq({b.bytes(ByteSet::range(0xc2, 0xdf)), cont}),
+                b.seq({b.byte(0xe0), b.bytes(ByteSet::range(0xa0, 0xbf)), cont}),
+                b.seq({b.bytes(ByteSet::range(0xe1, 0xec)), cont, cont}),
+                b.seq({b.byte(0xed), b.bytes(ByteSet::range(0x80, 0x9f)), cont}),
+                b.seq({b.bytes(ByteSet::range(0xee, 0xef)), cont, cont}),
+                b.seq({b.byte(0xf0), b.bytes(ByteSet::range(0x90, 0xbf)), cont, cont}),
+                b.seq({b.bytes(ByteSet::range(0xf1, 0xf3)), cont, cont, cont}),
+                b.seq({b.byte(0xf4), b.bytes(ByteSet::range(0x80, 0x8f)), cont, cont})},
+               "utf8");
+}
+
+Expected<Element> regex_element(Builder& b, std::string_view pattern, const RegexOptions& opts) {
+  if (opts.search && !opts.any_char) return invalid_argument("regex_element: search needs any_char");
+  if (pattern.size() > 16 * 1024) return invalid_argument("the regular expression is longer than 16 KiB");
+  RegexCompiler c(b, pattern, opts);
+  return c.compile();
+}
+
+Expected<Grammar> regex_grammar(std::string_view pattern) {
+  Builder b;
+  METRO_ASSIGN_OR_RETURN(Element e, regex_element(b, pattern, RegexOptions{}));
+  const Element root = b.seq({e, b.empty()}, "root");
+  Grammar g = b.take(root.index);
+  // The only way a pattern's grammar recurses without consuming a byte.
+  if (!g.validate().ok()) {
+    return invalid_argument("a repeated part of the regular expression can match nothing (as in (a*)*): not supported");
+  }
+  return g;
+}
+
+}  // namespace metro::grammar
