@@ -8,23 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_util.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 
 namespace {
-
-// The server refuses bodies nested deeper than this before parsing them.
-bool shallow(std::string_view s) {
-  int depth = 0;
-  for (char c : s) {
-    if (c == '[' || c == '{') {
-      if (++depth > 32) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
 
 const std::shared_ptr<const metro::grammar::TokenTrie>& trie() {
   // Single bytes, a few multi-byte pieces JSON often tokenizes into, and an end token.
@@ -47,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nul = in.find('\0');
   const std::string_view schema_text = in.substr(0, nul);
   const std::string_view text = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
-  if (!shallow(schema_text)) return 0;
+  if (!metro::fuzz::shallow(schema_text)) return 0;
   const auto schema = nlohmann::ordered_json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return 0;
   auto g = metro::grammar::json_schema_grammar(schema);

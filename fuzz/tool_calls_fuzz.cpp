@@ -11,24 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_util.h"
 #include "server/tool_calls.h"
-
-namespace {
-
-// The server refuses bodies nested deeper than this before parsing them.
-bool shallow(std::string_view s) {
-  int depth = 0;
-  for (char c : s) {
-    if (c == '[' || c == '{') {
-      if (++depth > 32) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using metro::server::ToolFormat;
@@ -36,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto format = static_cast<ToolFormat>(data[0] % 4);
   const size_t piece = 1 + data[1] % 16;
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
-  if (!shallow(text)) return 0;
+  if (!metro::fuzz::shallow(text)) return 0;
 
   const metro::server::ParsedToolOutput whole = metro::server::parse_tool_output(format, text);
   metro::server::ToolCallStream stream(format);

@@ -53,6 +53,18 @@ CharSet class_of(char e) {
   return s;
 }
 
+// The one character of a set that holds exactly one, else -1.
+int single_char(const CharSet& s) {
+  if (s.multibyte) return -1;
+  int only = -1;
+  for (int x = 0; x < 0x80; ++x) {
+    if (!s.ascii.has(static_cast<uint8_t>(x))) continue;
+    if (only >= 0) return -1;
+    only = x;
+  }
+  return only;
+}
+
 class RegexCompiler {
  public:
   RegexCompiler(Builder& b, std::string_view p, const RegexOptions& o) : b_(b), p_(p), o_(o) {}
@@ -268,19 +280,11 @@ class RegexCompiler {
       case 'S':
         return class_of(e);
       case 't':
-        s.ascii.add('\t');
-        return s;
       case 'n':
-        s.ascii.add('\n');
-        return s;
       case 'r':
-        s.ascii.add('\r');
-        return s;
       case 'f':
-        s.ascii.add('\f');
-        return s;
       case 'v':
-        s.ascii.add('\v');
+        s.ascii.add(static_cast<uint8_t>(e == 't' ? '\t' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 'f' ? '\f' : '\v'));
         return s;
       case 'x':
       case 'u': {
@@ -340,18 +344,11 @@ class RegexCompiler {
       if (c == '\\') {
         METRO_ASSIGN_OR_RETURN(CharSet e, escape_set());
         // A single character may start a range; a class (\d) may not.
-        int only = -1, count = 0;
-        for (int x = 0; x < 0x80; ++x) {
-          if (e.ascii.has(static_cast<uint8_t>(x))) {
-            only = x;
-            ++count;
-          }
-        }
-        if (count != 1 || e.multibyte) {
+        lo = single_char(e);
+        if (lo < 0) {
           s.merge(e);
           continue;
         }
-        lo = only;
       } else {
         if (static_cast<uint8_t>(c) >= 0x80) return bad("non-ASCII characters inside a class are not supported");
         if (c == '[' && pos_ + 1 < end_ && p_[pos_ + 1] == ':') return bad("POSIX classes ([:alpha:]) are not supported");
@@ -363,15 +360,8 @@ class RegexCompiler {
         int hi;
         if (peek() == '\\') {
           METRO_ASSIGN_OR_RETURN(CharSet e, escape_set());
-          int only = -1, count = 0;
-          for (int x = 0; x < 0x80; ++x) {
-            if (e.ascii.has(static_cast<uint8_t>(x))) {
-              only = x;
-              ++count;
-            }
-          }
-          if (count != 1 || e.multibyte) return bad("a range must end with one character");
-          hi = only;
+          hi = single_char(e);
+          if (hi < 0) return bad("a range must end with one character");
         } else {
           if (static_cast<uint8_t>(peek()) >= 0x80) return bad("non-ASCII characters inside a class are not supported");
           hi = static_cast<uint8_t>(peek());

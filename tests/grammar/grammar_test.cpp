@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine_test_util.h"
+#include "grammar/grammar_test_util.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "support/test_util.h"
@@ -24,19 +25,8 @@ std::shared_ptr<const CompiledGrammar> compiled(Grammar g, std::shared_ptr<const
   return *c;
 }
 
-// A vocabulary of single bytes (printable ASCII, newline, tab) and an end token: any text of
-// those bytes can be matched byte by byte.
-std::shared_ptr<const TokenTrie> byte_trie() {
-  std::vector<std::string> pieces;
-  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
-  pieces.push_back("<eos>");
-  return TokenTrie::from_pieces(pieces, {256});
-}
-
-bool matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-  Matcher m(g);
-  return m.accept_bytes(text) && m.is_accepting();
-}
+using test_support::byte_trie;
+using test_support::matches;
 
 std::vector<int32_t> allowed_ids(const TokenMask& m, int32_t n) {
   std::vector<int32_t> out;

@@ -8,23 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grammar/grammar_test_util.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 
 namespace metro::grammar {
 namespace {
 
-std::shared_ptr<const TokenTrie> byte_trie() {
-  std::vector<std::string> pieces;
-  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
-  pieces.push_back("<eos>");
-  return TokenTrie::from_pieces(pieces, {256});
-}
-
-bool matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-  Matcher m(g);
-  return m.accept_bytes(text) && m.is_accepting();
-}
+using test_support::byte_trie;
+using test_support::matches;
 
 std::shared_ptr<const CompiledGrammar> compiled(Expected<Grammar> g) {
   EXPECT_TRUE(g.ok()) << g.status().message();

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "engine/engine_test_util.h"
-#include "grammar/matcher.h"
+#include "grammar/grammar_test_util.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "support/test_util.h"
@@ -115,21 +115,12 @@ TEST(ToolRequest, MalformedFieldsAreRefusedNamingThem) {
   }
 }
 
-// A vocabulary of single bytes and an end token: any text can be matched byte by byte.
-std::shared_ptr<const grammar::TokenTrie> byte_trie() {
-  std::vector<std::string> pieces;
-  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
-  pieces.push_back("<eos>");
-  return grammar::TokenTrie::from_pieces(pieces, {256});
-}
-
 bool matches(const ToolRequest& t, const std::string& text) {
   auto g = tool_call_grammar(t);
   EXPECT_TRUE(g.ok()) << g.status().message();
-  auto c = grammar::CompiledGrammar::compile(std::move(*g), byte_trie());
+  auto c = grammar::CompiledGrammar::compile(std::move(*g), grammar::test_support::byte_trie());
   EXPECT_TRUE(c.ok());
-  grammar::Matcher m(*c);
-  return m.accept_bytes(text) && m.is_accepting();
+  return grammar::test_support::matches(*c, text);
 }
 
 TEST(ToolGrammar, EachFormatHoldsNamesAndArguments) {
