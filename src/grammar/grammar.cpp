@@ -1,7 +1,5 @@
 #include "grammar/grammar.h"
 
-#include <functional>
-
 namespace metro::grammar {
 
 void ByteSet::add_range(uint8_t lo, uint8_t hi) {
@@ -96,23 +94,30 @@ Status Grammar::validate() const {
       }
     }
   }
+  // Depth-first over the "comes first" edges, with an explicit stack: a grammar from a
+  // request (GBNF text) may chain thousands of rules.
   std::vector<uint8_t> color(alts_.size(), 0);  // 0 new, 1 on the path, 2 done
-  std::string cycle;
-  std::function<bool(uint32_t)> visit = [&](uint32_t r) {
-    color[r] = 1;
-    for (uint32_t s : first[r]) {
-      if (color[s] == 1) {
-        cycle = names_[s];
-        return true;
+  std::vector<std::pair<uint32_t, size_t>> path;  // rule, next edge to follow
+  for (uint32_t start = 0; start < alts_.size(); ++start) {
+    if (color[start] != 0) continue;
+    color[start] = 1;
+    path.emplace_back(start, 0);
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == first[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
       }
-      if (color[s] == 0 && visit(s)) return true;
-    }
-    color[r] = 2;
-    return false;
-  };
-  for (uint32_t r = 0; r < alts_.size(); ++r) {
-    if (color[r] == 0 && visit(r)) {
-      return invalid_argument("grammar: rule '" + cycle + "' is left-recursive (it can reach itself without matching a byte)");
+      const uint32_t s = first[r][next++];
+      if (color[s] == 1) {
+        return invalid_argument("grammar: rule '" + names_[s] +
+                                "' is left-recursive (it can reach itself without matching a byte)");
+      }
+      if (color[s] == 0) {
+        color[s] = 1;
+        path.emplace_back(s, 0);
+      }
     }
   }
   return Status();

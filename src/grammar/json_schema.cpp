@@ -1,5 +1,6 @@
 #include "grammar/json_schema.h"
 
+#include "grammar/charset.h"
 #include "grammar/regex.h"
 
 #include <algorithm>

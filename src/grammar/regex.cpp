@@ -1,5 +1,7 @@
 #include "grammar/regex.h"
 
+#include "grammar/charset.h"
+
 #include <string>
 #include <vector>
 
@@ -10,26 +12,6 @@ namespace {
 constexpr int kMaxRepeat = 4096;
 constexpr size_t kMaxElements = size_t{1} << 20;
 constexpr int kMaxDepth = 64;
-
-// A set of characters: ASCII ones by byte, and optionally every character of two or more
-// UTF-8 bytes (what a negated class or '.' also matches).
-struct CharSet {
-  ByteSet ascii;
-  bool multibyte = false;
-  void add_all_ascii() { ascii.add_range(0, 0x7f); }
-  void invert() {
-    ByteSet inv;
-    for (int c = 0; c < 0x80; ++c) {
-      if (!ascii.has(static_cast<uint8_t>(c))) inv.add(static_cast<uint8_t>(c));
-    }
-    ascii = inv;
-    multibyte = !multibyte;
-  }
-  void merge(const CharSet& o) {
-    for (size_t i = 0; i < 4; ++i) ascii.bits[i] |= o.ascii.bits[i];
-    multibyte = multibyte || o.multibyte;
-  }
-};
 
 CharSet class_of(char e) {
   CharSet s;
@@ -53,21 +35,10 @@ CharSet class_of(char e) {
   return s;
 }
 
-// The one character of a set that holds exactly one, else -1.
-int single_char(const CharSet& s) {
-  if (s.multibyte) return -1;
-  int only = -1;
-  for (int x = 0; x < 0x80; ++x) {
-    if (!s.ascii.has(static_cast<uint8_t>(x))) continue;
-    if (only >= 0) return -1;
-    only = x;
-  }
-  return only;
-}
-
-class RegexCompiler {
+class RegexCompiler final : public PatternScanner {
  public:
-  RegexCompiler(Builder& b, std::string_view p, const RegexOptions& o) : b_(b), p_(p), o_(o) {}
+  RegexCompiler(Builder& b, std::string_view p, const RegexOptions& o)
+      : PatternScanner(p, "regular expression"), b_(b), o_(o) {}
 
   Expected<Element> compile() {
     bool anchored_start = false, anchored_end = false;
@@ -92,11 +63,6 @@ class RegexCompiler {
   }
 
  private:
-  Status bad(const std::string& what) const {
-    return invalid_argument("regular expression at offset " + std::to_string(pos_) + ": " + what);
-  }
-  bool at_end() const { return pos_ >= end_; }
-  char peek() const { return p_[pos_]; }
   // Whether p_[i] is escaped by an odd run of backslashes before it.
   bool escaped_at(size_t i) const {
     size_t n = 0;
@@ -240,7 +206,7 @@ class RegexCompiler {
         return chars(s);
       }
       case '[':
-        return char_class();
+        return char_class_element();
       case '\\':
         return escape();
       default:
@@ -265,7 +231,7 @@ class RegexCompiler {
   }
 
   // \x: a class (\d ...), an escaped character, or what is refused.
-  Expected<CharSet> escape_set() {
+  Expected<CharSet> escape_set() override {
     ++pos_;  // the backslash
     if (at_end()) return bad("a pattern may not end with a backslash");
     const char e = peek();
@@ -288,19 +254,7 @@ class RegexCompiler {
         return s;
       case 'x':
       case 'u': {
-        const size_t digits = e == 'x' ? 2 : 4;
-        if (pos_ + digits > end_) return bad("\\x and \\u take 2 and 4 hex digits");
-        unsigned v = 0;
-        for (size_t i = 0; i < digits; ++i) {
-          const char h = p_[pos_ + i];
-          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                             : h >= 'A' && h <= 'F'   ? h - 'A' + 10
-                                                                      : -1;
-          if (d < 0) return bad("\\x and \\u take 2 and 4 hex digits");
-          v = v * 16 + static_cast<unsigned>(d);
-        }
-        pos_ += digits;
-        if (v >= 0x80) return bad("\\x and \\u escapes beyond ASCII are not supported: write the character");
+        METRO_ASSIGN_OR_RETURN(int v, hex_escape(e == 'x' ? 2 : 4));
         s.ascii.add(static_cast<uint8_t>(v));
         return s;
       }
@@ -323,106 +277,19 @@ class RegexCompiler {
     return chars(s);
   }
 
-  Expected<Element> char_class() {
-    ++pos_;  // '['
-    bool negate = false;
-    if (!at_end() && peek() == '^') {
-      negate = true;
-      ++pos_;
-    }
-    CharSet s;
-    bool first = true;
-    while (true) {
-      if (at_end()) return bad("'[' does not close");
-      char c = peek();
-      if (c == ']' && !first) {
-        ++pos_;
-        break;
-      }
-      first = false;
-      int lo;
-      if (c == '\\') {
-        METRO_ASSIGN_OR_RETURN(CharSet e, escape_set());
-        // A single character may start a range; a class (\d) may not.
-        lo = single_char(e);
-        if (lo < 0) {
-          s.merge(e);
-          continue;
-        }
-      } else {
-        if (static_cast<uint8_t>(c) >= 0x80) return bad("non-ASCII characters inside a class are not supported");
-        if (c == '[' && pos_ + 1 < end_ && p_[pos_ + 1] == ':') return bad("POSIX classes ([:alpha:]) are not supported");
-        lo = static_cast<uint8_t>(c);
-        ++pos_;
-      }
-      if (pos_ + 1 < end_ && peek() == '-' && p_[pos_ + 1] != ']') {
-        ++pos_;
-        int hi;
-        if (peek() == '\\') {
-          METRO_ASSIGN_OR_RETURN(CharSet e, escape_set());
-          hi = single_char(e);
-          if (hi < 0) return bad("a range must end with one character");
-        } else {
-          if (static_cast<uint8_t>(peek()) >= 0x80) return bad("non-ASCII characters inside a class are not supported");
-          hi = static_cast<uint8_t>(peek());
-          ++pos_;
-        }
-        if (hi < lo) return bad("a range whose end is below its start");
-        s.ascii.add_range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
-      } else {
-        s.ascii.add(static_cast<uint8_t>(lo));
-      }
-    }
-    if (negate) s.invert();
-    return chars(s);
+  Expected<Element> char_class_element() {
+    METRO_ASSIGN_OR_RETURN(CharSet set, char_class());
+    return chars(set);
   }
 
   // One character of the set, as the output writes it.
-  Element chars(const CharSet& s) {
-    std::vector<Element> options;
-    ByteSet raw = s.ascii;
-    if (o_.json_string) {
-      // Inside a JSON string: quote, backslash and control characters only escaped.
-      static constexpr std::pair<char, const char*> kEscaped[] = {
-          {'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"}, {'\t', "\\t"}, {'\r', "\\r"}, {'\f', "\\f"}, {'\b', "\\b"}};
-      for (const auto& [c, text] : kEscaped) {
-        if (raw.has(static_cast<uint8_t>(c))) options.push_back(b_.literal(text));
-      }
-      raw.bits[0] &= ~((uint64_t{1} << 32) - 1);  // 0x00..0x1f
-      raw.bits[0] &= ~(uint64_t{1} << '"');
-      raw.bits['\\' >> 6] &= ~(uint64_t{1} << ('\\' & 63));
-      raw.bits[1] &= ~(uint64_t{1} << (0x7f - 64));
-    }
-    if (!raw.empty()) options.insert(options.begin(), b_.bytes(raw));
-    if (s.multibyte) options.push_back(utf8_multibyte(b_));
-    if (options.empty()) {
-      // Nothing the output can write: an element no text matches.
-      return b_.bytes(ByteSet{});
-    }
-    return options.size() == 1 ? options[0] : b_.alt(options, "re.char");
-  }
+  Element chars(const CharSet& s) { return charset_element(b_, s, o_.json_string); }
 
   Builder& b_;
-  std::string_view p_;
   const RegexOptions& o_;
-  size_t pos_ = 0;
-  size_t end_ = 0;
 };
 
 }  // namespace
-
-Element utf8_multibyte(Builder& b) {
-  const Element cont = b.bytes(ByteSet::range(0x80, 0xbf));
-  return b.alt({b.seq({b.bytes(ByteSet::range(0xc2, 0xdf)), cont}),
-                b.seq({b.byte(0xe0), b.bytes(ByteSet::range(0xa0, 0xbf)), cont}),
-                b.seq({b.bytes(ByteSet::range(0xe1, 0xec)), cont, cont}),
-                b.seq({b.byte(0xed), b.bytes(ByteSet::range(0x80, 0x9f)), cont}),
-                b.seq({b.bytes(ByteSet::range(0xee, 0xef)), cont, cont}),
-                b.seq({b.byte(0xf0), b.bytes(ByteSet::range(0x90, 0xbf)), cont, cont}),
-                b.seq({b.bytes(ByteSet::range(0xf1, 0xf3)), cont, cont, cont}),
-                b.seq({b.byte(0xf4), b.bytes(ByteSet::range(0x80, 0x8f)), cont, cont})},
-               "utf8");
-}
 
 Expected<Element> regex_element(Builder& b, std::string_view pattern, const RegexOptions& opts) {
   if (opts.search && !opts.any_char) return invalid_argument("regex_element: search needs any_char");

@@ -36,7 +36,4 @@ Expected<Element> regex_element(Builder& b, std::string_view pattern, const Rege
 // A grammar whose sentences are exactly the texts the pattern matches whole.
 Expected<Grammar> regex_grammar(std::string_view pattern);
 
-// One well-formed UTF-8 character of two to four bytes.
-Element utf8_multibyte(Builder& b);
-
 }  // namespace metro::grammar

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "base/clock.h"
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 
@@ -225,9 +226,22 @@ static std::optional<ApiError> parse_output_constraint(const nlohmann::json& bod
       key = "choice:" + c->dump();
       make = [choices] { return grammar::choice_grammar(choices); };
     }
+    if (auto gr = m->find("grammar"); gr != m->end() && !gr->is_null()) {
+      if (!key.empty()) {
+        return bad_request("metro.grammar cannot be combined with response_format or metro.choice", "metro.grammar");
+      }
+      if (!gr->is_string() || gr->get<std::string>().empty()) {
+        return bad_request("metro.grammar must be a non-empty GBNF grammar", "metro.grammar");
+      }
+      const std::string text = gr->get<std::string>();
+      param = "metro.grammar";
+      key = "gbnf:" + text;
+      make = [text] { return grammar::gbnf_grammar(text); };
+    }
     if (auto r = m->find("regex"); r != m->end() && !r->is_null()) {
       if (!key.empty()) {
-        return bad_request("metro.regex cannot be combined with response_format or metro.choice", "metro.regex");
+        return bad_request("metro.regex cannot be combined with response_format, metro.choice or metro.grammar",
+                           "metro.regex");
       }
       if (!r->is_string() || r->get<std::string>().empty()) {
         return bad_request("metro.regex must be a non-empty regular expression", "metro.regex");
@@ -242,7 +256,10 @@ static std::optional<ApiError> parse_output_constraint(const nlohmann::json& bod
   if (ctx.grammars == nullptr) return bad_request("structured outputs are not available for this model", param);
   auto g = ctx.grammars->get(key, make);
   if (!g.ok()) {
-    return bad_request(g.status().message(), param, param == "metro.regex" ? "unsupported_regex" : "unsupported_schema");
+    const char* code = param == "metro.regex"     ? "unsupported_regex"
+                       : param == "metro.grammar" ? "unsupported_grammar"
+                                                  : "unsupported_schema";
+    return bad_request(g.status().message(), param, code);
   }
   out->grammar = std::move(*g);
   return std::nullopt;

@@ -167,6 +167,32 @@ def t_structured_regex(t):
     assert err["param"] == "metro.regex" and "backreferences" in err["message"], err
 
 
+def t_structured_gbnf(t):
+    """metro.grammar (GBNF): every finished output is a sentence of the grammar, checked with
+    Python's `re` against the same language written as a regular expression."""
+    grammar = ('root ::= colour (", " colour){0,3} "."\n'
+               'colour ::= "red" | "green" | "blue" | "dark " colour  # recursion\n')
+    same = r"((dark )*(red|green|blue))(, (dark )*(red|green|blue)){0,3}\."
+    finished = 0
+    for run in range(4):
+        sampled = {"temperature": 1.0, "seed": run} if run else {"temperature": 0}
+        st, data = _chat(t, dict(sampled, metro={"grammar": grammar}, max_tokens=48), stream=run == 1)
+        assert st == 200, data[:300]
+        if run == 1:
+            text, finish = _stream_text(data)
+        else:
+            c = json.loads(data)["choices"][0]
+            text, finish = c["message"]["content"], c["finish_reason"]
+        if finish == "length":
+            continue
+        assert finish == "stop" and re.fullmatch(same, text), (finish, text)
+        finished += 1
+    assert finished >= 2, finished
+    st, data = _chat(t, {"metro": {"grammar": "root ::= missing\n"}})
+    err = check_error(st, data, 400, "unsupported_grammar")
+    assert err["param"] == "metro.grammar" and "missing" in err["message"], err
+
+
 def t_structured_sdk_parse_with_pydantic(t):
     class Weather(pydantic.BaseModel):
         city: str = pydantic.Field(max_length=20)
@@ -206,4 +232,4 @@ def t_structured_refusals(t):
 
 
 TESTS = [t_structured_refusals, t_structured_json_object_and_choice, t_structured_json_schema_corpus,
-         t_structured_regex, t_structured_sdk_parse_with_pydantic]
+         t_structured_regex, t_structured_gbnf, t_structured_sdk_parse_with_pydantic]

@@ -341,6 +341,14 @@ TEST_F(OpenAiRequestTest, OutputConstraintsBecomeTheRequestsGrammar) {
   EXPECT_NE(bad_re.message.find("backreferences"), std::string::npos) << bad_re.message;
   EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"regex", "a"}, {"choice", {"a"}}}}}).param,
             "metro.regex");
+  // metro.grammar: GBNF text; an undefined rule is refused by name.
+  auto gb = prep(Endpoint::kCompletions, {{"prompt", "x"}, {"metro", {{"grammar", "root ::= [0-9]+\n"}}}});
+  ASSERT_TRUE(gb.ok()) << gb.error().message;
+  ASSERT_NE(gb->requests[0].grammar, nullptr);
+  const ApiError bad_gb = refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"grammar", "root ::= nope"}}}});
+  EXPECT_EQ(bad_gb.code, "unsupported_grammar");
+  EXPECT_EQ(bad_gb.param, "metro.grammar");
+  EXPECT_NE(bad_gb.message.find("'nope'"), std::string::npos) << bad_gb.message;
   EXPECT_EQ(refused(Endpoint::kChatCompletions, json{{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}).param,
             "response_format.type");
   EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", {{"choice", json::array()}}}}).param,
