@@ -85,6 +85,55 @@ Expected<int> PatternScanner::hex_escape(size_t digits) {
   return static_cast<int>(v);
 }
 
+Expected<std::optional<PatternScanner::Repeat>> PatternScanner::quantifier(bool spaces) {
+  if (at_end()) return std::optional<Repeat>();
+  const char c = peek();
+  if (c == '*' || c == '+' || c == '?') {
+    ++pos_;
+    return std::optional<Repeat>(Repeat{c == '+' ? 1 : 0, c == '?' ? 1 : -1});
+  }
+  if (c != '{') return std::optional<Repeat>();
+  auto blanks = [&] {
+    while (spaces && !at_end() && (peek() == ' ' || peek() == '\t')) ++pos_;
+  };
+  auto digit = [&] { return !at_end() && peek() >= '0' && peek() <= '9'; };
+  auto number = [&]() -> Expected<int> {
+    int64_t v = 0;
+    while (digit()) {
+      v = v * 10 + (peek() - '0');
+      if (v > kMaxRepeat) return bad("a repetition bound over " + std::to_string(kMaxRepeat));
+      ++pos_;
+    }
+    return static_cast<int>(v);
+  };
+  const size_t at = pos_;
+  ++pos_;
+  blanks();
+  if (!digit()) {
+    pos_ = at;
+    return std::optional<Repeat>();
+  }
+  Repeat r;
+  METRO_ASSIGN_OR_RETURN(r.min, number());
+  blanks();
+  r.max = r.min;
+  if (!at_end() && peek() == ',') {
+    ++pos_;
+    blanks();
+    if (!at_end() && peek() == '}') {
+      r.max = -1;
+    } else {
+      if (!digit()) return bad("a number was expected");
+      METRO_ASSIGN_OR_RETURN(r.max, number());
+      blanks();
+    }
+  }
+  if (at_end() || peek() != '}') return bad("'{' opens a bound that does not close");
+  ++pos_;
+  if (r.max >= 0 && r.max < r.min) return bad("a repetition bound {n,m} with m < n");
+  return std::optional<Repeat>(r);
+}
+
 Expected<CharSet> PatternScanner::char_class() {
   ++pos_;  // '['
   bool negate = false;

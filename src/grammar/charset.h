@@ -3,6 +3,7 @@
 // character classes and hex escapes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,15 @@ class PatternScanner {
   Expected<CharSet> char_class();
   // The escape at pos_ (a backslash): what it stands for.
   virtual Expected<CharSet> escape_set() = 0;
+
+  struct Repeat {
+    int min = 1, max = 1;  // max < 0: unbounded
+  };
+  // The quantifier at pos_ (* + ? {m} {m,} {m,n}, bounds at most kMaxRepeat), or nullopt
+  // when there is none, a '{' not followed by a digit included (left unread). `spaces`:
+  // blanks may stand inside the braces.
+  Expected<std::optional<Repeat>> quantifier(bool spaces);
+  static constexpr int kMaxRepeat = 4096;
 
   std::string_view p_;
   size_t pos_ = 0;

@@ -11,7 +11,6 @@ namespace metro::grammar {
 
 namespace {
 
-constexpr int kMaxRepeat = 4096;
 constexpr size_t kMaxElements = size_t{1} << 20;
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxTextBytes = 256 * 1024;
@@ -127,58 +126,9 @@ class GbnfParser final : public PatternScanner {
     return b_.seq(parts, "seq");
   }
 
-  Expected<int> number() {
-    if (at_end() || peek() < '0' || peek() > '9') return bad("a number was expected");
-    int64_t v = 0;
-    while (!at_end() && peek() >= '0' && peek() <= '9') {
-      v = v * 10 + (peek() - '0');
-      if (v > kMaxRepeat) return bad("a repetition bound over " + std::to_string(kMaxRepeat));
-      ++pos_;
-    }
-    return static_cast<int>(v);
-  }
-
   Expected<Element> quantified(Element item) {
-    if (at_end()) return item;
-    int lo, hi;
-    switch (peek()) {
-      case '*':
-        lo = 0, hi = -1;
-        ++pos_;
-        break;
-      case '+':
-        lo = 1, hi = -1;
-        ++pos_;
-        break;
-      case '?':
-        lo = 0, hi = 1;
-        ++pos_;
-        break;
-      case '{': {
-        ++pos_;
-        skip_space();
-        METRO_ASSIGN_OR_RETURN(lo, number());
-        skip_space();
-        hi = lo;
-        if (!at_end() && peek() == ',') {
-          ++pos_;
-          skip_space();
-          if (!at_end() && peek() == '}') {
-            hi = -1;
-          } else {
-            METRO_ASSIGN_OR_RETURN(hi, number());
-            skip_space();
-          }
-        }
-        if (at_end() || peek() != '}') return bad("'{' opens a bound that does not close");
-        ++pos_;
-        if (hi >= 0 && hi < lo) return bad("a repetition bound {m,n} with n < m");
-        break;
-      }
-      default:
-        return item;
-    }
-    return b_.repeat(item, lo, hi);
+    METRO_ASSIGN_OR_RETURN(std::optional<Repeat> r, quantifier(/*spaces=*/true));
+    return r ? b_.repeat(item, r->min, r->max) : item;
   }
 
   Expected<Element> atom(int depth) {

@@ -9,7 +9,6 @@ namespace metro::grammar {
 
 namespace {
 
-constexpr int kMaxRepeat = 4096;
 constexpr size_t kMaxElements = size_t{1} << 20;
 constexpr int kMaxDepth = 64;
 
@@ -101,61 +100,15 @@ class RegexCompiler final : public PatternScanner {
     return b_.seq(parts, "re.seq");
   }
 
-  Expected<int> number() {
-    if (at_end() || peek() < '0' || peek() > '9') return bad("a number was expected");
-    int64_t v = 0;
-    while (!at_end() && peek() >= '0' && peek() <= '9') {
-      v = v * 10 + (peek() - '0');
-      if (v > kMaxRepeat) return bad("a repetition bound over " + std::to_string(kMaxRepeat));
-      ++pos_;
-    }
-    return static_cast<int>(v);
-  }
-
   Expected<Element> quantified(Element a) {
-    if (at_end()) return a;
-    int lo = 1, hi = 1;
-    const char c = peek();
-    if (c == '*') {
-      lo = 0, hi = -1;
-      ++pos_;
-    } else if (c == '+') {
-      lo = 1, hi = -1;
-      ++pos_;
-    } else if (c == '?') {
-      lo = 0, hi = 1;
-      ++pos_;
-    } else if (c == '{') {
-      const size_t at = pos_;
-      ++pos_;
-      if (at_end() || peek() < '0' || peek() > '9') {
-        // Not a bound: ECMAScript takes a lone '{' literally; so does this.
-        pos_ = at;
-        return a;
-      }
-      auto n = number();
-      if (!n.ok()) return n.status();
-      lo = hi = *n;
-      if (!at_end() && peek() == ',') {
-        ++pos_;
-        if (!at_end() && peek() == '}') {
-          hi = -1;
-        } else {
-          METRO_ASSIGN_OR_RETURN(hi, number());
-        }
-      }
-      if (at_end() || peek() != '}') return bad("'{' opens a bound that does not close");
-      ++pos_;
-      if (hi >= 0 && hi < lo) return bad("a repetition bound {n,m} with m < n");
-    } else {
-      return a;
-    }
+    METRO_ASSIGN_OR_RETURN(std::optional<Repeat> r, quantifier(/*spaces=*/false));
+    if (!r) return a;
     if (!at_end() && peek() == '?') ++pos_;  // lazy: the same texts
     if (!at_end() && (peek() == '+' || peek() == '*' || peek() == '?' || peek() == '{')) {
       if (peek() == '+') return bad("possessive quantifiers are not supported");
       if (peek() != '{') return bad("a quantifier follows a quantifier");
     }
-    return b_.repeat(a, lo, hi);
+    return b_.repeat(a, r->min, r->max);
   }
 
   Expected<Element> atom(int depth) {

@@ -226,30 +226,29 @@ static std::optional<ApiError> parse_output_constraint(const nlohmann::json& bod
       key = "choice:" + c->dump();
       make = [choices] { return grammar::choice_grammar(choices); };
     }
-    if (auto gr = m->find("grammar"); gr != m->end() && !gr->is_null()) {
+    // Constraints given as text: one at most, and not beside the others.
+    struct TextConstraint {
+      const char* field;
+      const char* what;
+      const char* prefix;  // of the cache key
+      Expected<grammar::Grammar> (*compile)(std::string_view);
+    };
+    static constexpr TextConstraint kText[] = {
+        {"grammar", "a non-empty GBNF grammar", "gbnf:", &grammar::gbnf_grammar},
+        {"regex", "a non-empty regular expression", "regex:", &grammar::regex_grammar}};
+    for (const TextConstraint& tc : kText) {
+      auto v = m->find(tc.field);
+      if (v == m->end() || v->is_null()) continue;
+      const std::string field = std::string("metro.") + tc.field;
       if (!key.empty()) {
-        return bad_request("metro.grammar cannot be combined with response_format or metro.choice", "metro.grammar");
+        return bad_request(field + " cannot be combined with response_format, metro.choice, metro.grammar or metro.regex",
+                           field);
       }
-      if (!gr->is_string() || gr->get<std::string>().empty()) {
-        return bad_request("metro.grammar must be a non-empty GBNF grammar", "metro.grammar");
-      }
-      const std::string text = gr->get<std::string>();
-      param = "metro.grammar";
-      key = "gbnf:" + text;
-      make = [text] { return grammar::gbnf_grammar(text); };
-    }
-    if (auto r = m->find("regex"); r != m->end() && !r->is_null()) {
-      if (!key.empty()) {
-        return bad_request("metro.regex cannot be combined with response_format, metro.choice or metro.grammar",
-                           "metro.regex");
-      }
-      if (!r->is_string() || r->get<std::string>().empty()) {
-        return bad_request("metro.regex must be a non-empty regular expression", "metro.regex");
-      }
-      const std::string pattern = r->get<std::string>();
-      param = "metro.regex";
-      key = "regex:" + pattern;
-      make = [pattern] { return grammar::regex_grammar(pattern); };
+      if (!v->is_string() || v->get<std::string>().empty()) return bad_request(field + " must be " + tc.what, field);
+      const std::string text = v->get<std::string>();
+      param = field;
+      key = tc.prefix + text;
+      make = [text, compile = tc.compile] { return compile(text); };
     }
   }
   if (key.empty()) return std::nullopt;

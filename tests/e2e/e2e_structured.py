@@ -155,6 +155,14 @@ def _chat(t, body, stream=False):
     return st, data
 
 
+def _text_and_finish(data, stream):
+    """The first choice's text and finish reason, from a stream or a body."""
+    if stream:
+        return _stream_text(data)
+    c = json.loads(data)["choices"][0]
+    return c["message"]["content"], c["finish_reason"]
+
+
 def _stream_text(data):
     text, finish = "", None
     for line in data.decode().split("\n\n"):
@@ -176,11 +184,7 @@ def t_structured_json_schema_corpus(t):
             sampled = {"temperature": 0.8, "seed": 1000 * i + run} if run else {"temperature": 0}
             st, data = _chat(t, dict(sampled, response_format=fmt), stream=run % 2 == 1)
             assert st == 200, (i, data[:300])
-            if run % 2 == 1:
-                text, finish = _stream_text(data)
-            else:
-                c = json.loads(data)["choices"][0]
-                text, finish = c["message"]["content"], c["finish_reason"]
+            text, finish = _text_and_finish(data, stream=run % 2 == 1)
             if finish == "length":  # cut by max_tokens: a prefix of a valid text
                 lengths += 1
                 continue
@@ -228,11 +232,7 @@ def t_structured_regex(t):
             sampled = {"temperature": 0.8, "seed": 10 * i + run} if run else {"temperature": 0}
             st, data = _chat(t, dict(sampled, metro={"regex": pattern}, max_tokens=64), stream=run == 1)
             assert st == 200, (pattern, data[:300])
-            if run == 1:
-                text, finish = _stream_text(data)
-            else:
-                c = json.loads(data)["choices"][0]
-                text, finish = c["message"]["content"], c["finish_reason"]
+            text, finish = _text_and_finish(data, stream=run == 1)
             if finish == "length":
                 continue
             assert finish == "stop", (pattern, finish, text)
@@ -255,11 +255,7 @@ def t_structured_gbnf(t):
         sampled = {"temperature": 1.0, "seed": run} if run else {"temperature": 0}
         st, data = _chat(t, dict(sampled, metro={"grammar": grammar}, max_tokens=48), stream=run == 1)
         assert st == 200, data[:300]
-        if run == 1:
-            text, finish = _stream_text(data)
-        else:
-            c = json.loads(data)["choices"][0]
-            text, finish = c["message"]["content"], c["finish_reason"]
+        text, finish = _text_and_finish(data, stream=run == 1)
         if finish == "length":
             continue
         assert finish == "stop" and re.fullmatch(same, text), (finish, text)
