@@ -41,8 +41,8 @@ Expected<RunResult> run_once(const LoadedModel& lm, const std::vector<int32_t>& 
   ec.max_batch_tokens = 512;
   ec.ctx_total = static_cast<int>(prompt.size()) + o.n_gen + 128;
   SpecFlags flags = o.spec;
-  if (!spec_on) flags.mode = "off";
-  METRO_RETURN_IF_ERROR(apply_spec_flags(flags, ec));
+  if (!spec_on) flags = SpecFlags{};
+  METRO_RETURN_IF_ERROR(apply_spec_flags(flags, ec, lm.model));
   METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, ec));
   auto generate = [&](const std::vector<int32_t>& ids, int n, const std::vector<int32_t>& pred,
                       RunResult* out) -> Status {

@@ -90,7 +90,7 @@ int cmd_run(int argc, char** argv) {
   ec.max_seqs = 1;
   ec.max_batch_tokens = 512;
   ec.ctx_total = static_cast<int>(ids.size()) + n_predict + 64;
-  if (Status st = apply_spec_flags(spec, ec); !st.ok()) return fail("run", st);
+  if (Status st = apply_spec_flags(spec, ec, lm->model); !st.ok()) return fail("run", st);
   auto eng = engine::Engine::create(lm->model, tok, ec);
   if (!eng.ok()) return fail("run", eng.status());
 

@@ -339,7 +339,7 @@ int cmd_serve(int argc, char** argv) {
       }
     }
     engine::EngineConfig cfg = ec;  // a proposer of its own: it keeps per-sequence state
-    METRO_RETURN_IF_ERROR(apply_spec_flags(spec, cfg));
+    METRO_RETURN_IF_ERROR(apply_spec_flags(spec, cfg, lm.model));
     METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, cfg));
     if (trace) eng->add_observer(trace);
     auto served = std::make_shared<gateway::ServedModel>();
@@ -354,7 +354,7 @@ int cmd_serve(int argc, char** argv) {
   auto door = std::make_shared<gateway::FrontDoor>(fd);
   sc.front_door = door;
   server::Server::Callbacks cb;
-  cb.on_loaded = [threads](const gateway::FrontDoor& d) {
+  cb.on_loaded = [threads, spec](const gateway::FrontDoor& d) {
     for (const auto& m : d.models().all()) {
       const engine::Engine& e = *m->engine;
       std::printf(
@@ -369,7 +369,7 @@ int cmd_serve(int argc, char** argv) {
                                                                                 : " (per tenant)",
           e.scheduler_name(),
           m->admission ? "on" : "off", m->calibrated_prefill_tokens_per_s,
-          e.config().proposer ? ("ngram, k <= " + std::to_string(e.config().max_draft_tokens)).c_str() : "off",
+          e.config().proposer ? (spec.mode + ", k <= " + std::to_string(e.config().max_draft_tokens)).c_str() : "off",
           m->chat_template ? "" : " | no chat template");
     }
     std::fflush(stdout);

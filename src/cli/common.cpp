@@ -5,6 +5,7 @@
 #include "backends/registry.h"
 #include "base/clock.h"
 #include "base/cpu_features.h"
+#include "engine/speculative/draft_model.h"
 #include "engine/speculative/ngram.h"
 
 namespace metro::cli {
@@ -41,32 +42,91 @@ int fail(const char* cmd, const Status& s) {
 void add_spec_flags(CLI::App& app, SpecFlags& flags, const std::string& default_mode) {
   flags.mode = default_mode;
   app.add_option("--spec", flags.mode,
-                 "speculative decoding: off, or ngram (drafts from the request's prediction, its own "
-                 "tokens and an n-gram pool; outputs are unchanged)")
+                 "speculative decoding: off; ngram (drafts from the request's prediction, its own tokens "
+                 "and an n-gram pool); draft (a smaller model with the same vocabulary, --spec-draft); self "
+                 "(the model with layers skipped). Outputs are unchanged")
       ->capture_default_str();
   app.add_option("--spec-max-k", flags.max_k, "most draft tokens per sequence and step")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--spec-draft", flags.draft, "draft model GGUF (for --spec draft)");
+  app.add_option("--spec-self-skip", flags.self_skip,
+                 "layers the self-draft skips, e.g. 10-19 (for --spec self; default: docs/speculative.md)");
 }
 
-Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config) {
+namespace {
+
+// The layers --spec self skips by default: the sixth of the layers after the middle, the
+// skip set with the best acceptance for its savings among those measured on the default
+// model (docs/speculative.md).
+std::vector<int> default_self_skip(int n_layer) {
+  std::vector<int> skip;
+  const int n = std::max(1, n_layer / 6);
+  for (int l = n_layer / 2; l < n_layer / 2 + n && l < n_layer - 1; ++l) skip.push_back(l);
+  if (skip.empty()) skip.push_back(n_layer - 1);
+  return skip;
+}
+
+}  // namespace
+
+Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
+                        const std::shared_ptr<const model::Model>& target) {
+  namespace sp = engine::speculative;
+  const bool is_draft = flags.mode == "draft", is_self = flags.mode == "self";
+  if (!flags.draft.empty() && !is_draft) return invalid_argument("--spec-draft needs --spec draft");
+  if (!flags.self_skip.empty() && !is_self) return invalid_argument("--spec-self-skip needs --spec self");
   if (flags.mode == "off") {
-    if (!flags.draft.empty()) return invalid_argument("--spec-draft needs --spec draft");
     config.proposer = nullptr;
     config.max_draft_tokens = 0;
     return Status::ok_status();
   }
+  config.adaptive_drafts = flags.adaptive;
   if (flags.mode == "ngram") {
-    if (!flags.draft.empty()) return invalid_argument("--spec-draft needs --spec draft");
-    config.proposer = std::make_shared<engine::speculative::NgramProposer>();
+    config.proposer = std::make_shared<sp::NgramProposer>();
     config.max_draft_tokens = flags.max_k;
     return Status::ok_status();
   }
-  if (flags.mode == "draft" || flags.mode == "self") {
-    return unimplemented("--spec " + flags.mode + " is not built yet (docs/speculative.md); use --spec ngram");
+  if (!is_draft && !is_self) return invalid_argument("--spec must be off, ngram, draft or self, got '" + flags.mode + "'");
+  if (is_draft && flags.draft.empty()) return invalid_argument("--spec draft needs --spec-draft FILE");
+  std::vector<int> skip;
+  if (is_self && !flags.self_skip.empty()) {
+    METRO_ASSIGN_OR_RETURN(skip, sp::parse_layer_list(flags.self_skip));
   }
-  return invalid_argument("--spec must be off or ngram, got '" + flags.mode + "'");
+  if (!target) return Status::ok_status();
+  if (is_self && flags.self_skip.empty()) skip = default_self_skip(static_cast<int>(target->hparams().n_layer));
+  // A draft file is loaded once for every engine these flags make; a self-draft reads the
+  // target's bytes, so it is made for each target and lives no longer than its proposer.
+  std::shared_ptr<const model::Model> draft;
+  if (is_draft) {
+    if (!*flags.loaded) {
+      model::ModelOptions mo;
+      mo.backend = target->backend();
+      auto m = model::Model::load(flags.draft, mo);
+      if (!m.ok()) return invalid_argument("--spec-draft: " + m.status().message());
+      *flags.loaded = std::move(*m);
+    }
+    draft = *flags.loaded;
+  } else {
+    METRO_ASSIGN_OR_RETURN(draft, sp::make_self_draft(*target, skip));
+  }
+  sp::ModelProposerOptions o;
+  o.source = is_draft ? sp::DraftSource::kDraftModel : sp::DraftSource::kSelf;
+  o.max_k = flags.max_k;
+  o.max_seqs = config.max_seqs;
+  const int train = static_cast<int>(target->hparams().n_ctx_train);
+  o.n_ctx = config.n_ctx > 0 ? std::min(config.n_ctx, train) : train;
+  o.block_size = config.kv_block;
+  o.kv_type = config.kv_type;
+  // As many positions as the model's own KV cache, within 512 MiB of the draft's KV.
+  const int64_t per_token = static_cast<int64_t>(draft->kv_layout(o.kv_type, o.block_size).page_bytes() * 2 *
+                                                 static_cast<size_t>(draft->kv_layers()) / static_cast<size_t>(o.block_size));
+  const int64_t target_tokens = config.ctx_total > 0 ? config.ctx_total : 64 * 1024;
+  o.kv_tokens = std::max<int64_t>(o.block_size, std::min<int64_t>(target_tokens, (int64_t{512} << 20) / std::max<int64_t>(1, per_token)));
+  METRO_ASSIGN_OR_RETURN(std::unique_ptr<sp::ModelProposer> p,
+                         sp::ModelProposer::create(draft, *target, o, is_self ? std::shared_ptr<const void>(target) : nullptr));
+  config.proposer = std::move(p);
+  config.max_draft_tokens = flags.max_k;
+  return Status::ok_status();
 }
 
 }  // namespace metro::cli

@@ -32,17 +32,22 @@ int default_threads();
 // The KV cache element type named by --kv-type (serve, perplexity): f16 or q8_0.
 Expected<kernels::DType> parse_kv_type(const std::string& name);
 
-// Speculative decoding flags of serve, run and bench: --spec off|ngram, --spec-max-k N.
-// (--spec draft|self and --spec-draft FILE are named in docs/speculative.md and answered
-// with an error saying they are not built.)
+// Speculative decoding flags of serve, run and bench: --spec off|ngram|draft|self,
+// --spec-max-k N, --spec-draft FILE, --spec-self-skip LAYERS.
 struct SpecFlags {
   std::string mode = "off";
   int max_k = 8;
   std::string draft;
+  std::string self_skip;  // empty: the default skip set (docs/speculative.md)
+  bool adaptive = true;   // false: verify every proposed token (bench's --spec-no-controller)
+  // The draft model once loaded, shared by copies of the flags (bench runs several engines).
+  std::shared_ptr<std::shared_ptr<const model::Model>> loaded = std::make_shared<std::shared_ptr<const model::Model>>();
 };
 void add_spec_flags(CLI::App& app, SpecFlags& flags, const std::string& default_mode);
-// Sets the engine's proposer from the flags.
-Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config);
+// Sets the engine's proposer from the flags. A draft model proposer needs the target (and
+// the config's context and KV sizes); with a null target the flags are only checked.
+Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
+                        const std::shared_ptr<const model::Model>& target = nullptr);
 
 // "metro <cmd>: <message>" on stderr; returns 1.
 int fail(const char* cmd, const Status& s);

@@ -117,6 +117,10 @@ struct Engine::Impl {
   speculative::DraftController controller;
   std::vector<speculative::DraftCandidate> candidates;
   int last_prefill_tokens = 0;        // prompt tokens of the last step (drafts excluded)
+  double last_step_s = 0.0;           // the last step's seconds, a draft model's passes excluded
+  double propose_s = 0.0;             // this step's seconds in a draft model's passes
+  std::vector<speculative::DraftJob> draft_jobs;     // a model proposer's jobs of the step
+  std::vector<std::vector<int32_t>> draft_tokens;    // and their drafts, by candidate
   // Speculation counters (engine thread), copied into stats after each step.
   std::array<uint64_t, speculative::kNumDraftSources> spec_proposed{};
   std::array<uint64_t, speculative::kNumDraftSources> spec_accepted{};
@@ -136,6 +140,7 @@ struct Engine::Impl {
   // The step and its stages (engine_step.cpp).
   void step();
   void propose();
+  void take_draft(Choice& c, speculative::DraftSource source, const std::vector<int32_t>& tokens);
   bool build_batch(const sched::StepPlan& plan, bool* want_hidden);
   void sample(const sched::StepPlan& plan, const model::ForwardOutput& out, sched::StepResult* result);
   void pool_embeddings(const sched::StepPlan& plan, const model::ForwardOutput& out);

@@ -29,6 +29,7 @@ int32_t token_at(const sched::SeqState& s, int pos) {
 
 void Engine::Impl::step() {
   const int64_t t0 = now_ns();
+  propose_s = 0.0;
   propose();
   sched::StepPlan plan = sched->schedule(t0);
   if (plan.empty()) {
@@ -68,11 +69,18 @@ void Engine::Impl::step() {
 }
 
 // Drafts for every decoding sequence, from the proposer (none without one); the controller
-// then decides how many of each the step computes.
+// then decides how many of each the step computes. A proposer that runs a model is asked
+// for k first (its passes cost time), then drafts that many for all sequences at once.
 void Engine::Impl::propose() {
   speculative::Proposer* proposer = self->cfg_.proposer.get();
   const int k_max = self->cfg_.max_draft_tokens;
   if (proposer == nullptr || k_max <= 0) return;
+  const speculative::DraftSource model_source = proposer->model_source();
+  const bool by_model = model_source != speculative::DraftSource::kNone;
+  // Until a model proposer knows what its passes cost, one pass a step: enough to measure
+  // them, too little to lose much where the draft model is slow.
+  const speculative::DraftCost draft_cost = proposer->cost();
+  const bool priced = !by_model || draft_cost.pass_s > 0.0;
   candidates.clear();
   int decoding = 0;
   for (auto& [id, c] : by_seq) {
@@ -89,37 +97,75 @@ void Engine::Impl::propose() {
                               self->n_ctx_ - static_cast<int>(s.tokens.size())) - 1;
     const int k = std::min(k_max, room);
     if (k <= 0) continue;
+    if (by_model) {
+      candidates.push_back(speculative::DraftCandidate{s.id, model_source, priced ? k : 1, 0});
+      continue;
+    }
     proposal.clear();
     const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
     const speculative::DraftSource source = proposer->propose(in, k, proposal);
     if (proposal.size() > static_cast<size_t>(k)) proposal.resize(static_cast<size_t>(k));
-    const int32_t n_vocab = self->tokenizer_.n_vocab();
-    for (int32_t t : proposal) {
-      if (t < 0 || t >= n_vocab) break;  // a proposer's bad token ends its draft
-      s.draft.push_back(t);
-    }
-    if (c->matcher && !s.draft.empty()) {
-      // A draft the grammar would refuse is never accepted: verify only what it allows.
-      grammar::Matcher probe(*c->matcher);
-      size_t ok = 0;
-      while (ok < s.draft.size() && probe.can_continue() && probe.accept_token(s.draft[ok])) ++ok;
-      s.draft.resize(ok);
-    }
-    if (s.draft.empty()) continue;
-    c->draft_source = source;
-    candidates.push_back(speculative::DraftCandidate{s.id, source, static_cast<int>(s.draft.size()), 0});
+    take_draft(*c, source, proposal);
+    if (!s.draft.empty()) candidates.push_back(speculative::DraftCandidate{s.id, source, static_cast<int>(s.draft.size()), 0});
   }
-  if (!self->cfg_.adaptive_drafts || candidates.empty()) return;
-  speculative::StepShape shape;
-  shape.decode_seqs = decoding;
-  shape.prefill_tokens = last_prefill_tokens;
-  shape.draft_room = std::max(0, self->cfg_.max_batch_tokens - decoding - last_prefill_tokens);
-  controller.plan(candidates, shape);
-  for (const speculative::DraftCandidate& d : candidates) {
+  if (candidates.empty()) return;
+  if (self->cfg_.adaptive_drafts) {
+    speculative::StepShape shape;
+    shape.decode_seqs = decoding;
+    shape.prefill_tokens = last_prefill_tokens;
+    shape.draft_room = std::max(0, self->cfg_.max_batch_tokens - decoding - last_prefill_tokens);
+    shape.draft_cost = draft_cost;
+    shape.last_step_s = last_step_s;
+    controller.plan(candidates, shape);
+  } else {
+    for (speculative::DraftCandidate& d : candidates) d.k = d.proposed;
+  }
+  if (!by_model) {
+    for (const speculative::DraftCandidate& d : candidates) {
+      Choice& c = *by_seq.at(d.seq_id);
+      c.seq.draft.resize(static_cast<size_t>(d.k));
+      if (d.k == 0) c.draft_source = speculative::DraftSource::kNone;
+    }
+    return;
+  }
+  const int64_t t0 = now_ns();
+  draft_jobs.clear();
+  draft_tokens.resize(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const speculative::DraftCandidate& d = candidates[i];
+    if (d.k == 0) continue;
     Choice& c = *by_seq.at(d.seq_id);
-    c.seq.draft.resize(static_cast<size_t>(d.k));
-    if (d.k == 0) c.draft_source = speculative::DraftSource::kNone;
+    draft_tokens[i].clear();
+    draft_jobs.push_back(speculative::DraftJob{{c.req->id, &c.seq, c.req->req.prediction}, d.k, &draft_tokens[i]});
   }
+  if (!draft_jobs.empty()) proposer->draft(draft_jobs, *pool);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const speculative::DraftCandidate& d = candidates[i];
+    if (d.k == 0) continue;
+    std::vector<int32_t>& t = draft_tokens[i];
+    if (t.size() > static_cast<size_t>(d.k)) t.resize(static_cast<size_t>(d.k));
+    take_draft(*by_seq.at(d.seq_id), model_source, t);
+  }
+  propose_s = static_cast<double>(now_ns() - t0) * 1e-9;
+}
+
+// A proposal as the sequence's draft: up to the first token outside the vocabulary, and
+// for a constrained request up to the first token its grammar refuses (never accepted).
+void Engine::Impl::take_draft(Choice& c, speculative::DraftSource source, const std::vector<int32_t>& tokens) {
+  sched::SeqState& s = c.seq;
+  s.draft.clear();
+  const int32_t n_vocab = self->tokenizer_.n_vocab();
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= n_vocab) break;  // a proposer's bad token ends its draft
+    s.draft.push_back(t);
+  }
+  if (c.matcher && !s.draft.empty()) {
+    grammar::Matcher probe(*c.matcher);
+    size_t ok = 0;
+    while (ok < s.draft.size() && probe.can_continue() && probe.accept_token(s.draft[ok])) ++ok;
+    s.draft.resize(ok);
+  }
+  c.draft_source = s.draft.empty() ? speculative::DraftSource::kNone : source;
 }
 
 // The plan as one flat batch: each entry's committed tokens, then its drafts; logits for
@@ -329,6 +375,10 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
   rep.attention_s = profile.seconds(backends::OpKind::kAttention);
   const int64_t t1 = now_ns();
   rep.cost.step_s = static_cast<double>(t1 - t0) * 1e-9;
+  // The scale a model proposer's costs are judged against until the controller's fit is
+  // trusted: the step without its drafts, as the controller's cold assumption prices them.
+  last_step_s = (rep.cost.step_s - propose_s) /
+                (1.0 + speculative::DraftController::kColdRowFraction * rep.draft_tokens);
   const sched::SchedulerCounts counts = sched->counts();
   rep.waiting_by_class = counts.waiting_by_class;
   rep.running_by_class = counts.running_by_class;
@@ -349,7 +399,8 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
   }
   sched->observe_step(rep.cost);
   if (!spec_steps_by_k.empty()) {
-    controller.observe_step(rep.cost.step_s, rep.cost.decode_seqs, last_prefill_tokens, rep.draft_tokens);
+    // The fit prices the step's own rows: a draft model's passes are priced by the proposer.
+    controller.observe_step(rep.cost.step_s - propose_s, rep.cost.decode_seqs, last_prefill_tokens, rep.draft_tokens);
   }
   for (const auto& o : current_observers()) o->on_step(rep);
   {

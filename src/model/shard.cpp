@@ -1,5 +1,6 @@
 #include "model/shard.h"
 
+#include <algorithm>
 #include <string>
 
 namespace metro::model {
@@ -24,6 +25,16 @@ Expected<ShardGeometry> ShardGeometry::resolve(const Shard& s, const HParams& hp
                             std::to_string(n_layer) + " layers");
   }
   g.ends_model = g.layer_end == n_layer;
+  g.skip = s.skip;
+  std::sort(g.skip.begin(), g.skip.end());
+  g.skip.erase(std::unique(g.skip.begin(), g.skip.end()), g.skip.end());
+  for (int l : g.skip) {
+    if (l < g.layer_begin || l >= g.layer_end) {
+      return invalid_argument("skipped layer " + std::to_string(l) + " is outside the shard's layers [" +
+                              std::to_string(g.layer_begin) + ", " + std::to_string(g.layer_end) + ")");
+    }
+  }
+  if (g.n_layer() < 1) return invalid_argument("a shard cannot skip every one of its layers");
   if (s.tp_size < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp_size) {
     return invalid_argument("tensor-parallel rank " + std::to_string(s.tp_rank) + " of " +
                             std::to_string(s.tp_size) + " is not a rank of the group");
@@ -53,6 +64,20 @@ Expected<ShardGeometry> ShardGeometry::resolve(const Shard& s, const HParams& hp
   g.ff_begin = part_begin(units, s.tp_rank, s.tp_size) * ff_align;
   g.ff_end = part_begin(units, s.tp_rank + 1, s.tp_size) * ff_align;
   return g;
+}
+
+std::vector<int> ShardGeometry::layers() const {
+  std::vector<int> out;
+  out.reserve(static_cast<size_t>(std::max(0, n_layer())));
+  size_t k = 0;
+  for (int l = layer_begin; l < layer_end; ++l) {
+    if (k < skip.size() && skip[k] == l) {
+      ++k;
+      continue;
+    }
+    out.push_back(l);
+  }
+  return out;
 }
 
 }  // namespace metro::model

@@ -1,5 +1,6 @@
 // Which part of a model one process (or one rank) holds: a range of layers (pipeline
-// parallelism) and a tensor-parallel slice of each of them.
+// parallelism) and a tensor-parallel slice of each of them; or, for a self-drafting copy of
+// a model, the model with some layers left out (the residual stream passes them unchanged).
 //
 // Tensor parallelism slices a layer the Megatron way: rank r of n holds a contiguous range
 // of the KV heads and the query heads of their groups (the rows of Q, K and V, the columns
@@ -8,6 +9,8 @@
 // each rank a partial sum over its columns, which the ranks add up (an all-reduce) before
 // the residual add. Embedding, norms and the head are replicated.
 #pragma once
+
+#include <vector>
 
 #include "base/status.h"
 #include "model/hparams.h"
@@ -19,6 +22,9 @@ struct Shard {
   int layer_end = -1;  // one past the last layer held; -1: through the model's last
   int tp_rank = 0;     // rank in the tensor-parallel group, in [0, tp_size)
   int tp_size = 1;
+  // Layers inside the range that are not run at all (not held, no KV): a cheaper, less
+  // exact model (self-drafting). At least one layer must remain.
+  std::vector<int> skip;
 };
 
 // A shard resolved against a model: what its weights and its KV arena hold.
@@ -29,10 +35,14 @@ struct ShardGeometry {
   int kv_head_begin = 0, kv_head_end = 0;  // its KV heads
   int head_begin = 0, head_end = 0;        // its query heads: the groups of its KV heads
   int ff_begin = 0, ff_end = 0;            // its FFN hidden columns
+  std::vector<int> skip;                   // layers of the range not run, ascending
 
   bool starts_model() const { return layer_begin == 0; }
   bool sliced() const { return tp_size > 1; }
-  int n_layer() const { return layer_end - layer_begin; }
+  // Layers run (and KV arena layers): the range less the skipped ones.
+  int n_layer() const { return layer_end - layer_begin - static_cast<int>(skip.size()); }
+  // The model's layer ids run, in order.
+  std::vector<int> layers() const;
   int n_head() const { return head_end - head_begin; }
   int n_head_kv() const { return kv_head_end - kv_head_begin; }
   int n_ff() const { return ff_end - ff_begin; }

@@ -180,8 +180,10 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   const int64_t k0 = int64_t{g.kv_head_begin} * static_cast<int64_t>(hd), k1 = int64_t{g.kv_head_end} * static_cast<int64_t>(hd);
   const int64_t f0 = g.ff_begin, f1 = g.ff_end;
   w.layers.resize(static_cast<size_t>(g.n_layer()));
-  for (int il = g.layer_begin; il < g.layer_end; ++il) {
-    LayerWeights& L = w.layers[static_cast<size_t>(il - g.layer_begin)];
+  const std::vector<int> held = g.layers();
+  for (size_t ix = 0; ix < held.size(); ++ix) {
+    const int il = held[ix];
+    LayerWeights& L = w.layers[ix];
     const std::string p = "blk." + std::to_string(il) + ".";
     METRO_ASSIGN_OR_RETURN(L.attn_norm, b.vector(p + "attn_norm.weight", n_embd));
     METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_q, q0, q1));

@@ -1,6 +1,7 @@
 """Speculative decoding through the API: a server with --spec ngram gives the same greedy
 text as one without, reports prediction tokens in the usage, counts drafts on /metrics,
-honours metro.speculative=false, and refuses a malformed prediction."""
+honours metro.speculative=false, and refuses a malformed prediction; --spec draft and
+--spec self give the same text too, and bad flags are refused before the model loads."""
 
 import asyncio
 import json
@@ -13,10 +14,10 @@ TEXT = ("The night train leaves the central station at ten in the evening. It st
 ASK = "Copy this paragraph exactly, word for word:\n\n" + TEXT
 
 
-def _server(ctx, spec):
+def _server(ctx, spec, extra=()):
     srv = MetroServer(ctx.metro, ctx.model_path, [
         "--model-name", ctx.model_name, "--ctx", "1024", "--ctx-total", "8192", "--max-seqs", "16",
-        "--spec", spec, "--spec-max-k", "8", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+        "--spec", spec, "--spec-max-k", "8", "-t", str(env_int("METRO_E2E_THREADS", 2))] + list(extra))
     srv.start()
     srv.wait_ready()
     return srv
@@ -88,13 +89,43 @@ def t_spec_same_text_and_prediction_usage(ctx):
         srv.kill()
 
 
+def t_spec_draft_model_and_self(ctx):
+    plain = _server(ctx, "off")
+    try:
+        want, _ = _chat(plain.port, ctx.model_name, {})
+    finally:
+        plain.kill()
+    # The model as its own draft model (the same vocabulary, trivially), then itself with
+    # layers skipped: the text is the model's either way, and the drafts are counted under
+    # their proposer (the controller probes with one draft token a step before it prices
+    # the draft model's passes, so some are verified whatever it decides after).
+    for spec, extra, label in (("draft", ["--spec-draft", ctx.model_path], "draft"),
+                               ("self", ["--spec-self-skip", "25-29"], "self")):
+        srv = _server(ctx, spec, extra)
+        try:
+            got, _ = _chat(srv.port, ctx.model_name, {})
+            assert got == want, (spec, got, want)
+            got, _ = _chat(srv.port, ctx.model_name, {}, stream=True)
+            assert got == want, (spec, got, want)
+            m = metrics(srv.port)
+            key = [k for k in m if k.startswith("metro_spec_proposed_tokens_total") and f'proposer="{label}"' in k]
+            assert key and m[key[0]] > 0, (spec, {k: v for k, v in m.items() if "spec_proposed" in k})
+            ctx.note(f"--spec {spec}: {m[key[0]]:.0f} draft tokens verified")
+        finally:
+            srv.kill()
+
+
 def t_spec_flags_refused(ctx):
-    for args, want in ((["--spec", "bogus"], "--spec must be off or ngram"),
-                       (["--spec", "draft"], "not built yet"),
+    for args, want in ((["--spec", "bogus"], "--spec must be off, ngram, draft or self"),
+                       (["--spec", "draft"], "--spec draft needs --spec-draft FILE"),
+                       (["--spec", "draft", "--spec-draft", "/nonexistent.gguf"], "--spec-draft"),
+                       (["--spec", "self", "--spec-self-skip", "3-1"], "bad layer range"),
+                       (["--spec", "self", "--spec-self-skip", "0-99"], "outside"),
+                       (["--spec-self-skip", "3"], "--spec-self-skip needs --spec self"),
                        (["--spec-draft", "x.gguf"], "--spec-draft needs --spec draft")):
         p = subprocess.run([ctx.metro, "serve", "-m", ctx.model_path, "--port", "0"] + args, capture_output=True,
                            text=True, timeout=60)
         assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
 
 
-TESTS = [t_spec_same_text_and_prediction_usage, t_spec_flags_refused]
+TESTS = [t_spec_same_text_and_prediction_usage, t_spec_draft_model_and_self, t_spec_flags_refused]

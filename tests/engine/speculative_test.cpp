@@ -1,5 +1,6 @@
 // Speculative decoding: the n-gram proposer's sources (its own context, the shared pool,
-// the request's prediction), the controller's choice of k, and the engine's promise that
+// the request's prediction), the draft-model proposers (another model, the model with
+// layers skipped), the controller's choice of k, and the engine's promise that
 // drafts never change the output: greedy tokens equal those without speculation at 1, 4,
 // 16 and 64 concurrent sequences with preemption and aborts in the mix, and sampled tokens
 // keep the model's distribution (a chi-square test on a small synthetic model).
@@ -14,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/speculative/controller.h"
+#include "engine/speculative/draft_model.h"
 #include "engine/speculative/ngram.h"
 #include "engine_test_util.h"
 #include "model/model.h"
@@ -25,7 +27,10 @@ namespace {
 
 using speculative::DraftCandidate;
 using speculative::DraftController;
+using speculative::DraftCost;
 using speculative::DraftSource;
+using speculative::ModelProposer;
+using speculative::ModelProposerOptions;
 using speculative::NgramOptions;
 using speculative::NgramProposer;
 using speculative::ProposeInput;
@@ -149,6 +154,66 @@ TEST(DraftController, TurnsDraftsDownWhenTheStepIsComputeBound) {
   EXPECT_GT(one[0].k, 0);
 }
 
+TEST(DraftController, PricesADraftModelsPassesAndStopsWhenTheyCostMoreThanTheyGive) {
+  DraftController c;
+  // A 10 ms step, draft rows at 0.5 ms; guesses accepted 9 times in 10.
+  for (int i = 0; i < 64; ++i) {
+    const int rows = i % 9;
+    c.observe_step(0.010 + 0.0005 * rows, 1, 0, rows);
+  }
+  for (int i = 0; i < 20; ++i) c.observe(1, DraftSource::kDraftModel, 8, 8);
+  std::vector<DraftCandidate> one = {{1, DraftSource::kDraftModel, 8, 0}};
+  StepShape shape{1, 0, 255};
+  // A draft model ten times cheaper than the step: drafting pays.
+  shape.draft_cost = DraftCost{0.001, 0.0001};
+  c.plan(one, shape);
+  EXPECT_GE(one[0].k, 6);
+  // One as slow as the step gives less than it costs: none.
+  shape.draft_cost = DraftCost{0.010, 0.001};
+  c.plan(one, shape);
+  EXPECT_EQ(one[0].k, 0);
+  // Before the step's fit is trusted, the last step's time is the scale; without it, none.
+  DraftController cold;
+  std::vector<DraftCandidate> d = {{1, DraftSource::kDraftModel, 4, 0}};
+  for (int i = 0; i < 20; ++i) cold.observe(1, DraftSource::kDraftModel, 4, 4);
+  StepShape cs{1, 0, 255};
+  cs.draft_cost = DraftCost{0.001, 0.0001};
+  cold.plan(d, cs);
+  EXPECT_EQ(d[0].k, 0);
+  cs.last_step_s = 0.010;
+  cold.plan(d, cs);
+  EXPECT_GT(d[0].k, 0);
+}
+
+TEST(DraftModel, LayerListsParseAndBadOnesAreRefused) {
+  auto l = speculative::parse_layer_list("3,10-12,20");
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(*l, (std::vector<int>{3, 10, 11, 12, 20}));
+  for (const char* bad : {"", "a", "3,", "5-2", "1--2", "1,,2", "12345678", "-3"}) {
+    EXPECT_FALSE(speculative::parse_layer_list(bad).ok()) << bad;
+  }
+}
+
+TEST(DraftModel, RefusesADraftModelWithAnotherVocabulary) {
+  const auto& sm = default_model();
+  metro::testing::SyntheticModelSpec spec;
+  spec.n_vocab = 300;
+  const std::vector<uint8_t> bytes = metro::testing::make_synthetic_model(spec);  // outlives the model
+  auto f = gguf::File::parse(bytes);
+  ASSERT_TRUE(f.ok());
+  auto other = model::Model::from_file(std::move(*f));
+  ASSERT_TRUE(other.ok());
+  auto p = ModelProposer::create(std::shared_ptr<const model::Model>(std::move(*other)), *sm.model, {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("vocabulary"), std::string::npos) << p.status().message();
+  // The model itself, or the model with layers skipped, reads the same vocabulary.
+  EXPECT_TRUE(ModelProposer::create(sm.model, *sm.model, {}).ok());
+  auto self = speculative::make_self_draft(*sm.model, {25, 26, 27, 28, 29});
+  ASSERT_TRUE(self.ok()) << self.status().message();
+  EXPECT_EQ((*self)->kv_layers(), static_cast<int>(sm.model->hparams().n_layer) - 5);
+  EXPECT_TRUE(ModelProposer::create(*self, *sm.model, {}).ok());
+}
+
 // Prompts whose continuations repeat what they say, so that n-gram drafts are accepted.
 std::vector<std::vector<int32_t>> repetitive_prompts(int n) {
   static const char* kItems[] = {"apple, pear, plum", "red, green, blue", "one, two, three", "north, south, east",
@@ -214,6 +279,22 @@ std::vector<std::vector<int32_t>> run_concurrent(Engine& eng, const std::vector<
   return out;
 }
 
+// Runs the prompts on an engine of `cfg`, aborting two of them (at 4 and more) after their
+// first event; the others' tokens must be `want`'s. Returns the engine's settled stats.
+EngineStats run_and_compare(const EngineConfig& cfg, const std::vector<std::vector<int32_t>>& ps, int n_out,
+                            const std::vector<std::vector<int32_t>>& want) {
+  auto eng = engine_with(cfg);
+  std::vector<size_t> aborted;
+  if (ps.size() >= 4) aborted = {1, ps.size() - 1};
+  const auto got = run_concurrent(*eng, ps, n_out, aborted);
+  wait_settled(*eng);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (std::find(aborted.begin(), aborted.end(), i) != aborted.end()) continue;
+    EXPECT_EQ(got[i], want[i]) << "prompt " << i;
+  }
+  return eng->stats();
+}
+
 TEST(Speculative, GreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
   const int n_out = sanitized() ? 12 : 40;
   std::vector<int> levels = {1, 4, 16, 64};
@@ -233,16 +314,7 @@ TEST(Speculative, GreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
       cfg.proposer = std::make_shared<NgramProposer>();
       cfg.max_draft_tokens = 6;
       cfg.adaptive_drafts = adaptive;
-      auto eng = engine_with(cfg);
-      std::vector<size_t> aborted;
-      if (n >= 4) aborted = {1, static_cast<size_t>(n - 1)};
-      const auto got = run_concurrent(*eng, ps, n_out, aborted);
-      wait_settled(*eng);
-      for (size_t i = 0; i < ps.size(); ++i) {
-        if (std::find(aborted.begin(), aborted.end(), i) != aborted.end()) continue;
-        EXPECT_EQ(got[i], want[i]) << "prompt " << i;
-      }
-      const EngineStats st = eng->stats();
+      const EngineStats st = run_and_compare(cfg, ps, n_out, want);
       // With the controller on, 16 and 64 decodes a step may well be judged too busy to draft.
       if (!adaptive || n <= 4) {
         EXPECT_GT(st.accepted_tokens, 0u);
@@ -255,6 +327,71 @@ TEST(Speculative, GreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
       uint64_t by_source = 0;
       for (uint64_t v : st.spec_proposed) by_source += v;
       EXPECT_EQ(by_source, st.draft_tokens);
+    }
+  }
+}
+
+// A draft-model proposer for the default model: the model itself (its drafts nearly always
+// accepted: long accepted runs) or the model with its last five layers skipped (drafts
+// often rejected: rollback of the draft's KV every step).
+std::shared_ptr<ModelProposer> model_proposer(bool self_draft, int64_t kv_tokens = 65536) {
+  const auto& sm = default_model();
+  ModelProposerOptions o;
+  o.source = self_draft ? DraftSource::kSelf : DraftSource::kDraftModel;
+  o.max_k = 6;
+  o.kv_tokens = kv_tokens;
+  std::shared_ptr<const model::Model> draft = sm.model;
+  if (self_draft) {
+    auto m = speculative::make_self_draft(*sm.model, {25, 26, 27, 28, 29});
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    draft = *m;
+  }
+  auto p = ModelProposer::create(draft, *sm.model, o, sm.model);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return std::shared_ptr<ModelProposer>(std::move(*p));
+}
+
+TEST(Speculative, DraftModelGreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
+  const int n_out = sanitized() ? 10 : 32;
+  std::vector<int> levels = {1, 4, 16, 64};
+  if (sanitized()) levels = {1, 4};
+  for (int n : levels) {
+    SCOPED_TRACE("concurrency " + std::to_string(n));
+    const auto ps = repetitive_prompts(n);
+    EngineConfig base;
+    base.max_seqs = 64;
+    base.max_batch_tokens = 256;
+    base.ctx_total = n >= 16 ? 96 * 16 : 0;  // preemption at 16 and 64
+    const auto want = run_concurrent(*engine_with(base), ps, n_out);
+    struct Arm {
+      const char* name;
+      bool self_draft;
+      int64_t kv_tokens;
+      bool adaptive;
+    };
+    for (const Arm& arm : {Arm{"draft model", false, 65536, false}, Arm{"self-draft", true, 65536, false},
+                           Arm{"draft model, 8 blocks of KV", false, 128, false},
+                           Arm{"draft model, controller on", false, 65536, true}}) {
+      SCOPED_TRACE(arm.name);
+      EngineConfig cfg = base;
+      auto proposer = model_proposer(arm.self_draft, arm.kv_tokens);
+      cfg.proposer = proposer;
+      cfg.max_draft_tokens = 6;
+      cfg.adaptive_drafts = arm.adaptive;
+      const EngineStats st = run_and_compare(cfg, ps, n_out, want);
+      const uint64_t verified = st.spec_proposed[static_cast<size_t>(proposer->model_source())];
+      EXPECT_EQ(verified, st.draft_tokens);
+      if (!arm.adaptive) {
+        EXPECT_GT(st.accepted_tokens, 0u);
+        // The model drafting for itself is right but for near ties of its batched numerics.
+        if (!arm.self_draft && arm.kv_tokens > 128) {
+          EXPECT_GT(st.accepted_tokens * 10, st.draft_tokens * 9);
+        }
+      }
+      EXPECT_EQ(st.kv_blocks_used, 0);
+      // Every sequence ended: the proposer gave back all of its draft KV.
+      EXPECT_EQ(proposer->tracked_sequences(), 0u);
+      EXPECT_EQ(proposer->free_blocks(), proposer->total_blocks());
     }
   }
 }
@@ -339,7 +476,26 @@ class RandomProposer final : public speculative::Proposer {
   std::mt19937 rng_{99};
 };
 
-enum class Arm { kPlain, kNgram, kRandom };
+enum class Arm { kPlain, kNgram, kRandom, kDraftModel };
+
+// Another synthetic model with the same vocabulary: a draft model that is often wrong.
+std::shared_ptr<const model::Model> synthetic_draft() {
+  metro::testing::SyntheticModelSpec spec;
+  spec.n_embd = 64;
+  spec.n_layer = 1;
+  spec.n_head = 2;
+  spec.n_head_kv = 1;
+  spec.n_ff = 128;
+  spec.n_vocab = 24;
+  spec.n_ctx = 64;
+  spec.seed = 8;
+  static const std::vector<uint8_t> bytes = metro::testing::make_synthetic_model(spec);
+  auto f = gguf::File::parse(bytes);
+  EXPECT_TRUE(f.ok());
+  auto m = model::Model::from_file(std::move(*f));
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return std::shared_ptr<const model::Model>(std::move(*m));
+}
 
 // Counts of the generated tokens after the first (what drafts are verified for) over `n`
 // seeded requests; `prediction` is every request's predicted output.
@@ -352,6 +508,14 @@ std::map<std::vector<int32_t>, int> sample_tails(const Synthetic& s, const Sampl
   if (arm != Arm::kPlain) {
     if (arm == Arm::kNgram) {
       cfg.proposer = std::make_shared<NgramProposer>();
+    } else if (arm == Arm::kDraftModel) {
+      ModelProposerOptions o;
+      o.max_k = 3;
+      o.n_ctx = 64;
+      o.kv_tokens = 64 * 16;
+      auto p = ModelProposer::create(synthetic_draft(), *s.model, o);
+      EXPECT_TRUE(p.ok()) << p.status().message();
+      cfg.proposer = std::move(*p);
     } else {
       cfg.proposer = std::make_shared<RandomProposer>(static_cast<int>(s.tok->n_vocab()));
     }
@@ -460,16 +624,18 @@ TEST(Speculative, SampledOutputsKeepTheModelsDistribution) {
     uint64_t unused = 0;
     // Different seeds for each arm: the test compares distributions, not streams.
     const auto plain = sample_tails(s, c.sp, Arm::kPlain, n, 1, greedy, &unused);
-    for (Arm arm : {Arm::kNgram, Arm::kRandom}) {
-      SCOPED_TRACE(arm == Arm::kNgram ? "n-gram and prediction drafts" : "random drafts");
+    for (Arm arm : {Arm::kNgram, Arm::kRandom, Arm::kDraftModel}) {
+      const char* name = arm == Arm::kNgram ? "n-gram" : arm == Arm::kRandom ? "random" : "draft model";
+      SCOPED_TRACE(name);
       uint64_t acc_on = 0;
-      const auto spec = sample_tails(s, c.sp, arm, n, arm == Arm::kNgram ? 1000003 : 3000017, greedy, &acc_on);
+      const uint64_t seed = arm == Arm::kNgram ? 1000003 : arm == Arm::kRandom ? 3000017 : 5000011;
+      const auto spec = sample_tails(s, c.sp, arm, n, seed, greedy, &acc_on);
       EXPECT_GT(acc_on, static_cast<uint64_t>(n / 50)) << "drafts were rarely accepted: the test would prove little";
       double chi = 0.0;
       int df = 0;
       EXPECT_FALSE(differ(plain, spec, &chi, &df)) << "chi-square " << chi << " with " << df << " df";
-      std::printf("  %s, %s: %llu drafts accepted, chi-square %.1f with %d df\n", c.name,
-                  arm == Arm::kNgram ? "n-gram" : "random", static_cast<unsigned long long>(acc_on), chi, df);
+      std::printf("  %s, %s: %llu drafts accepted, chi-square %.1f with %d df\n", c.name, name,
+                  static_cast<unsigned long long>(acc_on), chi, df);
     }
     // The test has power: a slightly different temperature is told apart at this n.
     SamplingParams hotter = c.sp;

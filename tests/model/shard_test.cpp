@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "dist/communicator.h"
+#include "gguf/writer.h"
 #include "kv/kv_arena.h"
 #include "model/model.h"
 #include "model/reference_forward.h"
@@ -367,6 +368,58 @@ TEST(Shard, DefaultModelInStagesAndRanks) {
   }
 }
 
+// The file of `bytes` with only the layers `keep` (renumbered from 0) and block_count to match.
+std::vector<uint8_t> keep_layers(const std::vector<uint8_t>& bytes, const std::vector<int>& keep) {
+  auto f = gguf::File::parse(bytes);
+  EXPECT_TRUE(f.ok());
+  gguf::Writer w;
+  for (const auto& kv : f->metadata()) {
+    if (kv.key.ends_with(".block_count")) {
+      w.add_u32(kv.key, static_cast<uint32_t>(keep.size()));
+    } else {
+      w.add_value(kv.key, kv.value);
+    }
+  }
+  for (const auto& t : f->tensors()) {
+    std::string name(t.name);
+    if (name.starts_with("blk.")) {
+      const size_t dot = name.find('.', 4);
+      const int layer = std::stoi(name.substr(4, dot - 4));
+      auto it = std::find(keep.begin(), keep.end(), layer);
+      if (it == keep.end()) continue;
+      name = "blk." + std::to_string(it - keep.begin()) + name.substr(dot);
+    }
+    EXPECT_TRUE(w.add_tensor(name, t.type(), std::vector<uint64_t>(t.ne, t.ne + t.n_dims), {t.data, t.n_bytes}).ok());
+  }
+  return w.serialize();
+}
+
+// A model that skips layers is the model without them: the bits of a file that holds only
+// the other layers, through prompts, decodes and mixed steps, with hidden states too.
+TEST(Shard, SkippedLayersGiveTheBitsOfTheModelWithoutThem) {
+  for (const Variant& var : variants()) {
+    SCOPED_TRACE(var.name);
+    const auto bytes = make_synthetic_model(var.spec);  // 4 layers
+    const auto steps = scenario(static_cast<int>(var.spec.n_vocab));
+    for (const std::vector<int>& skip : {std::vector<int>{1, 3}, std::vector<int>{3}, std::vector<int>{0, 1, 2}}) {
+      std::vector<int> keep;
+      for (int l = 0; l < 4; ++l) {
+        if (std::find(skip.begin(), skip.end(), l) == skip.end()) keep.push_back(l);
+      }
+      const std::vector<uint8_t> kept = keep_layers(bytes, keep);  // outlives the model reading it
+      Stage without(load(kept));
+      ModelOptions o;
+      o.shard.skip = skip;
+      Stage skipping(load(bytes, o));
+      EXPECT_EQ(skipping.model->kv_layers(), static_cast<int>(keep.size()));
+      for (bool hidden : {false, true}) {
+        expect_same_results(run_pipeline({&skipping}, steps, hidden), run_pipeline({&without}, steps, hidden),
+                            "skipping " + std::to_string(skip.size()) + " layers");
+      }
+    }
+  }
+}
+
 TEST(Shard, RefusesWhatDoesNotFit) {
   SyntheticModelSpec spec;  // 2 layers, 2 KV heads
   const auto bytes = make_synthetic_model(spec);
@@ -382,6 +435,11 @@ TEST(Shard, RefusesWhatDoesNotFit) {
   refuse(o, "non-empty range");
   o.shard.layer_end = 3;
   refuse(o, "non-empty range");
+  o = {};
+  o.shard.skip = {0, 1};
+  refuse(o, "every one of its layers");
+  o.shard.skip = {2};
+  refuse(o, "outside the shard");
   o = {};
   o.shard.tp_size = 3;
   o.comm = dist::make_local_group(3)[0];

@@ -10,6 +10,9 @@
 //   sequences), so the j-th token of a draft is accepted with probability a^j;
 // - cost: an online least-squares fit of step time on (1, decodes, prompt tokens, draft
 //   rows), with forgetting, so the marginal seconds of one draft row are measured, not assumed.
+// A draft model's own passes cost time too: one pass per draft position for all the
+// sequences drafting that far (a fixed part per pass and a part per sequence in it, which
+// the proposer measures); a candidate token's marginal seconds include its share of them.
 // It then fills the step greedily: all candidate draft tokens sorted by expected tokens
 // (a^j), each taken while its expected tokens per marginal second are at least the step's
 // expected tokens per second so far. Taking such a token raises the step's rate, so the
@@ -23,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/speculative/online_fit.h"
 #include "engine/speculative/proposer.h"
 
 namespace metro::engine::speculative {
@@ -39,10 +43,20 @@ struct StepShape {
   int decode_seqs = 0;
   int prefill_tokens = 0;
   int draft_room = 0;  // draft rows the step's token budget leaves
+  // The proposer's seconds per draft position, fixed and per sequence (zero for lookups).
+  DraftCost draft_cost;
+  // The last step's time without its drafts (and a draft model's passes), the cost scale
+  // until the fit is trusted (0: unknown).
+  double last_step_s = 0.0;
 };
 
 class DraftController {
  public:
+  // Until the fit is trusted: a draft row costs this fraction of a step's fixed part (about
+  // what it costs a single decode on a 2-core AVX2 machine with a 135M-parameter model, where
+  // the fit finds 0.6-0.7 ms over a 4.7-4.9 ms step).
+  static constexpr double kColdRowFraction = 0.15;
+
   DraftController();
 
   // Sets each candidate's k.
@@ -69,16 +83,14 @@ class DraftController {
 
   std::unordered_map<uint64_t, std::array<Counts, kNumDraftSources>> seqs_;
   std::array<Counts, kNumDraftSources> global_{};
-  // Normal equations of the cost fit, with forgetting.
-  std::array<std::array<double, kTerms>, kTerms> xtx_{};
-  std::array<double, kTerms> xty_{};
-  int64_t steps_seen_ = 0;
+  OnlineFit<kTerms> fit_;  // step seconds on (1, decodes, prompt tokens, draft rows)
   struct Item {
     double value;
     size_t candidate;
     int j;
   };
   std::vector<Item> items_;
+  std::vector<int> reach_;  // candidates offering at least j tokens, by j
 };
 
 }  // namespace metro::engine::speculative

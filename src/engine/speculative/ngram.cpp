@@ -13,6 +13,10 @@ const char* draft_source_name(DraftSource s) {
       return "ngram";
     case DraftSource::kPool:
       return "ngram_pool";
+    case DraftSource::kDraftModel:
+      return "draft";
+    case DraftSource::kSelf:
+      return "self";
     case DraftSource::kNone:
       break;
   }

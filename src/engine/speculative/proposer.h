@@ -19,6 +19,10 @@
 
 #include "sched/seq_state.h"
 
+namespace metro {
+class ThreadPool;
+}
+
 namespace metro::engine::speculative {
 
 // Where a draft came from: the metrics' `proposer` label and the prediction usage count.
@@ -27,14 +31,32 @@ enum class DraftSource : uint8_t {
   kPrediction,  // the request's `prediction` (OpenAI predicted outputs)
   kContext,     // n-gram lookup in the sequence's own prompt and output
   kPool,        // n-gram lookup in the pool shared by requests of the same cache scope
+  kDraftModel,  // a smaller model with the same vocabulary (--spec draft)
+  kSelf,        // the model itself with layers skipped (--spec self)
 };
-inline constexpr int kNumDraftSources = 4;
-const char* draft_source_name(DraftSource s);  // "none", "prediction", "ngram", "ngram_pool"
+inline constexpr int kNumDraftSources = 6;
+// "none", "prediction", "ngram", "ngram_pool", "draft", "self"
+const char* draft_source_name(DraftSource s);
 
 struct ProposeInput {
   uint64_t request_id = 0;
   const sched::SeqState* seq = nullptr;  // committed tokens in seq->tokens
   std::span<const int32_t> prediction;   // the request's predicted output; may be empty
+};
+
+// What drafting costs a proposer that runs a model: seconds per pass (one per draft
+// position, shared by the sequences drafting that far) and per sequence in a pass.
+struct DraftCost {
+  double pass_s = 0.0;
+  double seq_s = 0.0;
+};
+
+// One sequence's draft from a model proposer: k tokens asked for, `tokens` filled (fewer
+// when the proposer cannot draft that far for it this step).
+struct DraftJob {
+  ProposeInput in;
+  int k = 0;
+  std::vector<int32_t>* tokens = nullptr;
 };
 
 class Proposer {
@@ -46,6 +68,13 @@ class Proposer {
   virtual DraftSource propose(const ProposeInput& in, int k, std::vector<int32_t>& out) = 0;
   // The sequence ended (finished, aborted or preempted for good): forget what was kept for it.
   virtual void forget(uint64_t /*seq_id*/) {}
+
+  // A proposer that runs a model drafts for every sequence at once, after the controller has
+  // chosen each sequence's k from the acceptance it expects and what the passes cost
+  // (propose() is then not called). Lookups return kNone here.
+  virtual DraftSource model_source() const { return DraftSource::kNone; }
+  virtual DraftCost cost() const { return {}; }
+  virtual void draft(std::span<DraftJob> /*jobs*/, ThreadPool& /*pool*/) {}
 };
 
 }  // namespace metro::engine::speculative
