@@ -98,7 +98,9 @@ void Engine::Impl::propose() {
     const int k = std::min(k_max, room);
     if (k <= 0) continue;
     if (by_model) {
-      candidates.push_back(speculative::DraftCandidate{s.id, model_source, priced ? k : 1, 0});
+      const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
+      candidates.push_back(speculative::DraftCandidate{s.id, model_source, priced ? k : 1, 0, proposer->catch_up(in),
+                                                       c->req->req.stop.max_tokens - s.n_generated()});
       continue;
     }
     proposal.clear();

@@ -172,6 +172,16 @@ TEST(DraftController, PricesADraftModelsPassesAndStopsWhenTheyCostMoreThanTheyGi
   shape.draft_cost = DraftCost{0.010, 0.001};
   c.plan(one, shape);
   EXPECT_EQ(one[0].k, 0);
+  // A long unread prompt and a short answer: the catch-up is not earned back; spread over a
+  // long answer it is.
+  shape.draft_cost = DraftCost{0.001, 0.0001, 0.0005};
+  one[0].catch_up = 400;
+  one[0].remaining = 8;
+  c.plan(one, shape);
+  EXPECT_EQ(one[0].k, 0);
+  one[0].remaining = 2000;
+  c.plan(one, shape);
+  EXPECT_GE(one[0].k, 6);
   // Before the step's fit is trusted, the last step's time is the scale; without it, none.
   DraftController cold;
   std::vector<DraftCandidate> d = {{1, DraftSource::kDraftModel, 4, 0}};

@@ -108,8 +108,11 @@ void DraftController::plan(std::span<DraftCandidate> candidates, const StepShape
     if (room <= 0) break;
     // The draft model's pass at position j is shared by the sequences drafting that far:
     // each candidate that could reach it bears an equal share of its fixed part.
-    const double cost = row + shape.draft_cost.seq_s +
-                        shape.draft_cost.pass_s / std::max(1, reach_[static_cast<size_t>(it.j)]);
+    const DraftCandidate& cand = candidates[it.candidate];
+    double cost = row + shape.draft_cost.seq_s + shape.draft_cost.pass_s / std::max(1, reach_[static_cast<size_t>(it.j)]);
+    if (it.j == 1 && cand.catch_up > 0) {
+      cost += shape.draft_cost.token_s * cand.catch_up / std::max(1, cand.remaining);
+    }
     if (it.value * step < tokens * cost) {
       if (model_drafts) continue;  // a later, cheaper share may still pay
       break;

@@ -109,12 +109,28 @@ bool ModelProposer::run_pass(ThreadPool& pool, int n_seqs, int catch_up_tokens) 
   return true;
 }
 
+size_t ModelProposer::valid_prefix(const Seq& s, const std::vector<int32_t>& toks) {
+  const size_t limit = std::min(s.fed.size(), toks.empty() ? 0 : toks.size() - 1);
+  size_t valid = 0;
+  while (valid < limit && s.fed[valid] == toks[valid]) ++valid;
+  return valid;
+}
+
+int ModelProposer::catch_up(const ProposeInput& in) const {
+  const std::vector<int32_t>& toks = in.seq->tokens;
+  auto it = seqs_.find(in.seq->id);
+  const size_t valid = it == seqs_.end() ? 0 : valid_prefix(it->second, toks);
+  // Beyond the two tokens every step feeds (the last committed one and, after an accepted
+  // draft, the draft the step did not feed).
+  return std::max(0, static_cast<int>(toks.size() - valid) - 2);
+}
+
 DraftCost ModelProposer::cost() const {
   std::array<double, 3> t{};
   if (fit_.seen() < kMinPasses || !fit_.solve(&t)) return {};
   // Never free: a pass costs at least what a tenth of a sequence in it does.
   const double pass = std::max(t[0], 1e-9);  // positive: the fit has priced the passes
-  return DraftCost{pass, std::max(t[1], 0.1 * pass)};
+  return DraftCost{pass, std::max(t[1], 0.1 * pass), std::max(t[2], 0.0)};
 }
 
 void ModelProposer::draft(std::span<DraftJob> jobs, ThreadPool& pool) {
@@ -133,9 +149,7 @@ void ModelProposer::draft(std::span<DraftJob> jobs, ThreadPool& pool) {
     // Keep what the draft model fed that the sequence still has: its tokens up to the first
     // rejected draft. The last committed token is always fed again (its logits are the
     // first draft's), so at least one token is pending.
-    const size_t limit = std::min(s.fed.size(), toks.size() - 1);
-    size_t valid = 0;
-    while (valid < limit && s.fed[valid] == toks[valid]) ++valid;
+    const size_t valid = valid_prefix(s, toks);
     s.fed.resize(valid);
     const int pending = static_cast<int>(toks.size() - valid);
     const int feed = std::min(pending, budget);

@@ -56,6 +56,7 @@ class ModelProposer final : public Proposer {
   void forget(uint64_t seq_id) override;
   DraftSource model_source() const override { return opt_.source; }
   DraftCost cost() const override;
+  int catch_up(const ProposeInput& in) const override;
   void draft(std::span<DraftJob> jobs, ThreadPool& pool) override;
 
   const model::Model& model() const { return *draft_; }
@@ -79,6 +80,9 @@ class ModelProposer final : public Proposer {
   // call when none are free; false when that is not enough.
   bool reserve(Seq& s, int positions);
   void release(Seq& s);
+  // How many of `toks` the blocks of `s` hold: its fed tokens up to the first difference,
+  // never the last token (whose logits are the first draft's).
+  static size_t valid_prefix(const Seq& s, const std::vector<int32_t>& toks);
   // One forward of batch_ over tables_; the time goes into the cost fit.
   bool run_pass(ThreadPool& pool, int n_seqs, int catch_up_tokens);
 

@@ -49,6 +49,7 @@ struct ProposeInput {
 struct DraftCost {
   double pass_s = 0.0;
   double seq_s = 0.0;
+  double token_s = 0.0;  // per token the draft model must catch up on before it drafts
 };
 
 // One sequence's draft from a model proposer: k tokens asked for, `tokens` filled (fewer
@@ -74,6 +75,8 @@ class Proposer {
   // (propose() is then not called). Lookups return kNone here.
   virtual DraftSource model_source() const { return DraftSource::kNone; }
   virtual DraftCost cost() const { return {}; }
+  // Tokens of the sequence the draft model has not read yet (its prompt, at first).
+  virtual int catch_up(const ProposeInput& /*in*/) const { return 0; }
   virtual void draft(std::span<DraftJob> /*jobs*/, ThreadPool& /*pool*/) {}
 };
 
