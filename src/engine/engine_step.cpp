@@ -97,14 +97,13 @@ void Engine::Impl::propose() {
                               self->n_ctx_ - static_cast<int>(s.tokens.size())) - 1;
     const int k = std::min(k_max, room);
     if (k <= 0) continue;
+    const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
     if (by_model) {
-      const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
       candidates.push_back(speculative::DraftCandidate{s.id, model_source, priced ? k : 1, 0, proposer->catch_up(in),
                                                        c->req->req.stop.max_tokens - s.n_generated()});
       continue;
     }
     proposal.clear();
-    const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
     const speculative::DraftSource source = proposer->propose(in, k, proposal);
     if (proposal.size() > static_cast<size_t>(k)) proposal.resize(static_cast<size_t>(k));
     take_draft(*c, source, proposal);

@@ -448,8 +448,8 @@ struct Synthetic {
 const std::vector<int32_t> kSyntheticPrompt = {3, 4, 5, 3, 4, 5, 3, 4};
 constexpr int kSyntheticTokens = 3;
 
-Synthetic synthetic_model() {
-  Synthetic s;
+// A one-layer model over a 24-token vocabulary; models of other seeds share the vocabulary.
+metro::testing::SyntheticModelSpec synthetic_spec(uint64_t seed) {
   metro::testing::SyntheticModelSpec spec;
   spec.n_embd = 64;
   spec.n_layer = 1;
@@ -458,8 +458,13 @@ Synthetic synthetic_model() {
   spec.n_ff = 128;
   spec.n_vocab = 24;
   spec.n_ctx = 64;
-  spec.seed = 7;
-  s.bytes = metro::testing::make_synthetic_model(spec);
+  spec.seed = seed;
+  return spec;
+}
+
+Synthetic synthetic_model() {
+  Synthetic s;
+  s.bytes = metro::testing::make_synthetic_model(synthetic_spec(7));
   auto f = gguf::File::parse(s.bytes);
   EXPECT_TRUE(f.ok());
   auto t = tokenizer::Tokenizer::from_gguf(*f);
@@ -490,16 +495,7 @@ enum class Arm { kPlain, kNgram, kRandom, kDraftModel };
 
 // Another synthetic model with the same vocabulary: a draft model that is often wrong.
 std::shared_ptr<const model::Model> synthetic_draft() {
-  metro::testing::SyntheticModelSpec spec;
-  spec.n_embd = 64;
-  spec.n_layer = 1;
-  spec.n_head = 2;
-  spec.n_head_kv = 1;
-  spec.n_ff = 128;
-  spec.n_vocab = 24;
-  spec.n_ctx = 64;
-  spec.seed = 8;
-  static const std::vector<uint8_t> bytes = metro::testing::make_synthetic_model(spec);
+  static const std::vector<uint8_t> bytes = metro::testing::make_synthetic_model(synthetic_spec(8));
   auto f = gguf::File::parse(bytes);
   EXPECT_TRUE(f.ok());
   auto m = model::Model::from_file(std::move(*f));

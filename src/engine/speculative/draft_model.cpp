@@ -69,6 +69,7 @@ void ModelProposer::release(Seq& s) {
   free_.insert(free_.end(), s.blocks.begin(), s.blocks.end());
   s.blocks.clear();
   s.fed.clear();
+  s.known = 0;
 }
 
 void ModelProposer::forget(uint64_t seq_id) {
@@ -111,7 +112,7 @@ bool ModelProposer::run_pass(ThreadPool& pool, int n_seqs, int catch_up_tokens) 
 
 size_t ModelProposer::valid_prefix(const Seq& s, const std::vector<int32_t>& toks) {
   const size_t limit = std::min(s.fed.size(), toks.empty() ? 0 : toks.size() - 1);
-  size_t valid = 0;
+  size_t valid = std::min(s.known, limit);
   while (valid < limit && s.fed[valid] == toks[valid]) ++valid;
   return valid;
 }
@@ -151,6 +152,7 @@ void ModelProposer::draft(std::span<DraftJob> jobs, ThreadPool& pool) {
     // first draft's), so at least one token is pending.
     const size_t valid = valid_prefix(s, toks);
     s.fed.resize(valid);
+    s.known = valid;
     const int pending = static_cast<int>(toks.size() - valid);
     const int feed = std::min(pending, budget);
     if (feed <= 0) continue;
@@ -169,7 +171,17 @@ void ModelProposer::draft(std::span<DraftJob> jobs, ThreadPool& pool) {
     catch_up += feed - 1;
     if (drafts) active_.push_back(Active{j, &s});
   }
-  if (batch_.empty() || !run_pass(pool, static_cast<int>(tables_.size()), catch_up)) return;
+  if (batch_.empty()) return;
+  // A failed pass wrote no K/V: the sequences of this call keep only what was known before.
+  auto forget_fed = [this] {
+    for (auto& [id, s] : seqs_) {
+      if (s.last_used == calls_) s.fed.resize(std::min(s.fed.size(), s.known));
+    }
+  };
+  if (!run_pass(pool, static_cast<int>(tables_.size()), catch_up)) {
+    forget_fed();
+    return;
+  }
   const int n_vocab = out_.n_vocab;
   // Logits rows come in batch order, which is the order of active_.
   for (int depth = 1; !active_.empty(); ++depth) {
@@ -191,8 +203,7 @@ void ModelProposer::draft(std::span<DraftJob> jobs, ThreadPool& pool) {
     std::swap(active_, next_);
     if (active_.empty()) break;
     if (!run_pass(pool, static_cast<int>(active_.size()), 0)) {
-      // The fed tokens of a failed pass are not in the KV: forget them.
-      for (const Active& a : active_) a.seq->fed.pop_back();
+      forget_fed();
       return;
     }
   }

@@ -70,6 +70,7 @@ class ModelProposer final : public Proposer {
   struct Seq {
     std::vector<kv::BlockId> blocks;
     std::vector<int32_t> fed;  // tokens whose K/V the blocks hold, from position 0
+    size_t known = 0;          // fed tokens already found among the sequence's (never change)
     uint64_t last_used = 0;    // the draft() call that last used it
   };
   struct Active {
@@ -81,7 +82,8 @@ class ModelProposer final : public Proposer {
   bool reserve(Seq& s, int positions);
   void release(Seq& s);
   // How many of `toks` the blocks of `s` hold: its fed tokens up to the first difference,
-  // never the last token (whose logits are the first draft's).
+  // never the last token (whose logits are the first draft's). A sequence's committed
+  // tokens never change, so only the fed tokens past `known` (drafts) are compared.
   static size_t valid_prefix(const Seq& s, const std::vector<int32_t>& toks);
   // One forward of batch_ over tables_; the time goes into the cost fit.
   bool run_pass(ThreadPool& pool, int n_seqs, int catch_up_tokens);
