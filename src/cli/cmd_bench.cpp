@@ -183,9 +183,6 @@ int cmd_bench(int argc, char** argv) {
   SpecBenchOptions sb;
   add_spec_flags(app, sb.spec, "");
   app.add_option("-f,--file", sb.files, "with --spec: prompt files (FILE.prediction beside one is its prediction)");
-  app.add_flag("!--spec-no-controller", sb.spec.adaptive,
-               "with --spec: verify every proposed token instead of letting the controller choose (measures "
-               "a proposer's acceptance)");
   app.add_flag("--chat", sb.chat, "with --spec: each file is a user message of the model's chat template");
   try {
     app.parse(argc, argv);

@@ -50,6 +50,9 @@ void add_spec_flags(CLI::App& app, SpecFlags& flags, const std::string& default_
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--spec-draft", flags.draft, "draft model GGUF (for --spec draft)");
+  app.add_flag("!--spec-no-controller", flags.adaptive,
+               "verify every proposed token instead of letting the controller choose (measures a "
+               "proposer's acceptance; slower where guesses are poor)");
   app.add_option("--spec-self-skip", flags.self_skip,
                  "layers the self-draft skips, e.g. 10-19 (for --spec self; default: docs/speculative.md)");
 }

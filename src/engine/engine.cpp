@@ -109,6 +109,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->stats.step_ms_buckets.assign(EngineStats::step_ms_bounds().size() + 1, 0);
   impl->stats.batch_tokens_buckets.assign(EngineStats::batch_tokens_bounds().size() + 1, 0);
   if (cfg.proposer && cfg.max_draft_tokens > 0) {
+    cfg.proposer->calibrate(*impl->pool);
     impl->stats.spec_steps_by_k.assign(static_cast<size_t>(cfg.max_draft_tokens) + 1, 0);
     impl->spec_steps_by_k = impl->stats.spec_steps_by_k;
   }

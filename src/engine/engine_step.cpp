@@ -77,10 +77,7 @@ void Engine::Impl::propose() {
   if (proposer == nullptr || k_max <= 0) return;
   const speculative::DraftSource model_source = proposer->model_source();
   const bool by_model = model_source != speculative::DraftSource::kNone;
-  // Until a model proposer knows what its passes cost, one pass a step: enough to measure
-  // them, too little to lose much where the draft model is slow.
   const speculative::DraftCost draft_cost = proposer->cost();
-  const bool priced = !by_model || draft_cost.pass_s > 0.0;
   candidates.clear();
   int decoding = 0;
   for (auto& [id, c] : by_seq) {
@@ -99,8 +96,11 @@ void Engine::Impl::propose() {
     if (k <= 0) continue;
     const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
     if (by_model) {
-      candidates.push_back(speculative::DraftCandidate{s.id, model_source, priced ? k : 1, 0, proposer->catch_up(in),
-                                                       c->req->req.stop.max_tokens - s.n_generated()});
+      // The catch-up is spread over the tokens the sequence is expected to still generate:
+      // no more than it has generated so far (an answer that has run long tends to run on),
+      // within its max_tokens.
+      const int expected = std::min(c->req->req.stop.max_tokens - s.n_generated(), std::max(1, s.n_generated()));
+      candidates.push_back(speculative::DraftCandidate{s.id, model_source, k, 0, proposer->catch_up(in), expected});
       continue;
     }
     proposal.clear();

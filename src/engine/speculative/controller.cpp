@@ -12,6 +12,7 @@ constexpr double kGlobalDecay = 0.995;  // per observation over all sequences
 constexpr double kPriorWeight = 1.0;   // the source's rate counts as this many draft tokens
 constexpr double kCostForget = 0.995;  // per step, in the cost fit
 constexpr int64_t kMinSteps = 24;      // steps before the cost fit is trusted
+constexpr double kModelDraftMargin = 1.25;  // a draft model's token must pay this much over its cost
 
 }  // namespace
 
@@ -113,7 +114,9 @@ void DraftController::plan(std::span<DraftCandidate> candidates, const StepShape
     if (it.j == 1 && cand.catch_up > 0) {
       cost += shape.draft_cost.token_s * cand.catch_up / std::max(1, cand.remaining);
     }
-    if (it.value * step < tokens * cost) {
+    // A draft model's token must beat the step's rate by a margin: its cost is the sum of
+    // several estimates, and where it only just pays the error decides.
+    if (it.value * step < (model_drafts ? kModelDraftMargin : 1.0) * tokens * cost) {
       if (model_drafts) continue;  // a later, cheaper share may still pay
       break;
     }

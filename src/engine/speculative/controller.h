@@ -15,7 +15,7 @@
 // the proposer measures); a candidate token's marginal seconds include its share of them.
 // Before its first draft the draft model reads the sequence's tokens (the prompt): the
 // first token of a sequence's draft also bears that catch-up spread over the tokens the
-// sequence may still generate, so short answers to long prompts are not drafted for.
+// sequence is expected to still generate, so short answers to long prompts are not drafted for.
 // It then fills the step greedily: all candidate draft tokens sorted by expected tokens
 // (a^j), each taken while its expected tokens per marginal second are at least the step's
 // expected tokens per second so far. Taking such a token raises the step's rate, so the
@@ -40,7 +40,7 @@ struct DraftCandidate {
   int proposed = 0;  // tokens the proposer offered (the most k may be)
   int k = 0;         // out: tokens the step computes
   // A draft model's catch-up before this sequence's first draft (tokens), and the tokens the
-  // sequence may still generate, over which that one-time cost is spread.
+  // sequence is expected to still generate, over which that one-time cost is spread.
   int catch_up = 0;
   int remaining = 0;
 };

@@ -134,6 +134,34 @@ DraftCost ModelProposer::cost() const {
   return DraftCost{pass, std::max(t[1], 0.1 * pass), std::max(t[2], 0.0)};
 }
 
+void ModelProposer::calibrate(ThreadPool& pool) {
+  // (sequences, tokens each): decode-like passes of 1-4 sequences and catch-up passes.
+  static constexpr std::pair<int, int> kShapes[] = {{1, 1}, {2, 1}, {4, 1}, {1, 9}, {1, 33}, {4, 9}};
+  const int n_vocab = static_cast<int>(draft_->hparams().n_vocab);
+  std::vector<std::vector<kv::BlockId>> owned;
+  for (int rep = 0; rep < 2; ++rep) {
+    for (auto [seqs, tokens] : kShapes) {
+      seqs = std::min(seqs, opt_.max_seqs);
+      tokens = std::min(tokens, std::max(1, opt_.max_pass_tokens / seqs));
+      const size_t blocks = static_cast<size_t>((tokens + opt_.block_size - 1) / opt_.block_size);
+      if (free_.size() < blocks * static_cast<size_t>(seqs)) continue;
+      owned.assign(static_cast<size_t>(seqs), {});
+      batch_.clear();
+      tables_.clear();
+      for (int q = 0; q < seqs; ++q) {
+        for (size_t b = 0; b < blocks; ++b) {
+          owned[static_cast<size_t>(q)].push_back(free_.back());
+          free_.pop_back();
+        }
+        for (int t = 0; t < tokens; ++t) batch_.add((q * 31 + t * 7) % n_vocab, t, q, t + 1 == tokens);
+      }
+      for (const auto& o : owned) tables_.emplace_back(o.data(), o.size());
+      run_pass(pool, seqs, seqs * (tokens - 1));
+      for (const auto& o : owned) free_.insert(free_.end(), o.begin(), o.end());
+    }
+  }
+}
+
 void ModelProposer::draft(std::span<DraftJob> jobs, ThreadPool& pool) {
   ++calls_;
   batch_.clear();

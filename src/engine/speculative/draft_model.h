@@ -14,8 +14,9 @@
 // their blocks back.
 //
 // The time of each pass is fitted on its shape (a fixed part, a part per sequence and per
-// catch-up token), and cost() hands the controller what a draft position costs, so drafting
-// stops by itself where the draft model is too slow for what it gets accepted.
+// catch-up token), starting from passes of a few shapes timed before the engine's first
+// step (calibrate), and cost() hands the controller what a draft position costs, so
+// drafting stops by itself where the draft model is too slow for what it gets accepted.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,7 @@ class ModelProposer final : public Proposer {
   void forget(uint64_t seq_id) override;
   DraftSource model_source() const override { return opt_.source; }
   DraftCost cost() const override;
+  void calibrate(ThreadPool& pool) override;
   int catch_up(const ProposeInput& in) const override;
   void draft(std::span<DraftJob> jobs, ThreadPool& pool) override;
 

@@ -74,6 +74,9 @@ class Proposer {
   // chosen each sequence's k from the acceptance it expects and what the passes cost
   // (propose() is then not called). Lookups return kNone here.
   virtual DraftSource model_source() const { return DraftSource::kNone; }
+  // Called once by the engine before its first step, on its compute pool: a proposer that
+  // runs a model times a few passes of its own so that cost() is known from the start.
+  virtual void calibrate(ThreadPool& /*pool*/) {}
   virtual DraftCost cost() const { return {}; }
   // Tokens of the sequence the draft model has not read yet (its prompt, at first).
   virtual int catch_up(const ProposeInput& /*in*/) const { return 0; }
