@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# metro serve with --spec off and with --spec ngram under the same `metro bench-serve` load
-# at several concurrency levels, servers run one at a time, alternated (off, ngram) per level.
+# metro serve with --spec off and with speculation under the same `metro bench-serve` load
+# at several concurrency levels, servers run one at a time, alternated per level.
 #
 #   bench/spec_serve.sh [OUT_DIR]
+#   SPECS="off self" bench/spec_serve.sh          # the modes compared (default: off ngram)
+#   SPECS="off draft" DRAFT=small.gguf MODEL=big.gguf bench/spec_serve.sh
 #
 # The load: bench/spec/serve_mixed.jsonl (half input-grounded chats: copy a paragraph,
 # edit a function; half open chats), max_tokens 96, LEVELS concurrent streams
@@ -15,6 +17,8 @@ MODEL="${MODEL:-$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 METRO="$ROOT/build/bin/metro"
 THREADS="${THREADS:-2}"
 LEVELS="${LEVELS:-1 4 16 32 64}"
+SPECS="${SPECS:-off ngram}"
+DRAFT="${DRAFT:-}"
 DATASET="$ROOT/bench/spec/serve_mixed.jsonl"
 PORT=18190
 mkdir -p "$OUT"
@@ -33,9 +37,11 @@ metric() {  # $1: series name prefix; sums every sample of it
 }
 
 for level in $LEVELS; do
-  for spec in off ngram; do
+  for spec in $SPECS; do
     PORT=$((PORT + 1))
-    "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" --spec "$spec" --max-seqs 64 \
+    extra=()
+    [ "$spec" = draft ] && extra=(--spec-draft "${DRAFT:?--spec draft needs DRAFT=FILE}")
+    "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" --spec "$spec" "${extra[@]}" --max-seqs 64 \
       --admission off >"$OUT/server-$level-$spec.log" 2>&1 &
     pid=$!
     wait_ready
