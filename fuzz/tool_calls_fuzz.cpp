@@ -1,7 +1,7 @@
 // libFuzzer target: tool calls are read out of model output, which a client steers through
 // its prompt, and tool fields arrive in requests. Reading any text in any format, whole or
-// streamed in any pieces, must never crash, leak or hang, and the streamed reading must give
-// the calls the whole reading gives; any JSON as a request's tool fields is a ToolRequest or
+// streamed in any pieces, must never crash, leak or hang; the streamed reading must not depend
+// on how the text is cut, and its arguments must only ever follow a call's start; any JSON as a request's tool fields is a ToolRequest or
 // a 400, and a ToolRequest's grammar compiles or is an error Status.
 // Input: a format byte, a piece-size byte, then the text (also tried as a request body).
 #include <cstddef>
@@ -23,12 +23,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!metro::fuzz::shallow(text)) return 0;
 
   const metro::server::ParsedToolOutput whole = metro::server::parse_tool_output(format, text);
-  metro::server::ToolCallStream stream(format);
-  size_t calls = 0;
-  for (size_t i = 0; i < text.size(); i += piece) calls += stream.feed(text.substr(i, piece)).calls.size();
-  calls += stream.finish().calls.size();
-  // An array cut short is read as far as it is whole either way; elsewhere the same calls.
-  if (format == ToolFormat::kHermes && calls != whole.calls.size()) std::abort();
+  (void)whole;
+  // Each stream's pieces put together (adjacent content or arguments pieces joined; each call
+  // start its own), for any piece size the same.
+  using Kind = metro::server::ToolStreamPiece::Kind;
+  auto read = [&](size_t step) {
+    metro::server::ToolCallStream stream(format);
+    metro::server::ToolStreamPieces acc;
+    size_t calls = 0;
+    auto add = [&](const metro::server::ToolStreamPieces& pieces) {
+      for (const auto& p : pieces) {
+        if (p.kind == Kind::kArguments && calls == 0) std::abort();
+        if (p.kind == Kind::kCall) ++calls;
+        if (p.kind != Kind::kCall && !acc.empty() && acc.back().kind == p.kind) {
+          acc.back().text += p.text;
+        } else {
+          acc.push_back(p);
+        }
+      }
+    };
+    for (size_t i = 0; i < text.size(); i += step) add(stream.feed(text.substr(i, step)));
+    add(stream.finish());
+    return acc;
+  };
+  const metro::server::ToolStreamPieces a = read(piece);
+  const metro::server::ToolStreamPieces b = read(text.empty() ? 1 : text.size());
+  if (a.size() != b.size()) std::abort();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].kind != b[i].kind || a[i].text != b[i].text) std::abort();
+  }
 
   const nlohmann::json body = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_object()) {

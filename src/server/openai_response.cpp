@@ -201,12 +201,12 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   }
   const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
   std::string text = sanitize_utf8(e.text);
-  std::vector<ToolCall> calls;
-  if (spec_.stream && parses_tools()) {
+  const bool tool_stream = spec_.stream && parses_tools();
+  ToolStreamPieces pieces;
+  if (tool_stream) {
     if (!c.tool_stream) c.tool_stream = std::make_unique<ToolCallStream>(spec_.tools->format);
-    ParsedToolOutput po = c.tool_stream->feed(text);
-    text = std::move(po.content);
-    calls = std::move(po.calls);
+    pieces = c.tool_stream->feed(text);
+    text.clear();
   }
   const bool want_lp = chat ? spec_.chat_logprobs : spec_.logprobs >= 0;
   std::string echo;
@@ -237,10 +237,11 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   }
   const bool first = !c.started;
   c.started = true;
-  if (text.empty() && lp.is_null() && !(first && !echo.empty())) {
-    send_tool_calls(ci, std::move(calls), out);
+  if (tool_stream) {
+    send_tool_pieces(ci, pieces, std::move(lp), out);
     return;
   }
+  if (text.empty() && lp.is_null() && !(first && !echo.empty())) return;
   OJson choice = OJson::object();
   choice["index"] = ci;
   if (chat) {
@@ -254,29 +255,50 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   base["choices"] = OJson::array({std::move(choice)});
   if (spec_.include_usage) base["usage"] = nullptr;
   *out += sse_event(dump_json(base));
-  send_tool_calls(ci, std::move(calls), out);
 }
 
-void ResponseFormatter::send_tool_calls(size_t ci, std::vector<ToolCall> calls, std::string* out) {
+void ResponseFormatter::send_tool_pieces(size_t ci, const ToolStreamPieces& pieces, OJson lp, std::string* out) {
   ChoiceState& c = choices_[ci];
-  for (ToolCall& call : calls) {
-    const int index = c.n_calls++;
-    auto chunk = [&](OJson tool_call) {
-      OJson base = chunk_base();
-      OJson choice = OJson::object();
-      choice["index"] = ci;
-      choice["delta"] = OJson{{"tool_calls", OJson::array({std::move(tool_call)})}};
-      choice["logprobs"] = nullptr;
-      choice["finish_reason"] = nullptr;
-      base["choices"] = OJson::array({std::move(choice)});
-      if (spec_.include_usage) base["usage"] = nullptr;
-      *out += sse_event(dump_json(base));
-    };
-    chunk(OJson{{"index", index},
-                {"id", make_tool_call_id()},
-                {"type", "function"},
-                {"function", OJson{{"name", sanitize_utf8(call.name)}, {"arguments", ""}}}});
-    chunk(OJson{{"index", index}, {"function", OJson{{"arguments", sanitize_utf8(call.arguments)}}}});
+  auto chunk = [&](OJson delta, OJson logprobs) {
+    OJson base = chunk_base();
+    OJson choice = OJson::object();
+    choice["index"] = ci;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = nullptr;
+    base["choices"] = OJson::array({std::move(choice)});
+    if (spec_.include_usage) base["usage"] = nullptr;
+    *out += sse_event(dump_json(base));
+  };
+  auto content = [&](const std::string& text) {
+    chunk(OJson{{"content", sanitize_utf8(text)}}, lp.is_null() ? OJson(nullptr) : OJson{{"content", lp}});
+    lp = nullptr;
+  };
+  // Log-probabilities of tokens that became part of a call ride on an empty content chunk.
+  if (!lp.is_null() && (pieces.empty() || pieces.front().kind != ToolStreamPiece::Kind::kContent)) content("");
+  for (const ToolStreamPiece& p : pieces) {
+    switch (p.kind) {
+      case ToolStreamPiece::Kind::kContent:
+        content(p.text);
+        break;
+      case ToolStreamPiece::Kind::kCall: {
+        const int index = c.n_calls++;
+        chunk(OJson{{"tool_calls", OJson::array({OJson{{"index", index},
+                                                        {"id", make_tool_call_id()},
+                                                        {"type", "function"},
+                                                        {"function", OJson{{"name", sanitize_utf8(p.text)},
+                                                                           {"arguments", ""}}}}})}},
+              nullptr);
+        break;
+      }
+      case ToolStreamPiece::Kind::kArguments:
+        if (c.n_calls == 0) break;
+        chunk(OJson{{"tool_calls",
+                     OJson::array({OJson{{"index", c.n_calls - 1},
+                                         {"function", OJson{{"arguments", sanitize_utf8(p.text)}}}}})}},
+              nullptr);
+        break;
+    }
   }
 }
 
@@ -312,17 +334,7 @@ void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string
   }
   if (c.tool_stream) {
     // What the stream still held: a last call, or text that did not become one.
-    ParsedToolOutput po = c.tool_stream->finish();
-    if (!po.content.empty()) {
-      OJson base = chunk_base();
-      base["choices"] = OJson::array({OJson{{"index", ci},
-                                            {"delta", OJson{{"content", sanitize_utf8(po.content)}}},
-                                            {"logprobs", nullptr},
-                                            {"finish_reason", nullptr}}});
-      if (spec_.include_usage) base["usage"] = nullptr;
-      *out += sse_event(dump_json(base));
-    }
-    send_tool_calls(ci, std::move(po.calls), out);
+    send_tool_pieces(ci, c.tool_stream->finish(), nullptr, out);
   }
   if (c.n_calls > 0 && c.finish_reason == "stop") c.finish_reason = "tool_calls";
   OJson base = chunk_base();

@@ -58,7 +58,7 @@ class ResponseFormatter {
     std::string finish_reason;
     size_t text_bytes = 0;            // for completions text_offset
     nlohmann::ordered_json logprobs;  // accumulated for non-streaming responses
-    // Chat with tools, streaming: the calls read from the text so far, and how many went out.
+    // Chat with tools, streaming: the calls read from the text so far, and how many started.
     std::unique_ptr<ToolCallStream> tool_stream;
     int n_calls = 0;
   };
@@ -71,8 +71,10 @@ class ResponseFormatter {
   void on_finish(size_t choice, const engine::Event& e, std::string* out);
   std::string finish_body();
   void append_logprobs(ChoiceState& c, const nlohmann::ordered_json& lp);
-  // Streamed tool calls of choice ci: a chunk naming each call, then one with its arguments.
-  void send_tool_calls(size_t ci, std::vector<ToolCall> calls, std::string* out);
+  // Streamed output of choice ci under tools, in order: content chunks (the first carries
+  // `lp` when given), a chunk naming each call as it starts, chunks of its arguments as they
+  // are written.
+  void send_tool_pieces(size_t ci, const ToolStreamPieces& pieces, nlohmann::ordered_json lp, std::string* out);
   bool parses_tools() const { return spec_.tools != nullptr && spec_.endpoint == Endpoint::kChatCompletions; }
 
   ResponseSpec spec_;

@@ -35,96 +35,7 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// A call object {"name": ..., "arguments" | "parameters": {...} or a JSON string}.
-std::optional<ToolCall> call_from(const OJson& j) {
-  if (!j.is_object()) return std::nullopt;
-  auto n = j.find("name");
-  if (n == j.end() || !n->is_string()) return std::nullopt;
-  auto a = j.find("arguments");
-  if (a == j.end()) a = j.find("parameters");
-  ToolCall c;
-  c.name = n->get<std::string>();
-  if (a == j.end() || a->is_null()) {
-    c.arguments = "{}";
-  } else if (a->is_string()) {
-    c.arguments = a->get<std::string>();
-  } else {
-    c.arguments = a->dump();
-  }
-  return c;
-}
-
-std::optional<OJson> parse_json(std::string_view s) {
-  OJson j = OJson::parse(s, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
-}
-
-// Calls from an array of call objects or one call object; nullopt if any element is not one.
-std::optional<std::vector<ToolCall>> calls_from(const OJson& j) {
-  std::vector<ToolCall> out;
-  if (j.is_array()) {
-    for (const OJson& e : j) {
-      auto c = call_from(e);
-      if (!c) return std::nullopt;
-      out.push_back(std::move(*c));
-    }
-    return out;
-  }
-  auto c = call_from(j);
-  if (!c) return std::nullopt;
-  out.push_back(std::move(*c));
-  return out;
-}
-
-std::string_view ltrim(std::string_view s) {
-  const size_t n = s.find_first_not_of(" \n\t\r");
-  return n == std::string_view::npos ? std::string_view() : s.substr(n);
-}
-void rtrim(std::string& s) {
-  const size_t n = s.find_last_not_of(" \n\t\r");
-  s.erase(n == std::string::npos ? 0 : n + 1);
-}
-
-// Whitespace between text and a call belongs to neither: it is dropped on both sides of each
-// call (ToolCallStream does the same as the text streams).
-ParsedToolOutput parse_hermes(std::string_view text) {
-  ParsedToolOutput out;
-  size_t pos = 0;
-  bool after_call = false;
-  while (true) {
-    const size_t open = text.find(kHermesOpen, pos);
-    if (open == std::string_view::npos) break;
-    const size_t body = open + kHermesOpen.size();
-    const size_t close = text.find(kHermesClose, body);
-    if (close == std::string_view::npos) break;
-    auto j = parse_json(trim(text.substr(body, close - body)));
-    auto c = j ? call_from(*j) : std::nullopt;
-    const std::string_view before = text.substr(pos, open - pos);
-    out.content += after_call ? ltrim(before) : before;
-    if (c) {
-      rtrim(out.content);
-      out.calls.push_back(std::move(*c));
-      after_call = true;
-    } else {
-      out.content += text.substr(open, close + kHermesClose.size() - open);
-      after_call = false;
-    }
-    pos = close + kHermesClose.size();
-  }
-  const std::string_view rest = text.substr(pos);
-  out.content += after_call ? ltrim(rest) : rest;
-  return out;
-}
-
-ParsedToolOutput parse_llama3(std::string_view text) {
-  std::string_view t = trim(text);
-  if (t.substr(0, kPythonTag.size()) == kPythonTag) t = trim(t.substr(kPythonTag.size()));
-  if (auto j = parse_json(t)) {
-    if (auto c = call_from(*j)) return {{}, {std::move(*c)}};
-  }
-  return {std::string(text), {}};
-}
+bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 // The end (one past) of the JSON object or array that opens at s[at], or npos while it is
 // not closed in s (brackets counted outside strings).
@@ -152,6 +63,182 @@ size_t json_end(std::string_view s, size_t at) {
   return std::string_view::npos;
 }
 
+// The end of the JSON value that starts at s[at] (npos when cut short).
+size_t value_end(std::string_view s, size_t at) {
+  if (at >= s.size()) return std::string_view::npos;
+  if (s[at] == '{' || s[at] == '[') return json_end(s, at);
+  if (s[at] == '"') {
+    for (size_t i = at + 1; i < s.size(); ++i) {
+      if (s[i] == '\\') {
+        ++i;
+      } else if (s[i] == '"') {
+        return i + 1;
+      }
+    }
+    return std::string_view::npos;
+  }
+  size_t i = at;
+  while (i < s.size() && !is_ws(s[i]) && s[i] != ',' && s[i] != ']' && s[i] != '}') ++i;
+  return i;
+}
+
+// The text of the members' values of the JSON object `obj` whose key is written exactly
+// `key` (without escapes), or the elements of the array `arr`: spans into the text.
+std::optional<std::string_view> raw_member(std::string_view obj, std::string_view key) {
+  size_t i = 0;
+  while (i < obj.size() && is_ws(obj[i])) ++i;
+  if (i >= obj.size() || obj[i] != '{') return std::nullopt;
+  ++i;
+  while (true) {
+    while (i < obj.size() && (is_ws(obj[i]) || obj[i] == ',')) ++i;
+    if (i >= obj.size() || obj[i] != '"') return std::nullopt;
+    const size_t kend = value_end(obj, i);
+    if (kend == std::string_view::npos) return std::nullopt;
+    const std::string_view k = obj.substr(i + 1, kend - i - 2);
+    i = kend;
+    while (i < obj.size() && is_ws(obj[i])) ++i;
+    if (i >= obj.size() || obj[i] != ':') return std::nullopt;
+    ++i;
+    while (i < obj.size() && is_ws(obj[i])) ++i;
+    const size_t vend = value_end(obj, i);
+    if (vend == std::string_view::npos) return std::nullopt;
+    if (k == key) return obj.substr(i, vend - i);
+    i = vend;
+  }
+}
+std::vector<std::string_view> raw_elements(std::string_view arr) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < arr.size() && is_ws(arr[i])) ++i;
+  if (i >= arr.size() || arr[i] != '[') return out;
+  ++i;
+  while (true) {
+    while (i < arr.size() && (is_ws(arr[i]) || arr[i] == ',')) ++i;
+    if (i >= arr.size() || arr[i] == ']') return out;
+    const size_t end = value_end(arr, i);
+    if (end == std::string_view::npos || end == i) return out;
+    out.push_back(arr.substr(i, end - i));
+    i = end;
+  }
+}
+
+// A call object {"name": ..., "arguments" | "parameters": {...} or a JSON string}, read from
+// `text` (its JSON text, or empty). Object arguments are the text the model wrote, so that a
+// stream of their fragments adds up to the same string; where that text cannot be found,
+// their compact JSON.
+std::optional<ToolCall> call_from(const OJson& j, std::string_view text) {
+  if (!j.is_object()) return std::nullopt;
+  auto n = j.find("name");
+  if (n == j.end() || !n->is_string()) return std::nullopt;
+  auto a = j.find("arguments");
+  if (a == j.end()) a = j.find("parameters");
+  ToolCall c;
+  c.name = n->get<std::string>();
+  if (a == j.end() || a->is_null()) {
+    c.arguments = "{}";
+  } else if (a->is_string()) {
+    c.arguments = a->get<std::string>();
+  } else {
+    c.arguments = a->dump();
+    if (auto raw = raw_member(text, a.key()); raw) {
+      const OJson back = OJson::parse(*raw, nullptr, /*allow_exceptions=*/false);
+      if (!back.is_discarded() && back == *a) c.arguments = std::string(*raw);
+    }
+  }
+  return c;
+}
+
+std::optional<OJson> parse_json(std::string_view s) {
+  OJson j = OJson::parse(s, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// Calls from an array of call objects or one call object (`text` its JSON text); nullopt if
+// any element is not one.
+std::optional<std::vector<ToolCall>> calls_from(const OJson& j, std::string_view text) {
+  std::vector<ToolCall> out;
+  if (j.is_array()) {
+    std::vector<std::string_view> raw = raw_elements(text);
+    if (raw.size() != j.size()) raw.assign(j.size(), std::string_view());
+    for (size_t k = 0; k < j.size(); ++k) {
+      auto c = call_from(j[k], raw[k]);
+      if (!c) return std::nullopt;
+      out.push_back(std::move(*c));
+    }
+    return out;
+  }
+  auto c = call_from(j, text);
+  if (!c) return std::nullopt;
+  out.push_back(std::move(*c));
+  return out;
+}
+
+std::string_view ltrim(std::string_view s) {
+  const size_t n = s.find_first_not_of(" \n\t\r");
+  return n == std::string_view::npos ? std::string_view() : s.substr(n);
+}
+void rtrim(std::string& s) {
+  const size_t n = s.find_last_not_of(" \n\t\r");
+  s.erase(n == std::string::npos ? 0 : n + 1);
+}
+
+// Whitespace between text and a call belongs to neither: it is dropped on both sides of each
+// call (ToolCallStream does the same as the text streams).
+ParsedToolOutput parse_hermes(std::string_view text) {
+  ParsedToolOutput out;
+  size_t pos = 0;
+  bool after_call = false;
+  while (true) {
+    const size_t open = text.find(kHermesOpen, pos);
+    if (open == std::string_view::npos) break;
+    const size_t body = open + kHermesOpen.size();
+    // The block's body is the call object up to its own end (a string inside it may hold
+    // "</tool_call>"), then whitespace and the close; else whatever runs to the first close.
+    size_t obj = body;
+    while (obj < text.size() && is_ws(text[obj])) ++obj;
+    size_t close = std::string_view::npos;
+    size_t obj_end = obj < text.size() && text[obj] == '{' ? json_end(text, obj) : std::string_view::npos;
+    if (obj_end != std::string_view::npos) {
+      size_t t = obj_end;
+      while (t < text.size() && is_ws(text[t])) ++t;
+      if (text.substr(t, kHermesClose.size()) == kHermesClose) close = t;
+    }
+    if (close == std::string_view::npos) {
+      obj_end = std::string_view::npos;
+      close = text.find(kHermesClose, body);
+    }
+    if (close == std::string_view::npos) break;
+    const std::string_view call_text =
+        obj_end != std::string_view::npos ? text.substr(obj, obj_end - obj) : trim(text.substr(body, close - body));
+    auto j = parse_json(call_text);
+    auto c = j ? call_from(*j, call_text) : std::nullopt;
+    const std::string_view before = text.substr(pos, open - pos);
+    out.content += after_call ? ltrim(before) : before;
+    if (c) {
+      rtrim(out.content);
+      out.calls.push_back(std::move(*c));
+      after_call = true;
+    } else {
+      out.content += text.substr(open, close + kHermesClose.size() - open);
+      after_call = false;
+    }
+    pos = close + kHermesClose.size();
+  }
+  const std::string_view rest = text.substr(pos);
+  out.content += after_call ? ltrim(rest) : rest;
+  return out;
+}
+
+ParsedToolOutput parse_llama3(std::string_view text) {
+  std::string_view t = trim(text);
+  if (t.substr(0, kPythonTag.size()) == kPythonTag) t = trim(t.substr(kPythonTag.size()));
+  if (auto j = parse_json(t)) {
+    if (auto c = call_from(*j, t)) return {{}, {std::move(*c)}};
+  }
+  return {std::string(text), {}};
+}
+
 // The complete call objects of a JSON array of calls from *pos (just inside its '[', or
 // after an item read before) on, *pos moved past each. False when something other than a
 // call object (or the array's end) is there.
@@ -164,7 +251,7 @@ bool array_calls(std::string_view s, size_t* pos, std::vector<ToolCall>* out) {
     const size_t end = json_end(s, i);
     if (end == std::string_view::npos) return true;  // not yet complete
     auto j = parse_json(s.substr(i, end - i));
-    auto c = j ? call_from(*j) : std::nullopt;
+    auto c = j ? call_from(*j, s.substr(i, end - i)) : std::nullopt;
     if (!c) return false;
     out->push_back(std::move(*c));
     *pos = end;
@@ -197,11 +284,185 @@ std::vector<ToolCall> calls_cut_short(ToolFormat f, std::string_view s) {
   return calls;
 }
 
+// Matching a fixed shape against text that may still be growing.
+enum class Match : uint8_t { kMore, kNo, kYes };
+struct Cursor {
+  std::string_view s;
+  size_t i;
+  // Past whitespace; false when the text ends there.
+  bool ws() {
+    while (i < s.size() && is_ws(s[i])) ++i;
+    return i < s.size();
+  }
+  Match lit(std::string_view w) {
+    const size_t n = std::min(w.size(), s.size() - i);
+    if (s.substr(i, n) != w.substr(0, n)) return Match::kNo;
+    if (n < w.size()) return Match::kMore;
+    i += n;
+    return Match::kYes;
+  }
+  // ws, the literal, ws.
+  Match token(std::string_view w) {
+    if (!ws()) return Match::kMore;
+    const Match m = lit(w);
+    if (m != Match::kYes) return m;
+    return ws() ? Match::kYes : Match::kMore;
+  }
+};
+
+// The head of a call object whose arguments can stream: `{"name": "NAME", "KEY": {` with any
+// whitespace, KEY "arguments" (or "parameters" for llama3, as its format writes it). The
+// name must be plain (no escapes). On kYes, *value_at is the arguments' '{'.
+Match match_call_head(std::string_view s, size_t at, std::string_view key, std::string* name, size_t* value_at) {
+  Cursor c{s, at};
+  Match m;
+  if ((m = c.lit("{")) != Match::kYes) return m;
+  if ((m = c.token("\"name\"")) != Match::kYes) return m;
+  if ((m = c.lit(":")) != Match::kYes) return m;
+  if ((m = c.token("\"")) != Match::kYes) return m;
+  const size_t n0 = c.i;
+  while (c.i < s.size() && s[c.i] != '"') {
+    if (s[c.i] == '\\' || static_cast<unsigned char>(s[c.i]) < 0x20) return Match::kNo;
+    ++c.i;
+  }
+  if (c.i >= s.size()) return Match::kMore;
+  *name = std::string(s.substr(n0, c.i - n0));
+  ++c.i;
+  if ((m = c.token(",")) != Match::kYes) return m;
+  if ((m = c.lit("\"")) != Match::kYes) return m;
+  if ((m = c.lit(key)) != Match::kYes) return m;
+  if ((m = c.lit("\"")) != Match::kYes) return m;
+  if ((m = c.token(":")) != Match::kYes) return m;
+  if (s[c.i] != '{') return Match::kNo;
+  *value_at = c.i;
+  return Match::kYes;
+}
+
+// The generic format's opening: `{"tool_calls": [` (*calls true) or `{"response": "`; *end
+// is just past its last byte.
+Match match_generic_head(std::string_view s, bool* calls, size_t* end) {
+  Cursor c{s, 0};
+  Match m;
+  if (!c.ws()) return Match::kMore;
+  if ((m = c.lit("{")) != Match::kYes) return m;
+  if ((m = c.token("\"")) != Match::kYes) return m;
+  Cursor r = c;
+  const Match mc = c.lit("tool_calls\"");
+  const Match mr = r.lit("response\"");
+  if (mc == Match::kNo && mr == Match::kNo) return Match::kNo;
+  if (mc != Match::kYes && mr != Match::kYes) return Match::kMore;
+  Cursor& k = mc == Match::kYes ? c : r;
+  if ((m = k.token(":")) != Match::kYes) return m;
+  if ((m = k.lit(mc == Match::kYes ? "[" : "\"")) != Match::kYes) return m;
+  *calls = mc == Match::kYes;
+  *end = k.i;
+  return Match::kYes;
+}
+
+void append_utf8(std::string* out, uint32_t cp) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::optional<uint32_t> hex4(std::string_view s) {
+  uint32_t v = 0;
+  for (char c : s) {
+    v <<= 4;
+    if (c >= '0' && c <= '9') {
+      v |= static_cast<uint32_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      v |= static_cast<uint32_t>(c - 'a' + 10);
+    } else if (c >= 'A' && c <= 'F') {
+      v |= static_cast<uint32_t>(c - 'A' + 10);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return v;
+}
+
+// Decodes a JSON string's body from s[*i] on (just past its opening quote) into *out, as far
+// as the text is complete (an escape cut short waits); *i moves past what was decoded.
+// kYes: the closing quote was read; kNo: the string is malformed (a control character, a bad
+// escape) and reading stops there. A lone surrogate becomes U+FFFD.
+Match decode_json_string(std::string_view s, size_t* i, std::string* out) {
+  size_t k = *i;
+  while (k < s.size()) {
+    const char c = s[k];
+    if (c == '"') {
+      *i = k + 1;
+      return Match::kYes;
+    }
+    if (static_cast<unsigned char>(c) < 0x20) break;
+    if (c != '\\') {
+      *out += c;
+      ++k;
+      continue;
+    }
+    if (k + 1 >= s.size()) {
+      *i = k;
+      return Match::kMore;
+    }
+    const char e = s[k + 1];
+    const std::string_view simple = "\"\\/bfnrt";
+    const std::string_view value = "\"\\/\b\f\n\r\t";
+    if (const size_t at = simple.find(e); at != std::string_view::npos) {
+      *out += value[at];
+      k += 2;
+      continue;
+    }
+    if (e != 'u') break;
+    if (k + 6 > s.size()) {
+      *i = k;
+      return Match::kMore;
+    }
+    auto cp = hex4(s.substr(k + 2, 4));
+    if (!cp) break;
+    if (*cp >= 0xD800 && *cp < 0xDC00) {
+      // A high surrogate may be followed by the low one, still being written.
+      const std::string_view next = s.substr(k + 6, 6);
+      if (next.size() < 6 && std::string_view("\\u").substr(0, std::min<size_t>(next.size(), 2)) ==
+                                 next.substr(0, std::min<size_t>(next.size(), 2))) {
+        *i = k;
+        return Match::kMore;
+      }
+      auto lo = s.substr(k + 6, 2) == "\\u" ? hex4(s.substr(k + 8, 4)) : std::nullopt;
+      if (lo && *lo >= 0xDC00 && *lo < 0xE000) {
+        append_utf8(out, 0x10000 + ((*cp - 0xD800) << 10) + (*lo - 0xDC00));
+        k += 12;
+        continue;
+      }
+      append_utf8(out, 0xFFFD);
+    } else if (*cp >= 0xDC00 && *cp < 0xE000) {
+      append_utf8(out, 0xFFFD);
+    } else {
+      append_utf8(out, *cp);
+    }
+    k += 6;
+  }
+  *i = k;
+  return k < s.size() ? Match::kNo : Match::kMore;
+}
+
 ParsedToolOutput parse_mistral(std::string_view text) {
   const size_t at = text.find(kMistralTrigger);
   if (at == std::string_view::npos) return {std::string(text), {}};
-  if (auto j = parse_json(trim(text.substr(at + kMistralTrigger.size())))) {
-    if (auto calls = calls_from(*j)) {
+  const std::string_view body = trim(text.substr(at + kMistralTrigger.size()));
+  if (auto j = parse_json(body)) {
+    if (auto calls = calls_from(*j, body)) {
       std::string before(text.substr(0, at));
       rtrim(before);
       return {std::move(before), std::move(*calls)};
@@ -216,17 +477,29 @@ ParsedToolOutput parse_mistral(std::string_view text) {
 }
 
 ParsedToolOutput parse_generic(std::string_view text) {
-  auto j = parse_json(trim(text));
+  const std::string_view t = trim(text);
+  auto j = parse_json(t);
   if (j && j->is_object()) {
     if (auto tc = j->find("tool_calls"); tc != j->end()) {
-      if (auto calls = calls_from(*tc)) return {{}, std::move(*calls)};
+      if (auto calls = calls_from(*tc, raw_member(t, "tool_calls").value_or(std::string_view()))) {
+        return {{}, std::move(*calls)};
+      }
     } else if (auto one = j->find("tool_call"); one != j->end()) {
-      if (auto calls = calls_from(*one)) return {{}, std::move(*calls)};
+      if (auto calls = calls_from(*one, raw_member(t, "tool_call").value_or(std::string_view()))) {
+        return {{}, std::move(*calls)};
+      }
     } else if (auto r = j->find("response"); r != j->end() && r->is_string()) {
       return {r->get<std::string>(), {}};
     }
   }
   if (auto calls = calls_cut_short(ToolFormat::kGeneric, text); !calls.empty()) return {{}, std::move(calls)};
+  // A response cut short (the length bound): the part of its string that was written.
+  bool calls = false;
+  size_t at = 0;
+  if (match_generic_head(text, &calls, &at) == Match::kYes && !calls) {
+    std::string r;
+    if (decode_json_string(text, &at, &r) != Match::kNo) return {std::move(r), {}};
+  }
   return {std::string(text), {}};
 }
 
@@ -492,105 +765,377 @@ ParsedToolOutput parse_tool_output(ToolFormat f, std::string_view text) {
   return parse_generic(text);
 }
 
-ParsedToolOutput ToolCallStream::feed(std::string_view text) {
-  ParsedToolOutput out;
-  if (passthrough_) {
-    out.content = std::string(text);
-    return out;
-  }
-  held_ += text;
-  switch (format_) {
+ToolCallStream::ToolCallStream(ToolFormat f) : format_(f) {
+  switch (f) {
     case ToolFormat::kGeneric:
-      read_array(&out);  // calls go out as each closes; a response is read when whole
-      return out;
-    case ToolFormat::kLlama3: {
-      // A call is the whole message: decided by its first bytes.
-      if (in_calls_) return out;
-      const std::string_view t = trim(held_);
-      if (t.empty()) return out;
-      const bool call = t.front() == '{' || kPythonTag.substr(0, std::min(t.size(), kPythonTag.size())) ==
-                                                t.substr(0, std::min(t.size(), kPythonTag.size()));
-      if (call) {
-        in_calls_ = true;
-        return out;
-      }
-      out.content = std::move(held_);  // not a call: plain text from here on
-      held_.clear();
-      passthrough_ = true;
-      return out;
-    }
-    case ToolFormat::kMistral:
+      phase_ = Phase::kGenericStart;
+      break;
+    case ToolFormat::kLlama3:
+      phase_ = Phase::kLlamaStart;
+      break;
     case ToolFormat::kHermes:
+    case ToolFormat::kMistral:
+      phase_ = Phase::kText;
       break;
   }
-  const std::string_view trigger = tool_call_trigger(format_);
-  while (true) {
-    if (!in_calls_) {
-      const size_t at = held_.find(trigger);
-      if (at == std::string::npos) {
-        // Held back: what may yet become the trigger, and the whitespace before it (dropped
-        // if a call follows).
-        size_t keep = partial_suffix(held_, trigger);
-        while (keep < held_.size() && std::string_view(" \n\t\r").find(held_[held_.size() - keep - 1]) !=
-                                          std::string_view::npos) {
-          ++keep;
-        }
-        std::string give = held_.substr(0, held_.size() - keep);
-        if (after_call_) {
-          const size_t first = give.find_first_not_of(" \n\t\r");
-          give = first == std::string::npos ? std::string() : give.substr(first);
-          if (!give.empty()) after_call_ = false;
-        }
-        out.content += give;
-        held_.erase(0, held_.size() - keep);
-        return out;
-      }
-      std::string before = held_.substr(0, at);
-      if (after_call_) before = std::string(ltrim(before));
-      rtrim(before);
-      out.content += before;
-      held_.erase(0, at);
-      in_calls_ = true;
-    }
-    if (format_ == ToolFormat::kMistral) {
-      read_array(&out);
-      return out;
-    }
-    const size_t close = held_.find(kHermesClose);
-    if (close == std::string::npos) return out;
-    const size_t end = close + kHermesClose.size();
-    ParsedToolOutput block = parse_hermes(std::string_view(held_).substr(0, end));
-    for (ToolCall& c : block.calls) out.calls.push_back(std::move(c));
-    out.content += block.content;
-    held_.erase(0, end);
-    in_calls_ = false;
-    after_call_ = !block.calls.empty();
+}
+
+namespace {
+
+void push_piece(ToolStreamPieces* out, ToolStreamPiece::Kind kind, std::string_view text) {
+  if (text.empty() && kind != ToolStreamPiece::Kind::kCall) return;
+  if (kind != ToolStreamPiece::Kind::kCall && !out->empty() && out->back().kind == kind) {
+    out->back().text += text;
+    return;
+  }
+  out->push_back(ToolStreamPiece{kind, std::string(text)});
+}
+
+void push_whole(ToolStreamPieces* out, ParsedToolOutput po, std::string* pending_ws) {
+  // The whitespace before the trigger belongs to the text unless a call follows.
+  if (po.calls.empty()) push_piece(out, ToolStreamPiece::Kind::kContent, *pending_ws);
+  pending_ws->clear();
+  push_piece(out, ToolStreamPiece::Kind::kContent, po.content);
+  for (ToolCall& c : po.calls) {
+    push_piece(out, ToolStreamPiece::Kind::kCall, c.name);
+    push_piece(out, ToolStreamPiece::Kind::kArguments, c.arguments);
   }
 }
 
-void ToolCallStream::read_array(ParsedToolOutput* out) {
-  if (array_bad_) return;
-  if (array_pos_ == std::string::npos) array_pos_ = calls_array_start(format_, held_);
-  if (array_pos_ == std::string::npos) return;
-  const size_t before = out->calls.size();
-  if (!array_calls(held_, &array_pos_, &out->calls)) array_bad_ = true;
-  emitted_ += out->calls.size() - before;
+// A call object's head longer than this (whitespace) is not streamed: it is read whole.
+constexpr size_t kMaxCallHead = 4096;
+
+}  // namespace
+
+void ToolCallStream::emit_content(ToolStreamPieces* out, std::string_view s) {
+  push_piece(out, ToolStreamPiece::Kind::kContent, s);
 }
 
-ParsedToolOutput ToolCallStream::finish() {
-  ParsedToolOutput out;
-  if (emitted_ > 0) {
-    // The array's calls went out as they closed; a call cut short is dropped with the rest.
-    held_.clear();
+void ToolCallStream::start_call(size_t at) {
+  call_ = CallReader{};
+  call_.start = at;
+  call_.scan = at;
+}
+
+ToolCallStream::ReadResult ToolCallStream::read_call(ToolStreamPieces* out) {
+  CallReader& r = call_;
+  const std::string_view s = held_;
+  if (r.phase == CallReader::Phase::kHead) {
+    std::string name;
+    size_t value_at = 0;
+    // Only the first kMaxCallHead bytes are looked at, so that the outcome does not depend
+    // on how the text was cut.
+    const std::string_view window = s.substr(0, std::min(s.size(), r.start + kMaxCallHead));
+    Match m = match_call_head(window, r.start, format_ == ToolFormat::kLlama3 ? "parameters" : "arguments", &name,
+                              &value_at);
+    if (m == Match::kMore && s.size() > r.start + kMaxCallHead) m = Match::kNo;
+    if (m == Match::kMore) return ReadResult::kMore;
+    if (m == Match::kNo) {
+      r.phase = CallReader::Phase::kWhole;
+    } else {
+      push_piece(out, ToolStreamPiece::Kind::kCall, name);
+      pending_ws_.clear();
+      r.begun = begun_ = true;
+      r.phase = CallReader::Phase::kArguments;
+      r.scan = value_at;
+    }
+  }
+  if (r.phase == CallReader::Phase::kArguments) {
+    const size_t from = r.scan;
+    size_t i = r.scan;
+    bool closed = false;
+    for (; i < s.size() && !closed; ++i) {
+      const char c = s[i];
+      if (r.escape) {
+        r.escape = false;
+      } else if (r.in_string) {
+        if (c == '\\') {
+          r.escape = true;
+        } else if (c == '"') {
+          r.in_string = false;
+        }
+      } else if (c == '"') {
+        r.in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++r.depth;
+      } else if (c == '}' || c == ']') {
+        closed = --r.depth == 0;
+      }
+    }
+    push_piece(out, ToolStreamPiece::Kind::kArguments, s.substr(from, i - from));
+    r.scan = i;
+    if (!closed) return ReadResult::kMore;
+    r.phase = CallReader::Phase::kTail;
+  }
+  if (r.phase == CallReader::Phase::kTail) {
+    size_t i = r.scan;
+    while (i < s.size() && is_ws(s[i])) ++i;
+    if (i >= s.size()) return ReadResult::kMore;
+    if (s[i] == '}') {
+      r.scan = i + 1;
+      return ReadResult::kCall;
+    }
+    r.phase = CallReader::Phase::kWhole;  // more members after the arguments
+  }
+  const size_t end = json_end(s, r.start);
+  if (end == std::string_view::npos) return ReadResult::kMore;
+  r.scan = end;
+  if (r.begun) return ReadResult::kCall;
+  const std::string_view obj = s.substr(r.start, end - r.start);
+  auto j = parse_json(obj);
+  auto c = j ? call_from(*j, obj) : std::nullopt;
+  if (!c) return ReadResult::kNotACall;
+  push_piece(out, ToolStreamPiece::Kind::kCall, c->name);
+  push_piece(out, ToolStreamPiece::Kind::kArguments, c->arguments);
+  pending_ws_.clear();
+  r.begun = begun_ = true;
+  return ReadResult::kCall;
+}
+
+// Free text of the hermes and mistral formats, up to the trigger.
+void ToolCallStream::text(ToolStreamPieces* out) {
+  const std::string_view trigger = tool_call_trigger(format_);
+  const size_t at = held_.find(trigger);
+  if (at == std::string::npos) {
+    // Held back: what may yet become the trigger, and the whitespace before it (dropped if a
+    // call follows).
+    size_t keep = partial_suffix(held_, trigger);
+    while (keep < held_.size() && is_ws(held_[held_.size() - keep - 1])) ++keep;
+    std::string_view give = std::string_view(held_).substr(0, held_.size() - keep);
+    if (after_call_) {
+      give = ltrim(give);
+      if (!give.empty()) after_call_ = false;
+    }
+    emit_content(out, give);
+    held_.erase(0, held_.size() - keep);
+    return;
+  }
+  std::string before = held_.substr(0, at);
+  if (after_call_) before = std::string(ltrim(before));
+  const size_t text_end = before.find_last_not_of(" \n\t\r");
+  pending_ws_ = before.substr(text_end == std::string::npos ? 0 : text_end + 1);
+  before.resize(before.size() - pending_ws_.size());
+  emit_content(out, before);
+  held_.erase(0, at);
+  pos_ = trigger.size();
+  begun_ = false;
+  phase_ = format_ == ToolFormat::kHermes ? Phase::kHermesOpen : Phase::kMistralOpen;
+}
+
+ToolStreamPieces ToolCallStream::feed(std::string_view t) {
+  ToolStreamPieces out;
+  if (phase_ == Phase::kPass) {
+    emit_content(&out, t);
     return out;
   }
-  if (passthrough_) {
-    out.content = std::move(held_);
-  } else {
-    out = parse_tool_output(format_, held_);
-    if (after_call_ && out.calls.empty()) out.content = std::string(ltrim(out.content));
+  if (phase_ == Phase::kDone) return out;
+  held_ += t;
+  const auto skip_ws = [&](size_t i) {
+    while (i < held_.size() && is_ws(held_[i])) ++i;
+    return i;
+  };
+  while (true) {
+    switch (phase_) {
+      case Phase::kText:
+        text(&out);
+        if (phase_ == Phase::kText) return out;
+        break;
+      case Phase::kHermesOpen: {
+        const size_t i = skip_ws(pos_);
+        if (i >= held_.size()) return out;
+        if (held_[i] == '{') {
+          start_call(i);
+          phase_ = Phase::kHermesCall;
+        } else {
+          phase_ = Phase::kHermesRaw;
+        }
+        break;
+      }
+      case Phase::kHermesCall:
+        switch (read_call(&out)) {
+          case ReadResult::kMore:
+            return out;
+          case ReadResult::kCall:
+            pos_ = call_.scan;
+            phase_ = Phase::kHermesTail;
+            break;
+          case ReadResult::kNotACall:
+            phase_ = Phase::kHermesRaw;
+            break;
+        }
+        break;
+      case Phase::kHermesTail: {
+        // The close, after whitespace; anything else before it is dropped with the block.
+        const size_t i = skip_ws(pos_);
+        if (i >= held_.size()) return out;
+        Cursor c{held_, i};
+        const Match m = c.lit(kHermesClose);
+        if (m == Match::kMore) return out;
+        size_t end = c.i;
+        if (m == Match::kNo) {
+          const size_t close = held_.find(kHermesClose, i);
+          if (close == std::string::npos) return out;
+          end = close + kHermesClose.size();
+        }
+        held_.erase(0, end);
+        pos_ = 0;
+        after_call_ = true;
+        phase_ = Phase::kText;
+        break;
+      }
+      case Phase::kHermesRaw: {
+        const size_t close = held_.find(kHermesClose, kHermesOpen.size());
+        if (close == std::string::npos) return out;
+        const size_t end = close + kHermesClose.size();
+        ParsedToolOutput block = parse_hermes(std::string_view(held_).substr(0, end));
+        after_call_ = !block.calls.empty();
+        push_whole(&out, std::move(block), &pending_ws_);
+        held_.erase(0, end);
+        pos_ = 0;
+        phase_ = Phase::kText;
+        break;
+      }
+      case Phase::kMistralOpen: {
+        const size_t i = skip_ws(pos_);
+        if (i >= held_.size()) return out;
+        if (held_[i] == '[') {
+          pos_ = i + 1;
+          phase_ = Phase::kArray;
+        } else if (held_[i] == '{') {
+          start_call(i);
+          phase_ = Phase::kLone;
+        } else {
+          phase_ = Phase::kHold;
+        }
+        break;
+      }
+      case Phase::kArray: {
+        size_t i = pos_;
+        while (i < held_.size() && (is_ws(held_[i]) || held_[i] == ',')) ++i;
+        if (i >= held_.size()) return out;
+        if (held_[i] == '{') {
+          start_call(i);
+          phase_ = Phase::kArrayCall;
+        } else {
+          // The array's end, or something that is not a call: an array that gave nothing out
+          // is read whole at the end.
+          phase_ = held_[i] == ']' || begun_ ? Phase::kDone : Phase::kHold;
+        }
+        break;
+      }
+      case Phase::kArrayCall:
+        switch (read_call(&out)) {
+          case ReadResult::kMore:
+            return out;
+          case ReadResult::kCall:
+            pos_ = call_.scan;
+            phase_ = Phase::kArray;
+            break;
+          case ReadResult::kNotACall:
+            phase_ = begun_ ? Phase::kDone : Phase::kHold;
+            break;
+        }
+        break;
+      case Phase::kLone:
+        switch (read_call(&out)) {
+          case ReadResult::kMore:
+            return out;
+          case ReadResult::kCall:
+            phase_ = Phase::kDone;
+            break;
+          case ReadResult::kNotACall:
+            phase_ = Phase::kHold;
+            break;
+        }
+        break;
+      case Phase::kLlamaStart: {
+        // A call is the whole message, decided by its first bytes: `{`, or the python tag.
+        size_t i = skip_ws(0);
+        if (i >= held_.size()) return out;
+        Cursor c{held_, i};
+        const Match tag = c.lit(kPythonTag);
+        if (tag == Match::kMore) return out;
+        if (tag == Match::kYes) {
+          i = skip_ws(c.i);
+          if (i >= held_.size()) return out;
+        }
+        if (held_[i] == '{') {
+          start_call(i);
+          phase_ = Phase::kLone;
+        } else if (tag == Match::kYes) {
+          phase_ = Phase::kHold;
+        } else {
+          emit_content(&out, held_);  // not a call: plain text from here on
+          held_.clear();
+          phase_ = Phase::kPass;
+          return out;
+        }
+        break;
+      }
+      case Phase::kGenericStart: {
+        bool calls = false;
+        size_t end = 0;
+        const Match m = match_generic_head(held_, &calls, &end);
+        if (m == Match::kMore) return out;
+        if (m == Match::kNo) {
+          phase_ = Phase::kHold;
+        } else {
+          pos_ = end;
+          begun_ = false;
+          phase_ = calls ? Phase::kArray : Phase::kResponse;
+        }
+        break;
+      }
+      case Phase::kResponse: {
+        std::string r;
+        const Match m = decode_json_string(held_, &pos_, &r);
+        emit_content(&out, r);
+        if (m == Match::kMore) return out;
+        phase_ = Phase::kDone;
+        break;
+      }
+      case Phase::kDone:
+        held_.clear();
+        return out;
+      case Phase::kHold:
+      case Phase::kPass:
+        return out;
+    }
+  }
+}
+
+ToolStreamPieces ToolCallStream::finish() {
+  ToolStreamPieces out;
+  switch (phase_) {
+    case Phase::kText:
+      emit_content(&out, after_call_ ? ltrim(held_) : std::string_view(held_));
+      break;
+    case Phase::kPass:
+    case Phase::kDone:
+    case Phase::kResponse:
+      break;
+    case Phase::kHold:
+    case Phase::kLlamaStart:
+    case Phase::kGenericStart:
+    case Phase::kHermesOpen:
+    case Phase::kHermesCall:
+    case Phase::kHermesTail:
+    case Phase::kHermesRaw:
+    case Phase::kMistralOpen:
+    case Phase::kArray:
+    case Phase::kArrayCall:
+    case Phase::kLone: {
+      // A call that went out in part was cut short: the rest of it is dropped. Else what is
+      // held is read as the whole reading reads it.
+      if (begun_) break;
+      ParsedToolOutput po = parse_tool_output(format_, held_);
+      if (after_call_ && po.calls.empty()) po.content = std::string(ltrim(po.content));
+      push_whole(&out, std::move(po), &pending_ws_);
+      break;
+    }
   }
   held_.clear();
+  phase_ = Phase::kDone;
   return out;
 }
 

@@ -90,27 +90,73 @@ struct ParsedToolOutput {
 // of calls cut short (the length bound) keeps the calls that were complete.
 ParsedToolOutput parse_tool_output(ToolFormat f, std::string_view text);
 
-// The same, fed as the text streams: content goes out as soon as it cannot be the start of
-// a call; each call goes out once it is complete.
+// What a stream of output gives out, in order: text, the start of a call (its function's
+// name), and fragments of the last started call's arguments as they are written.
+struct ToolStreamPiece {
+  enum class Kind : uint8_t { kContent, kCall, kArguments };
+  Kind kind;
+  std::string text;
+};
+using ToolStreamPieces = std::vector<ToolStreamPiece>;
+
+// The whole-output reading, fed as the text streams. Content goes out as soon as it cannot
+// be the start of a call. A call written `{"name": "f", "arguments": {` (any whitespace)
+// starts as soon as its name is read and its arguments go out as they are written, their
+// concatenation the same text parse_tool_output gives; a call in another shape goes out
+// whole once complete. The generic format's {"response": "..."} streams as its string is
+// written. A call cut short (the length bound) has gone out in part; parse_tool_output
+// drops it.
 class ToolCallStream {
  public:
-  explicit ToolCallStream(ToolFormat f) : format_(f) {}
-  ParsedToolOutput feed(std::string_view text);
-  // The output ended: what is still held (a call cut short stays content).
-  ParsedToolOutput finish();
+  explicit ToolCallStream(ToolFormat f);
+  ToolStreamPieces feed(std::string_view text);
+  // The output ended: what is still held (text that did not become a call).
+  ToolStreamPieces finish();
+
+  // One call object being read, from its '{' at `start` in held_.
+  struct CallReader {
+    enum class Phase : uint8_t { kHead, kArguments, kTail, kWhole };
+    size_t start = 0;
+    size_t scan = 0;  // read up to (kArguments: the next byte to look at)
+    Phase phase = Phase::kHead;
+    bool begun = false;  // its name went out
+    int depth = 0;
+    bool in_string = false;
+    bool escape = false;
+  };
 
  private:
+  enum class Phase : uint8_t {
+    kText,          // hermes, mistral: free text, looking for the trigger
+    kLlamaStart,    // llama3: a call or text, decided by the first bytes
+    kGenericStart,  // generic: {"tool_calls": [ or {"response": " or something else
+    kHermesOpen,    // after <tool_call>: a call object or other text up to </tool_call>
+    kHermesCall,    // reading the call object of a <tool_call> block
+    kHermesTail,    // after it: whitespace, then </tool_call>
+    kHermesRaw,     // a block that is not a call object: held until </tool_call>
+    kMistralOpen,   // after [TOOL_CALLS]: an array of calls or one call
+    kArray,         // between the calls of an array
+    kArrayCall,     // reading a call of an array
+    kLone,          // reading the one call of a llama3 message or a mistral call
+    kResponse,      // generic: the response string, streamed as it is decoded
+    kDone,          // the calls (or the response) are complete: what follows is dropped
+    kHold,          // an unusual shape: held whole until the end, then parsed whole
+    kPass,          // llama3: the message is text
+  };
+  enum class ReadResult : uint8_t { kMore, kCall, kNotACall };
+  ReadResult read_call(ToolStreamPieces* out);
+  void start_call(size_t at);
+  void text(ToolStreamPieces* out);
+  void emit_content(ToolStreamPieces* out, std::string_view s);
+
   ToolFormat format_;
-  std::string held_;       // text not yet given out
-  bool in_calls_ = false;  // the trigger was seen: everything from it is held until parsed
-  bool after_call_ = false;   // a call just ended: whitespace after it is not content
-  bool passthrough_ = false;  // llama3: the message did not open with a call, it is all text
-  // generic and mistral: where the array of calls is read up to, whether it went wrong,
-  // and how many calls went out.
-  size_t array_pos_ = std::string::npos;
-  bool array_bad_ = false;
-  size_t emitted_ = 0;
-  void read_array(ParsedToolOutput* out);
+  Phase phase_;
+  std::string held_;   // kText: text not yet given out; else from the trigger or start on
+  size_t pos_ = 0;     // where reading goes on in held_
+  bool after_call_ = false;  // hermes: a call just ended, whitespace after it is not content
+  bool begun_ = false;       // a call of the current block or array went out in part
+  std::string pending_ws_;   // whitespace before the trigger: text unless a call follows
+  CallReader call_;
 };
 
 // "call_" and 24 random alphanumerics.

@@ -50,14 +50,17 @@ def _check_calls(calls, names=None):
 
 
 def _streamed(client, model, **kw):
-    """The SDK's chunks accumulated as its docs show: content, and tool calls by index."""
+    """The SDK's chunks accumulated as its docs show: content, and tool calls by index (each
+    with the number of chunks its arguments came in)."""
     content, calls, finish = "", {}, None
+    content_chunks = [0]
     for chunk in client.chat.completions.create(model=model, stream=True, **kw):
         for ch in chunk.choices:
             d = ch.delta
             content += d.content or ""
+            content_chunks[0] += 1 if d.content else 0
             for tc in d.tool_calls or []:
-                acc = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                acc = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": "", "chunks": 0})
                 if tc.id:
                     assert acc["id"] is None, "a call's id comes once"
                     acc["id"] = tc.id
@@ -65,7 +68,9 @@ def _streamed(client, model, **kw):
                     acc["name"] += tc.function.name
                 if tc.function and tc.function.arguments:
                     acc["arguments"] += tc.function.arguments
+                    acc["chunks"] += 1
             finish = ch.finish_reason or finish
+    _streamed.content_chunks = content_chunks[0]
     return content, [calls[i] for i in sorted(calls)], finish
 
 
@@ -101,13 +106,14 @@ def _exercise(client, model, fmt, notes):
     assert finish == "tool_calls" and len(calls) == 1, (fmt, content, calls, finish)
     acc = calls[0]
     assert acc["id"] and acc["id"].startswith("call_"), acc
-    # Streamed and not, the same greedy call.
-    assert acc["name"] == one.function.name and json.loads(acc["arguments"]) == json.loads(one.function.arguments), (
-        acc, one)
+    # Streamed and not, the same greedy call, to the byte; its arguments stream as written.
+    assert acc["name"] == one.function.name and acc["arguments"] == one.function.arguments, (acc, one)
+    assert acc["chunks"] > 1, acc
     content, calls, finish = _streamed(client, model, messages=ASK, tools=TOOLS, tool_choice="required",
                                        max_tokens=200, temperature=0)
     assert finish in ("tool_calls", "length") and calls, (fmt, content, calls, finish)
-    for acc in calls:
+    # Cut by max_tokens, the last call has gone out in part (as OpenAI streams it).
+    for acc in calls[:-1] if finish == "length" else calls:
         assert acc["name"] in SCHEMAS, acc
         jsonschema.validate(json.loads(acc["arguments"]), SCHEMAS[acc["name"]])
 
@@ -123,6 +129,16 @@ def _exercise(client, model, fmt, notes):
             _check_calls(c.message.tool_calls)
         else:
             assert c.finish_reason in ("stop", "length") and isinstance(c.message.content, str), c
+        # Streamed, the same answer: text as it is written (the generic format's response
+        # too, decoded from its JSON string as it streams), calls to the byte.
+        content, calls, finish = _streamed(client, model, messages=ASK, tools=TOOLS, max_tokens=120,
+                                           temperature=0.8, seed=seed)
+        if finish == c.finish_reason and finish != "length":
+            assert content == (c.message.content or ""), (fmt, content, c.message.content)
+            want = [(x.function.name, x.function.arguments) for x in c.message.tool_calls or []]
+            assert [(x["name"], x["arguments"]) for x in calls] == want, (fmt, calls, want)
+            if len(content) > 20:
+                assert _streamed.content_chunks > 1, (fmt, content)
     notes.append(f"{fmt}: one call {one.function.name}, parallel {parallel_n} call(s), auto called in "
                  f"{auto_calls} of 3")
 

@@ -212,56 +212,135 @@ TEST(ToolOutput, ParsedPerFormatAndWhatIsNotACallStaysText) {
   }
 }
 
-// The streamed reading gives what the whole reading gives, however the text is cut.
+// What a stream gave out, put together as a client does.
+ParsedToolOutput assemble(const ToolStreamPieces& pieces, ParsedToolOutput acc = {}) {
+  for (const ToolStreamPiece& p : pieces) {
+    switch (p.kind) {
+      case ToolStreamPiece::Kind::kContent:
+        acc.content += p.text;
+        break;
+      case ToolStreamPiece::Kind::kCall:
+        acc.calls.push_back(ToolCall{p.text, ""});
+        break;
+      case ToolStreamPiece::Kind::kArguments:
+        EXPECT_FALSE(acc.calls.empty()) << "arguments before any call";
+        if (!acc.calls.empty()) acc.calls.back().arguments += p.text;
+        break;
+    }
+  }
+  return acc;
+}
+
+ParsedToolOutput stream_in_pieces(ToolFormat format, std::string_view text, size_t piece) {
+  ToolCallStream s(format);
+  ParsedToolOutput acc;
+  for (size_t i = 0; i < text.size(); i += piece) acc = assemble(s.feed(text.substr(i, piece)), std::move(acc));
+  return assemble(s.finish(), std::move(acc));
+}
+
+// The streamed reading gives what the whole reading gives, however the text is cut; a call
+// cut short by the length bound has gone out in part (the whole reading drops it).
 TEST(ToolOutput, StreamedInAnyPiecesEqualsTheWhole) {
-  const std::pair<ToolFormat, std::string> texts[] = {
+  struct Case {
+    ToolFormat format;
+    std::string text;
+    bool cut = false;
+  };
+  const Case cases[] = {
       {ToolFormat::kHermes,
        "Let me check both.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>"},
       {ToolFormat::kHermes, "No tools needed: it is 4 < 5 and <tool is not a call."},
-      {ToolFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa"},  // cut short
+      {ToolFormat::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", true},
+      // A string argument holding the close, arguments with odd spacing, members in another
+      // order (read whole), a block that is not a call (text).
+      {ToolFormat::kHermes,
+       "<tool_call>{\"name\": \"note\", \"arguments\": {\"text\": \"</tool_call> }]\\\" {\"}}</tool_call>"},
+      {ToolFormat::kHermes, "<tool_call>\n{ \"name\" :\"f\" ,\n \"arguments\":{\"a\":  [1, {\"b\": 2}]}  }\n</tool_call>"},
+      {ToolFormat::kHermes, "<tool_call>{\"arguments\": {\"a\": 1}, \"name\": \"f\"}</tool_call> then text"},
+      {ToolFormat::kHermes, "<tool_call>{\"x\": 1}</tool_call> and <tool_call>plain</tool_call>."},
       {ToolFormat::kGeneric,
        R"({"tool_calls": [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {"y": "]} \" {"}}]})"},
-      {ToolFormat::kGeneric, R"({"tool_calls": [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "argu)"},  // cut
+      {ToolFormat::kGeneric, R"({"tool_calls": [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "argu)", true},
+      {ToolFormat::kGeneric, R"({"tool_calls": [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {"y)",
+       true},
       {ToolFormat::kGeneric, R"({"response": "plain [words] {here}"})"},
+      {ToolFormat::kGeneric, R"({"response": "caf\u00e9 \ud83d\ude00 \"q\" \\ \n"})"},
+      {ToolFormat::kGeneric, R"({"response": "cut sh)", true},
+      {ToolFormat::kGeneric, R"({"tool_call": {"name": "a", "arguments": {}}})"},
       {ToolFormat::kMistral, R"(Sure.[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"s": "[x"}}])"},
-      {ToolFormat::kMistral, R"([TOOL_CALLS] [{"name": "a", "arguments": {}}, {"na)"},  // cut short
+      {ToolFormat::kMistral, R"([TOOL_CALLS] [{"name": "a", "arguments": {}}, {"na)", true},
+      {ToolFormat::kMistral, R"([TOOL_CALLS] {"name": "a", "arguments": {"k": true}})"},
+      {ToolFormat::kLlama3, R"(<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}})"},
+      {ToolFormat::kLlama3, R"(  {"name": "get_weather", "parameters": {"city": "Pa)", true},
+      {ToolFormat::kLlama3, "Paris is sunny {\"name\": \"x\"}"},
   };
-  for (const auto& [format, text] : texts) {
-    const ParsedToolOutput whole = parse_tool_output(format, text);
+  for (const Case& c : cases) {
+    const ParsedToolOutput whole = parse_tool_output(c.format, c.text);
+    const ParsedToolOutput at_once = stream_in_pieces(c.format, c.text, c.text.size());
     for (size_t piece = 1; piece <= 7; ++piece) {
-      ToolCallStream s(format);
-      std::string content;
-      std::vector<ToolCall> calls;
-      size_t calls_before_end = 0;
-      for (size_t i = 0; i < text.size(); i += piece) {
-        ParsedToolOutput o = s.feed(std::string_view(text).substr(i, piece));
-        content += o.content;
-        for (ToolCall& c : o.calls) calls.push_back(std::move(c));
+      const ParsedToolOutput got = stream_in_pieces(c.format, c.text, piece);
+      // However the text is cut, the stream gives the same.
+      EXPECT_EQ(got.content, at_once.content) << "piece " << piece << ": " << c.text;
+      ASSERT_EQ(got.calls.size(), at_once.calls.size()) << "piece " << piece << ": " << c.text;
+      for (size_t k = 0; k < got.calls.size(); ++k) {
+        EXPECT_EQ(got.calls[k].name, at_once.calls[k].name);
+        EXPECT_EQ(got.calls[k].arguments, at_once.calls[k].arguments);
       }
-      calls_before_end = calls.size();
-      ParsedToolOutput last = s.finish();
-      content += last.content;
-      for (ToolCall& c : last.calls) calls.push_back(std::move(c));
-      EXPECT_EQ(content, whole.content) << "piece " << piece << ": " << text;
-      ASSERT_EQ(calls.size(), whole.calls.size()) << text;
-      for (size_t k = 0; k < calls.size(); ++k) {
-        EXPECT_EQ(calls[k].name, whole.calls[k].name);
-        EXPECT_EQ(calls[k].arguments, whole.calls[k].arguments);
-      }
-      // Hermes calls go out as each closes, not at the end.
-      EXPECT_EQ(calls_before_end, whole.calls.size()) << text;
+    }
+    // And what the whole reading gives: the same calls (the streamed arguments the text the
+    // model wrote), and the same content unless a call was cut short.
+    if (!c.cut) {
+      EXPECT_EQ(at_once.content, whole.content) << c.text;
+    }
+    ASSERT_GE(at_once.calls.size(), whole.calls.size()) << c.text;
+    EXPECT_LE(at_once.calls.size(), whole.calls.size() + (c.cut ? 1 : 0)) << c.text;
+    for (size_t k = 0; k < whole.calls.size(); ++k) {
+      EXPECT_EQ(at_once.calls[k].name, whole.calls[k].name) << c.text;
+      EXPECT_EQ(at_once.calls[k].arguments, whole.calls[k].arguments) << c.text;
     }
   }
+  // The whole reading keeps the model's own text of the arguments.
+  auto odd = parse_tool_output(ToolFormat::kHermes,
+                               "<tool_call>\n{ \"name\" :\"f\" ,\n \"arguments\":{\"a\":  [1, {\"b\": 2}]}  }\n</tool_call>");
+  ASSERT_EQ(odd.calls.size(), 1u);
+  EXPECT_EQ(odd.calls[0].arguments, "{\"a\":  [1, {\"b\": 2}]}");
+  auto held = parse_tool_output(ToolFormat::kHermes,
+                                "<tool_call>{\"name\": \"note\", \"arguments\": {\"text\": \"</tool_call>\"}}</tool_call>");
+  ASSERT_EQ(held.calls.size(), 1u);
+  EXPECT_EQ(json::parse(held.calls[0].arguments)["text"], "</tool_call>");
+  EXPECT_EQ(parse_tool_output(ToolFormat::kGeneric, R"({"response": "cut sh)").content, "cut sh");
+  EXPECT_EQ(parse_tool_output(ToolFormat::kGeneric, R"({"response": "caf\u00e9 \ud83d\ude00"})").content,
+            "caf\xC3\xA9 \xF0\x9F\x98\x80");
+
   // Content before a call goes out before the call is complete.
   ToolCallStream s(ToolFormat::kHermes);
-  EXPECT_EQ(s.feed("Checking. <tool").content, "Checking.");  // the space waits: a call may follow
-  EXPECT_EQ(s.feed("_call>\n{\"name\": \"f\"").content, "");
+  EXPECT_EQ(assemble(s.feed("Checking. <tool")).content, "Checking.");  // the space waits: a call may follow
+  EXPECT_TRUE(s.feed("_call>\n{\"name\": \"f").empty());
+  // A call starts as soon as its name is read; its arguments go out as they are written.
+  ToolStreamPieces p = s.feed("\", \"arguments\": {\"city\": \"Pa");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].kind, ToolStreamPiece::Kind::kCall);
+  EXPECT_EQ(p[0].text, "f");
+  EXPECT_EQ(p[1].kind, ToolStreamPiece::Kind::kArguments);
+  EXPECT_EQ(p[1].text, "{\"city\": \"Pa");
+  p = s.feed("ris\"}}\n</tool_call>\nDone.");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].kind, ToolStreamPiece::Kind::kArguments);
+  EXPECT_EQ(p[0].text, "ris\"}");
+  EXPECT_EQ(p[1].kind, ToolStreamPiece::Kind::kContent);
+  EXPECT_EQ(p[1].text, "Done.");
+  // The generic format's response streams as its string is decoded; an escape cut short waits.
+  ToolCallStream g(ToolFormat::kGeneric);
+  EXPECT_EQ(assemble(g.feed("{\"response\": \"It is")).content, "It is");
+  EXPECT_EQ(assemble(g.feed(" caf\\u00")).content, " caf");
+  EXPECT_EQ(assemble(g.feed("e9\\n\"}")).content, "\xC3\xA9\n");
+  EXPECT_TRUE(g.finish().empty());
   // Llama 3: a message that does not open with a call streams as text at once.
   ToolCallStream l(ToolFormat::kLlama3);
-  EXPECT_EQ(l.feed("  ").content, "");
-  EXPECT_EQ(l.feed("Paris is").content, "  Paris is");
-  EXPECT_EQ(l.feed(" sunny").content, " sunny");
+  EXPECT_TRUE(l.feed("  ").empty());
+  EXPECT_EQ(assemble(l.feed("Paris is")).content, "  Paris is");
+  EXPECT_EQ(assemble(l.feed(" sunny")).content, " sunny");
 }
 
 class ToolResponseTest : public ::testing::Test {
@@ -334,6 +413,7 @@ TEST_F(ToolResponseTest, AStreamCarriesEachCallAsOpenAiDoes) {
   // Accumulated as the openai SDK does: by tool call index.
   std::string content;
   std::map<int, json> calls;
+  std::map<int, int> fragments;
   std::string finish_reason;
   for (size_t pos = 0; pos < out.size();) {
     const size_t end = out.find("\n\n", pos);
@@ -355,6 +435,7 @@ TEST_F(ToolResponseTest, AStreamCarriesEachCallAsOpenAiDoes) {
           acc["arguments"] = "";
         }
         acc["arguments"] = acc["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+        if (!tc.contains("id")) ++fragments[tc["index"].get<int>()];
       }
     }
   }
@@ -362,8 +443,10 @@ TEST_F(ToolResponseTest, AStreamCarriesEachCallAsOpenAiDoes) {
   EXPECT_EQ(finish_reason, "tool_calls");
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0]["name"], "get_weather");
-  EXPECT_EQ(json::parse(calls[0]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+  EXPECT_EQ(calls[0]["arguments"], "{\"city\": \"Paris\"}");  // the model's text, in pieces as it came
+  EXPECT_GT(fragments[0], 1);
   EXPECT_EQ(calls[1]["name"], "get_time");
+  EXPECT_EQ(calls[1]["arguments"], "{\"zone\": \"UTC\"}");
 }
 
 // Tools and tool calls reach the template: the generic format describes them in a system
