@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Structured outputs end to end: output tokens/s of `metro serve` with and without a JSON
-schema at several concurrency levels, and (with --llama-completion) llama.cpp's decode speed
-with and without `--json-schema` on the same GGUF and prompt, one stream, in the same run.
+"""Structured outputs end to end: output tokens/s with and without a JSON schema at several
+concurrency levels, for `metro serve`, optionally for metro with `--no-jump-forward` and for
+llama.cpp's `llama-server` (same GGUF, prompts and requests, one server at a time, in the
+same run), and (with --llama-completion) llama.cpp's one-stream decode speed with and
+without `--json-schema`.
 
-    python3 bench/structured_serve.py [--levels 1,16] [--requests 32] \
-        [--llama-completion PATH/llama-completion]
+    python3 bench/structured_serve.py [--levels 1,16] [--requests 32] [--jump-forward-off] \
+        [--llama-server PATH/llama-server] [--llama-completion PATH/llama-completion]
 
-metro: chat requests at temperature 0, max_tokens 128, each level run with the schema and
-without, alternated; tokens/s = completion tokens of all requests / wall time of the level.
-A constrained output ends when its JSON is complete, so it has fewer tokens; the rate is
-what compares. llama.cpp: `llama-completion` greedy, 128 tokens, its own "eval time" rate.
+Chat requests at temperature 0, max_tokens 128, each level run with the schema and without,
+alternated; tokens/s = completion tokens of all requests / wall time of the level. A
+constrained output ends when its JSON is complete, so it has fewer tokens; the rate is what
+compares. llama-server gets 16 slots (-np 16, 1024 tokens of context each). llama-completion:
+greedy, 128 tokens, its own "eval time" rate.
 """
 
 import argparse
@@ -76,6 +79,31 @@ def llama_rate(binary, model, schema):
     return float(m.group(1)) if m else float("nan")
 
 
+def wait_ready(port, path):
+    for _ in range(1200):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1)
+            return
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.2)
+    raise RuntimeError(f"server on port {port} did not become ready")
+
+
+def run_server(label, cmd, port, ready_path, levels, requests):
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port, ready_path)
+        asyncio.run(level_run(port, 1, 4, True))  # compile the schema, warm caches
+        for streams in levels:
+            free = asyncio.run(level_run(port, streams, requests, False))
+            json_rate = asyncio.run(level_run(port, streams, requests, True))
+            print(f"{label:28s} streams {streams:3d}: free {free:7.1f} tok/s, json_schema {json_rate:7.1f} tok/s "
+                  f"({100 * (json_rate / free - 1):+.1f}%)", flush=True)
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--metro", default=os.path.join(ROOT, "build/bin/metro"))
@@ -83,30 +111,25 @@ def main():
     ap.add_argument("--levels", default="1,16")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--port", type=int, default=18290)
+    ap.add_argument("--jump-forward-off", action="store_true", help="also run metro with --no-jump-forward")
+    ap.add_argument("--llama-server", default="")
     ap.add_argument("--llama-completion", default="")
     a = ap.parse_args()
-    srv = subprocess.Popen([a.metro, "serve", "-m", a.model, "--port", str(a.port), "-t", "2", "--max-seqs", "64",
-                            "--admission", "off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{a.port}/ready", timeout=1)
-                break
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.2)
-        asyncio.run(level_run(a.port, 1, 4, True))  # compile the schema, warm the mask cache
-        for streams in [int(x) for x in a.levels.split(",")]:
-            free = asyncio.run(level_run(a.port, streams, a.requests, False))
-            json_rate = asyncio.run(level_run(a.port, streams, a.requests, True))
-            print(f"metro   streams {streams:3d}: free {free:7.1f} tok/s, json_schema {json_rate:7.1f} tok/s "
-                  f"({100 * (json_rate / free - 1):+.1f}%)", flush=True)
-    finally:
-        srv.terminate()
-        srv.wait()
+    levels = [int(x) for x in a.levels.split(",")]
+    metro = [a.metro, "serve", "-m", a.model, "-t", "2", "--max-seqs", "64", "--admission", "off"]
+    runs = [("metro serve", metro)]
+    if a.jump_forward_off:
+        runs.append(("metro serve --no-jump-forward", metro + ["--no-jump-forward"]))
+    for i, (label, cmd) in enumerate(runs):
+        run_server(label, cmd + ["--port", str(a.port + i)], a.port + i, "/ready", levels, a.requests)
+    if a.llama_server:
+        port = a.port + len(runs)
+        run_server("llama-server", [a.llama_server, "-m", a.model, "--port", str(port), "-t", "2", "-np", "16",
+                                    "-c", "16384"], port, "/health", levels, a.requests)
     if a.llama_completion:
         free = llama_rate(a.llama_completion, a.model, False)
         constrained = llama_rate(a.llama_completion, a.model, True)
-        print(f"llama.cpp streams   1: free {free:7.1f} tok/s, json_schema {constrained:7.1f} tok/s "
+        print(f"{'llama-completion':28s} streams   1: free {free:7.1f} tok/s, json_schema {constrained:7.1f} tok/s "
               f"({100 * (constrained / free - 1):+.1f}%)")
     return 0
 

@@ -53,6 +53,9 @@ void add_spec_flags(CLI::App& app, SpecFlags& flags, const std::string& default_
   app.add_flag("!--spec-no-controller", flags.adaptive,
                "verify every proposed token instead of letting the controller choose (measures a "
                "proposer's acceptance; slower where guesses are poor)");
+  app.add_flag("!--no-jump-forward", flags.jump_forward,
+               "compute tokens a request's grammar forces one step each, as other tokens, instead of "
+               "in the step that finds them (outputs are the same either way)");
   app.add_option("--spec-self-skip", flags.self_skip,
                  "layers the self-draft skips, e.g. 10-19 (for --spec self; default: docs/speculative.md)");
 }
@@ -78,6 +81,7 @@ Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
   const bool is_draft = flags.mode == "draft", is_self = flags.mode == "self";
   if (!flags.draft.empty() && !is_draft) return invalid_argument("--spec-draft needs --spec draft");
   if (!flags.self_skip.empty() && !is_self) return invalid_argument("--spec-self-skip needs --spec self");
+  config.jump_forward = flags.jump_forward;
   if (flags.mode == "off") {
     config.proposer = nullptr;
     config.max_draft_tokens = 0;

@@ -33,13 +33,15 @@ int default_threads();
 Expected<kernels::DType> parse_kv_type(const std::string& name);
 
 // Speculative decoding flags of serve, run and bench: --spec off|ngram|draft|self,
-// --spec-max-k N, --spec-draft FILE, --spec-self-skip LAYERS, --spec-no-controller.
+// --spec-max-k N, --spec-draft FILE, --spec-self-skip LAYERS, --spec-no-controller, and
+// --no-jump-forward (the grammar's forced tokens, drafted with speculation on or off).
 struct SpecFlags {
   std::string mode = "off";
   int max_k = 8;
   std::string draft;
   std::string self_skip;  // empty: the default skip set (docs/speculative.md)
   bool adaptive = true;   // false: verify every proposed token (--spec-no-controller)
+  bool jump_forward = true;  // false: --no-jump-forward
   // The draft model once loaded, shared by copies of the flags (bench runs several engines).
   std::shared_ptr<std::shared_ptr<const model::Model>> loaded = std::make_shared<std::shared_ptr<const model::Model>>();
 };

@@ -88,7 +88,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   so.base.max_batch_tokens = cfg.max_batch_tokens;
   so.base.max_seqs = cfg.max_seqs;
   // A verified draft needs a logits row too.
-  so.base.max_logits = cfg.max_seqs * (1 + (cfg.proposer ? cfg.max_draft_tokens : 0));
+  // A row per sequence and per draft; tokens a grammar forces are drafts too (speculation
+  // on or off), and past this room the scheduler drops drafts rather than pausing a decode.
+  so.base.max_logits = cfg.max_seqs * (1 + (cfg.proposer ? cfg.max_draft_tokens : 0)) + 4 * Impl::kMaxForcedTokens;
   so.objectives = cfg.sla;
   so.policy = cfg.sched_options;
   so.metrics = &impl->metrics;

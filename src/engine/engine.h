@@ -74,6 +74,10 @@ struct EngineConfig {
   // The controller (speculative/controller.h) picks how many of the proposed tokens each
   // step computes; false: all of them (tests, and measuring the proposer alone).
   bool adaptive_drafts = true;
+  // Jump-forward: tokens a request's grammar forces (the only token its mask allows) are
+  // drafted and verified in the step that finds them instead of one step each; the text is
+  // the same either way. False: off (measuring it).
+  bool jump_forward = true;
 };
 
 struct Handle {

@@ -141,6 +141,11 @@ struct Engine::Impl {
   void step();
   void propose();
   void take_draft(Choice& c, speculative::DraftSource source, const std::vector<int32_t>& tokens);
+  // Jump-forward: the tokens c's grammar forces next (each the only token its mask allows),
+  // at most `room`, into c.seq.draft.
+  bool forced_draft(Choice& c, int room);
+  static constexpr int kMaxForcedTokens = 16;
+  grammar::TokenMask forced_mask;
   bool build_batch(const sched::StepPlan& plan, bool* want_hidden);
   void sample(const sched::StepPlan& plan, const model::ForwardOutput& out, sched::StepResult* result);
   void pool_embeddings(const sched::StepPlan& plan, const model::ForwardOutput& out);

@@ -86,7 +86,10 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
     counter("metro_generation_tokens_total", "Tokens generated.", static_cast<double>(st.generated_tokens));
     counter("metro_spec_draft_tokens_total", "Draft tokens verified (speculative decoding).",
             static_cast<double>(st.draft_tokens));
-    if (!st.spec_steps_by_k.empty()) {
+    // Per source: every source with speculation on; the grammar's forced tokens (drafted
+    // with or without it) once there are any.
+    const bool forced = st.spec_proposed[static_cast<size_t>(speculative::DraftSource::kGrammar)] > 0;
+    if (!st.spec_steps_by_k.empty() || forced) {
       for (int s = 1; s < speculative::kNumDraftSources; ++s) {
         const auto src = static_cast<speculative::DraftSource>(s);
         const std::string ls =
@@ -96,6 +99,8 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
         e.counter("metro_spec_accepted_tokens_total", "Draft tokens accepted, by where they came from.", ls,
                   static_cast<double>(st.spec_accepted[static_cast<size_t>(s)]));
       }
+    }
+    if (!st.spec_steps_by_k.empty()) {
       gauge("metro_spec_step_fixed_seconds", "Speculation controller: fitted fixed seconds of a step (0: not yet).",
             st.spec_fixed_s);
       gauge("metro_spec_draft_row_seconds", "Speculation controller: fitted seconds one draft row adds to a step.",

@@ -1,6 +1,7 @@
 // One engine step, in named stages: propose -> schedule -> build batch -> forward -> sample
 // (verify drafts) -> update -> pool embeddings -> emit -> report.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 
@@ -73,11 +74,11 @@ void Engine::Impl::step() {
 // for k first (its passes cost time), then drafts that many for all sequences at once.
 void Engine::Impl::propose() {
   speculative::Proposer* proposer = self->cfg_.proposer.get();
-  const int k_max = self->cfg_.max_draft_tokens;
-  if (proposer == nullptr || k_max <= 0) return;
-  const speculative::DraftSource model_source = proposer->model_source();
+  const int k_max = proposer != nullptr ? self->cfg_.max_draft_tokens : 0;
+  const speculative::DraftSource model_source =
+      k_max > 0 ? proposer->model_source() : speculative::DraftSource::kNone;
   const bool by_model = model_source != speculative::DraftSource::kNone;
-  const speculative::DraftCost draft_cost = proposer->cost();
+  const speculative::DraftCost draft_cost = k_max > 0 ? proposer->cost() : speculative::DraftCost{};
   candidates.clear();
   int decoding = 0;
   for (auto& [id, c] : by_seq) {
@@ -87,11 +88,16 @@ void Engine::Impl::propose() {
     if (!c->in_scheduler || c->finished || c->req->aborting || c->sampler == nullptr) continue;
     if (s.status != sched::SeqStatus::kRunning || s.n_uncomputed() != 1) continue;
     ++decoding;
-    if (!c->req->req.speculative) continue;
     // The step adds the accepted drafts and one more token: stay within max_tokens and the
     // context window.
     const int room = std::min(c->req->req.stop.max_tokens - s.n_generated(),
                               self->n_ctx_ - static_cast<int>(s.tokens.size())) - 1;
+    // Tokens the grammar forces are drafts that are always accepted: verified in this step
+    // instead of one step each, whatever the proposer or the controller would say.
+    if (c->matcher && room > 0 && self->cfg_.jump_forward && forced_draft(*c, std::min(room, kMaxForcedTokens))) {
+      continue;
+    }
+    if (k_max <= 0 || !c->req->req.speculative) continue;
     const int k = std::min(k_max, room);
     if (k <= 0) continue;
     const speculative::ProposeInput in{c->req->id, &s, c->req->req.prediction};
@@ -148,6 +154,28 @@ void Engine::Impl::propose() {
     take_draft(*by_seq.at(d.seq_id), model_source, t);
   }
   propose_s = static_cast<double>(now_ns() - t0) * 1e-9;
+}
+
+bool Engine::Impl::forced_draft(Choice& c, int room) {
+  if (c.grammar_stuck) return false;
+  grammar::Matcher probe(*c.matcher);
+  sched::SeqState& s = c.seq;
+  while (static_cast<int>(s.draft.size()) < room && probe.can_continue()) {
+    probe.fill_mask(forced_mask);
+    int32_t only = -1;
+    bool one = true;
+    for (size_t w = 0; w < forced_mask.size() && one; ++w) {
+      const uint64_t bits = forced_mask[w];
+      if (bits == 0) continue;
+      if (only >= 0 || (bits & (bits - 1)) != 0) one = false;
+      only = static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(bits)));
+    }
+    // An end-of-generation token ends the text: the step samples it as usual.
+    if (!one || only < 0 || self->tokenizer_.is_eog(only) || !probe.accept_token(only)) break;
+    s.draft.push_back(only);
+  }
+  c.draft_source = s.draft.empty() ? speculative::DraftSource::kNone : speculative::DraftSource::kGrammar;
+  return !s.draft.empty();
 }
 
 // A proposal as the sequence's draft: up to the first token outside the vocabulary, and
@@ -274,7 +302,6 @@ void Engine::Impl::sample(const sched::StepPlan& plan, const model::ForwardOutpu
 // that has read its last token reads counters that include it. Drafts verified: a draft
 // computed in the step its request was aborted in is not counted.
 void Engine::Impl::publish_spec_stats() {
-  if (spec_steps_by_k.empty()) return;
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.draft_tokens = 0;
   stats.accepted_tokens = 0;
@@ -290,10 +317,11 @@ void Engine::Impl::publish_spec_stats() {
 // Speculation's counters and the controller's acceptance estimate, per decoding entry; the
 // request's prediction counts reach its usage before emit() may complete it.
 void Engine::Impl::count_drafts(Choice& c, const sched::ScheduledSeq& ss, int accepted) {
-  if (spec_steps_by_k.empty()) return;
   const bool decode = ss.n_tokens - ss.n_draft == 1 && ss.seq->n_computed >= ss.seq->n_prompt;
   if (!decode) return;
-  ++spec_steps_by_k[static_cast<size_t>(std::min(ss.n_draft, static_cast<int>(spec_steps_by_k.size()) - 1))];
+  if (!spec_steps_by_k.empty()) {
+    ++spec_steps_by_k[static_cast<size_t>(std::min(ss.n_draft, static_cast<int>(spec_steps_by_k.size()) - 1))];
+  }
   if (ss.n_draft == 0) return;
   const auto src = static_cast<size_t>(c.draft_source);
   spec_proposed[src] += static_cast<uint64_t>(ss.n_draft);

@@ -593,6 +593,8 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     if (timed && decode) {
       while (n > 1 && decode_cost_of(n) > time_left) --n;
     }
+    // Each draft wants a row of logits: drafts give way before the decode does.
+    if (decode && n > 1) n = std::max(1, std::min(n, cfg_.base.max_logits - logits));
     const double decode_cost = decode ? decode_cost_of(n) : 0.0;
     if (timed) {
       // A paused decode keeps its blocks: its token would push the step past the objective.

@@ -13,6 +13,7 @@
 #include "engine/speculative/ngram.h"
 #include "grammar/cache.h"
 #include "grammar/json_schema.h"
+#include "server/tool_calls.h"
 #include "support/test_util.h"
 
 namespace metro::grammar {
@@ -131,6 +132,68 @@ TEST(StructuredOutput, SpeculationKeepsTheConstrainedText) {
   const Generation got = collect(*eng->submit(r));
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_GT(eng->stats().draft_tokens, 0u);
+}
+
+// Jump-forward: tokens the grammar forces are verified in the step that finds them; greedy
+// and seeded sampled texts are those without it, alone and in a batch, in fewer steps.
+TEST(StructuredOutput, JumpForwardKeepsTheTextInFewerSteps) {
+  REQUIRE_MODEL();
+  const auto& tok = *default_model().tokenizer;
+  GrammarCache cache(tok);
+  server::ToolRequest tools;
+  tools.format = server::ToolFormat::kHermes;
+  tools.mode = server::ToolRequest::Mode::kRequired;
+  tools.functions.push_back({"get_weather", "", nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"location":{"type":"string","maxLength":24},
+          "unit":{"enum":["celsius","fahrenheit"]}},"required":["location","unit"]})")});
+  tools.functions.push_back({"get_time", "", nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"zone":{"type":"string","maxLength":24}},"required":["zone"]})")});
+  auto g = cache.get("tools", [&] { return server::tool_call_grammar(tools); });
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto request = [&](int i) {
+    engine::Request r = greedy_request(tok.encode("Call a tool for the weather in Paris:", true, false), 56);
+    r.grammar = *g;
+    if (i > 0) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.seed = 5 + static_cast<uint64_t>(i);
+      r.sampling.has_seed = true;
+    }
+    return r;
+  };
+  const int n = 4;
+  for (int batch : {1, n}) {
+    std::vector<Generation> outs[2];
+    uint64_t steps[2] = {0, 0};
+    for (int on = 0; on < 2; ++on) {
+      engine::EngineConfig cfg;
+      cfg.jump_forward = on == 1;
+      auto eng = make_engine(cfg);
+      if (batch == 1) {
+        for (int i = 0; i < n; ++i) outs[on].push_back(collect(*eng->submit(request(i))));
+      } else {
+        std::vector<engine::Handle> hs;
+        for (int i = 0; i < n; ++i) hs.push_back(*eng->submit(request(i)));
+        for (engine::Handle& h : hs) outs[on].push_back(collect(h));
+      }
+      const engine::EngineStats st = eng->stats();
+      steps[on] = st.steps;
+      const auto forced = static_cast<size_t>(engine::speculative::DraftSource::kGrammar);
+      if (on == 1) {
+        EXPECT_GT(st.spec_proposed[forced], 0u) << "no token was forced";
+        EXPECT_EQ(st.spec_accepted[forced], st.spec_proposed[forced]) << "a forced token was not accepted";
+      } else {
+        EXPECT_EQ(st.spec_proposed[forced], 0u);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(outs[1][static_cast<size_t>(i)].tokens, outs[0][static_cast<size_t>(i)].tokens)
+          << "batch " << batch << " request " << i << ": " << outs[0][static_cast<size_t>(i)].text;
+      EXPECT_EQ(outs[1][static_cast<size_t>(i)].reason, outs[0][static_cast<size_t>(i)].reason);
+    }
+    if (batch == 1) {
+      EXPECT_LT(steps[1], steps[0]);
+    }
+  }
 }
 
 // A grammar with a trigger holds only once the output spells it: before, the text is what

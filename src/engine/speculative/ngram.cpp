@@ -17,6 +17,8 @@ const char* draft_source_name(DraftSource s) {
       return "draft";
     case DraftSource::kSelf:
       return "self";
+    case DraftSource::kGrammar:
+      return "grammar";
     case DraftSource::kNone:
       break;
   }

@@ -33,9 +33,10 @@ enum class DraftSource : uint8_t {
   kPool,        // n-gram lookup in the pool shared by requests of the same cache scope
   kDraftModel,  // a smaller model with the same vocabulary (--spec draft)
   kSelf,        // the model itself with layers skipped (--spec self)
+  kGrammar,     // tokens a request's grammar forces (jump-forward; always accepted)
 };
-inline constexpr int kNumDraftSources = 6;
-// "none", "prediction", "ngram", "ngram_pool", "draft", "self"
+inline constexpr int kNumDraftSources = 7;
+// "none", "prediction", "ngram", "ngram_pool", "draft", "self", "grammar"
 const char* draft_source_name(DraftSource s);
 
 struct ProposeInput {
