@@ -118,6 +118,12 @@ void register_all() {
   for (int64_t m : {1, 4, 16}) {
     for (int th : {1, 2}) configs.push_back({DType::kQ8_0, kHead, m, th, true, true});
   }
+  // The K-quants, on the one shape of the default model whose rows divide into 256-blocks.
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t m : {1, 16}) {
+      for (int th : {1, 2}) configs.push_back({t, kShapes[3], m, th, true, true});
+    }
+  }
   // What repacking buys, and warm-cache (L2/L3 resident) figures, on the busiest shape.
   for (DType t : {DType::kQ4_1, DType::kQ4_0, DType::kQ8_0}) {
     for (int64_t m : {1, 32, 512}) {

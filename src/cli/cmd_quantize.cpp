@@ -1,4 +1,4 @@
-// metro quantize IN.gguf OUT.gguf --type q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32
+// metro quantize IN.gguf OUT.gguf --type q2_k|q3_k|q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32
 //
 // Rewrites every 2-D weight matrix in another block format (dequantize with the scalar
 // reference, quantize with the scalar reference); 1-D tensors (norms, biases) stay as they
@@ -28,6 +28,7 @@ const std::map<std::string, std::pair<kernels::DType, uint32_t>>& formats() {
       {"q8_0", {kernels::DType::kQ8_0, 7}}, {"q5_0", {kernels::DType::kQ5_0, 8}},
       {"q5_1", {kernels::DType::kQ5_1, 9}}, {"q4_k", {kernels::DType::kQ4_K, 15}},
       {"q5_k", {kernels::DType::kQ5_K, 17}}, {"q6_k", {kernels::DType::kQ6_K, 18}},
+      {"q2_k", {kernels::DType::kQ2_K, 10}}, {"q3_k", {kernels::DType::kQ3_K, 11}},
       {"bf16", {kernels::DType::kBF16, 32}},
   };
   return m;

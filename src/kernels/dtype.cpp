@@ -20,6 +20,8 @@ constexpr DTypeTraits kTraits[kNumDTypes] = {
     {"Q6_K", 256, 210, true, DType::kQ8_K, G::kQ6_K},
     {"Q8_1", 32, 36, true, DType::kQ8_1, G::kQ8_1},
     {"Q8_K", 256, 292, true, DType::kQ8_K, G::kQ8_K},
+    {"Q2_K", 256, 84, true, DType::kQ8_K, G::kQ2_K},
+    {"Q3_K", 256, 110, true, DType::kQ8_K, G::kQ3_K},
 };
 }  // namespace
 

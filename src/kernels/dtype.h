@@ -28,6 +28,8 @@ enum class DType : uint8_t {
   kQ6_K,
   kQ8_1,  // activation partner of Q4_1 / Q5_1 (block sum carried)
   kQ8_K,  // activation partner of the K-quants (256-blocks, 16-element sums)
+  kQ2_K,
+  kQ3_K,
   kCount,
 };
 

@@ -22,5 +22,7 @@ void tile_bf16(const MatmulTile& t);
 void tile_q4_k(const MatmulTile& t);
 void tile_q5_k(const MatmulTile& t);
 void tile_q6_k(const MatmulTile& t);
+void tile_q2_k(const MatmulTile& t);
+void tile_q3_k(const MatmulTile& t);
 
 }  // namespace metro::kernels::avx2

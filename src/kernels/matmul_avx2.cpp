@@ -341,6 +341,8 @@ KernelTable make_table() {
   t.tile_row_major[idx(DType::kQ4_K)] = tile_q4_k;
   t.tile_row_major[idx(DType::kQ5_K)] = tile_q5_k;
   t.tile_row_major[idx(DType::kQ6_K)] = tile_q6_k;
+  t.tile_row_major[idx(DType::kQ2_K)] = tile_q2_k;
+  t.tile_row_major[idx(DType::kQ3_K)] = tile_q3_k;
   return t;
 }
 

@@ -1,8 +1,9 @@
-// AVX2 kernels for the K-quants (Q4_K, Q5_K, Q6_K) times Q8_K activations, row-major.
+// AVX2 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times Q8_K activations,
+// row-major.
 //
 // Per output element, super-block after super-block:
-//   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32)
-//   mins   = exact sum over sub-blocks of min[j] * (act 16-sums)  (Q4_K/Q5_K only)
+//   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32, Q3_K: q - 4)
+//   mins   = exact sum over sub-blocks of min[j] * (act 16-sums)  (Q2_K/Q4_K/Q5_K only)
 //   acc    = fma(float(scaled), d * da, acc);  acc = fma(-float(mins), dmin * da, acc)
 // Each weight super-block is unpacked once per tile and used for all of its act rows.
 #include <algorithm>
@@ -24,8 +25,8 @@ namespace {
 struct Unpacked {
   __m256i q[8];
   __m256i scale[8];
-  int32_t mins[8];     // Q4_K/Q5_K: m[j]
-  int32_t scale6[16];  // Q6_K: the sub-block scales
+  int32_t mins[16];    // Q4_K/Q5_K: m[j] (8); Q2_K: the 16 sub-block mins
+  int32_t scale6[16];  // Q6_K, Q3_K: the sub-block scales
   float d, dmin;
 };
 
@@ -93,7 +94,60 @@ void unpack_q6_k(const uint8_t* row, int64_t b, Unpacked* u) {
   u->dmin = 0.0f;
 }
 
-template <bool kQ6>
+// Q2_K: vector v = 4h + s holds elements 128h + 32s .. + 31, bits 2s..2s+1 of qs[32h ..];
+// its sub-blocks are 2v and 2v + 1.
+void unpack_q2_k(const uint8_t* row, int64_t b, Unpacked* u) {
+  const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ2_K);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i w = load256(blk + offsetof(BlockQ2_K, qs) + 32 * h);
+    for (int s = 0; s < 4; ++s) {
+      u->q[4 * h + s] = _mm256_and_si256(_mm256_srl_epi16(w, _mm_cvtsi32_si128(2 * s)), m3);
+    }
+  }
+  uint8_t scales[16];
+  std::memcpy(scales, blk + offsetof(BlockQ2_K, scales), 16);
+  for (int v = 0; v < 8; ++v) {
+    u->scale[v] = _mm256_setr_m128i(_mm_set1_epi16(scales[2 * v] & 0x0F), _mm_set1_epi16(scales[2 * v + 1] & 0x0F));
+  }
+  for (int j = 0; j < 16; ++j) u->mins[j] = scales[j] >> 4;
+  uint16_t d, dmin;
+  std::memcpy(&d, blk + offsetof(BlockQ2_K, d), 2);
+  std::memcpy(&dmin, blk + offsetof(BlockQ2_K, dmin), 2);
+  u->d = f16(d);
+  u->dmin = f16(dmin);
+}
+
+// Q3_K: the low bits as Q2_K's; the third bit of vector v is bit v of hmask[l]. Unsigned
+// q in 0..7 here; the - 4 is taken off with the act 16-sums (as Q6_K's - 32).
+void unpack_q3_k(const uint8_t* row, int64_t b, Unpacked* u) {
+  const uint8_t* blk = row + static_cast<size_t>(b) * sizeof(BlockQ3_K);
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  const __m256i hm = load256(blk + offsetof(BlockQ3_K, hmask));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i w = load256(blk + offsetof(BlockQ3_K, qs) + 32 * h);
+    for (int s = 0; s < 4; ++s) {
+      const int v = 4 * h + s;
+      const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(w, _mm_cvtsi32_si128(2 * s)), m3);
+      const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(v)), one);
+      u->q[v] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+    }
+  }
+  uint8_t packed[12];
+  std::memcpy(packed, blk + offsetof(BlockQ3_K, scales), 12);
+  for (int j = 0; j < 16; ++j) u->scale6[j] = q3_k_scale(packed, j);
+  for (int v = 0; v < 8; ++v) {
+    u->scale[v] = _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(u->scale6[2 * v])),
+                                    _mm_set1_epi16(static_cast<int16_t>(u->scale6[2 * v + 1])));
+  }
+  uint16_t d;
+  std::memcpy(&d, blk + offsetof(BlockQ3_K, d), 2);
+  u->d = f16(d);
+  u->dmin = 0.0f;
+}
+
+// kFmt: 2, 3, 4, 5 or 6.
+template <int kFmt>
 float step(const Unpacked& u, const uint8_t* act_block, float acc) {
   float da;
   std::memcpy(&da, act_block + offsetof(BlockQ8_K, d), 4);
@@ -107,21 +161,25 @@ float step(const Unpacked& u, const uint8_t* act_block, float acc) {
   }
   int32_t scaled = hsum_epi32(sum);
   int32_t mins = 0;
-  if constexpr (kQ6) {
-    // q - 32: subtract 32 * scale * (16-sum of the act) per sub-block.
+  if constexpr (kFmt == 6 || kFmt == 3) {
+    // q - 32 (q - 4): subtract 32 (4) * scale * (16-sum of the act) per sub-block.
     int32_t off = 0;
     for (int j = 0; j < 16; ++j) off += u.scale6[j] * bsums[j];
-    scaled -= 32 * off;
+    scaled -= (kFmt == 6 ? 32 : 4) * off;
+  } else if constexpr (kFmt == 2) {
+    for (int j = 0; j < 16; ++j) mins += u.mins[j] * bsums[j];
   } else {
     for (int j = 0; j < 8; ++j) mins += u.mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
   }
   __m128 r = _mm_set_ss(acc);
   r = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(scaled)), _mm_set_ss(u.d * da), r);
-  if constexpr (!kQ6) r = _mm_fnmadd_ss(_mm_set_ss(static_cast<float>(mins)), _mm_set_ss(u.dmin * da), r);
+  if constexpr (kFmt != 6 && kFmt != 3) {
+    r = _mm_fnmadd_ss(_mm_set_ss(static_cast<float>(mins)), _mm_set_ss(u.dmin * da), r);
+  }
   return _mm_cvtss_f32(r);
 }
 
-template <int kFmt>  // 4, 5, 6
+template <int kFmt>  // 2, 3, 4, 5, 6
 void tile_k(const MatmulTile& t) {
   METRO_CHECK(t.n_acts <= kMaxTileActs);
   const int64_t nb = t.k / kQKK;
@@ -134,9 +192,11 @@ void tile_k(const MatmulTile& t) {
       if constexpr (kFmt == 4) unpack_k_affine<BlockQ4_K>(row, b, &u);
       if constexpr (kFmt == 5) unpack_k_affine<BlockQ5_K>(row, b, &u);
       if constexpr (kFmt == 6) unpack_q6_k(row, b, &u);
+      if constexpr (kFmt == 2) unpack_q2_k(row, b, &u);
+      if constexpr (kFmt == 3) unpack_q3_k(row, b, &u);
       for (int64_t i = 0; i < t.n_acts; ++i) {
         const uint8_t* ab = t.a + static_cast<size_t>(i) * t.a_stride + static_cast<size_t>(b) * sizeof(BlockQ8_K);
-        acc[i] = step<kFmt == 6>(u, ab, acc[i]);
+        acc[i] = step<kFmt>(u, ab, acc[i]);
       }
     }
     for (int64_t i = 0; i < t.n_acts; ++i) t.y[static_cast<size_t>(i) * t.y_stride + static_cast<size_t>(j)] = acc[i];
@@ -148,5 +208,7 @@ void tile_k(const MatmulTile& t) {
 void tile_q4_k(const MatmulTile& t) { tile_k<4>(t); }
 void tile_q5_k(const MatmulTile& t) { tile_k<5>(t); }
 void tile_q6_k(const MatmulTile& t) { tile_k<6>(t); }
+void tile_q2_k(const MatmulTile& t) { tile_k<2>(t); }
+void tile_q3_k(const MatmulTile& t) { tile_k<3>(t); }
 
 }  // namespace metro::kernels::avx2

@@ -98,6 +98,28 @@ float step(const BlockQ6_K& w, const BlockQ8_K& a, float acc) {
   return acc + static_cast<float>(scaled) * (h2f(w.d) * a.d);
 }
 
+float step(const BlockQ2_K& w, const BlockQ8_K& a, float acc) {
+  int scaled = 0, mins = 0;
+  for (int j = 0; j < 16; ++j) {
+    int s = 0;
+    for (int i = 0; i < 16; ++i) s += q2_k_value(w.qs, 16 * j + i) * a.qs[16 * j + i];
+    scaled += (w.scales[j] & 0x0F) * s;
+    mins += (w.scales[j] >> 4) * a.bsums[j];
+  }
+  acc += static_cast<float>(scaled) * (h2f(w.d) * a.d);
+  return acc - static_cast<float>(mins) * (h2f(w.dmin) * a.d);
+}
+
+float step(const BlockQ3_K& w, const BlockQ8_K& a, float acc) {
+  int scaled = 0;
+  for (int j = 0; j < 16; ++j) {
+    int s = 0;
+    for (int i = 0; i < 16; ++i) s += (q3_k_value(w.hmask, w.qs, 16 * j + i) - 4) * a.qs[16 * j + i];
+    scaled += q3_k_scale(w.scales, j) * s;
+  }
+  return acc + static_cast<float>(scaled) * (h2f(w.d) * a.d);
+}
+
 template <class WB, class AB>
 void tile_row_major(const MatmulTile& t) {
   const int64_t nb = t.k / static_cast<int64_t>(std::is_same_v<AB, BlockQ8_K> ? kQKK : kQK);
@@ -204,6 +226,8 @@ constexpr KernelTable make_scalar_table() {
   t.tile_row_major[idx(DType::kQ4_K)] = tile_row_major<BlockQ4_K, BlockQ8_K>;
   t.tile_row_major[idx(DType::kQ5_K)] = tile_row_major<BlockQ5_K, BlockQ8_K>;
   t.tile_row_major[idx(DType::kQ6_K)] = tile_row_major<BlockQ6_K, BlockQ8_K>;
+  t.tile_row_major[idx(DType::kQ2_K)] = tile_row_major<BlockQ2_K, BlockQ8_K>;
+  t.tile_row_major[idx(DType::kQ3_K)] = tile_row_major<BlockQ3_K, BlockQ8_K>;
   t.tile_x8[idx(DType::kQ4_0)] = tile_x8<BlockQ4_0, BlockQ8_0, DType::kQ4_0>;
   t.tile_x8[idx(DType::kQ4_1)] = tile_x8<BlockQ4_1, BlockQ8_1, DType::kQ4_1>;
   t.tile_x8[idx(DType::kQ5_0)] = tile_x8<BlockQ5_0, BlockQ8_0, DType::kQ5_0>;

@@ -56,6 +56,26 @@ struct BlockQ8_1 {
   int8_t qs[32];
 };
 
+// 16 sub-blocks of 16: x = d * (scales[j] & 15) * q - dmin * (scales[j] >> 4), q in 0..3.
+// Two halves of 128 elements; element 128h + 32s + l (s < 4, l < 32) is bits 2s..2s+1 of
+// qs[32h + l] (q2_k_value).
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d;
+  uint16_t dmin;
+};
+
+// 16 sub-blocks of 16: x = d * (sc[j] - 32) * (q - 4), q in 0..7. The low 2 bits of q sit
+// in qs as Q2_K's do; bit 2 of element 128h + 32s + l is bit 4h + s of hmask[l]. The 6-bit
+// sc[j] are packed in `scales` (q3_k_scale).
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+
 // 8 sub-blocks of 32: x = d * sc[j] * q - dmin * m[j], q in 0..15. The 6-bit sc/m pairs
 // are packed in `scales` (see unpack_scale_min_k4). qs holds 4 chunks of 64 elements,
 // 32 bytes each: low nibbles are sub-block 2c, high nibbles sub-block 2c + 1.
@@ -98,6 +118,7 @@ struct BlockQ8_K {
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 
@@ -126,6 +147,47 @@ inline void unpack_scale_min_k4(const uint8_t* s, int j, uint8_t* sc, uint8_t* m
   } else {
     *sc = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
     *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// The 2-bit field of element e (0..255) of a Q2_K/Q3_K qs array.
+inline int q2_k_value(const uint8_t* qs, int e) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  return (qs[32 * h + l] >> (2 * s)) & 3;
+}
+inline void set_q2_k_value(uint8_t* qs, int e, int q) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  qs[32 * h + l] = static_cast<uint8_t>((qs[32 * h + l] & ~(3 << (2 * s))) | ((q & 3) << (2 * s)));
+}
+// q (0..7) of element e of a Q3_K block.
+inline int q3_k_value(const uint8_t* hmask, const uint8_t* qs, int e) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  return q2_k_value(qs, e) | (((hmask[l] >> (4 * h + s)) & 1) << 2);
+}
+inline void set_q3_k_value(uint8_t* hmask, uint8_t* qs, int e, int q) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  set_q2_k_value(qs, e, q & 3);
+  const int bit = 4 * h + s;
+  hmask[l] = static_cast<uint8_t>((hmask[l] & ~(1 << bit)) | (((q >> 2) & 1) << bit));
+}
+// The signed scale sc[j] - 32 (-32..31) of sub-block j (0..15) of a Q3_K block: the low 4
+// bits are the low nibble of byte j (j < 8) or the high nibble of byte j - 8; the top 2
+// bits are bits 2 * (j / 4) of byte 8 + j % 4.
+inline int q3_k_scale(const uint8_t* s, int j) {
+  const int lo = j < 8 ? s[j] & 0x0F : s[j - 8] >> 4;
+  const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+inline void pack_q3_k_scales(const int sc[16], uint8_t* s) {
+  for (int i = 0; i < 12; ++i) s[i] = 0;
+  for (int j = 0; j < 16; ++j) {
+    const int v = sc[j] + 32;  // 0..63
+    if (j < 8) {
+      s[j] = static_cast<uint8_t>(s[j] | (v & 0x0F));
+    } else {
+      s[j - 8] = static_cast<uint8_t>(s[j - 8] | ((v & 0x0F) << 4));
+    }
+    s[8 + j % 4] = static_cast<uint8_t>(s[8 + j % 4] | (((v >> 4) & 3) << (2 * (j / 4))));
   }
 }
 

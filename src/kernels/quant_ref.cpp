@@ -260,6 +260,8 @@ void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n) {
     case DType::kQ4_1: dequant_q4_1_ref(s, dst, n); return;
     case DType::kQ5_0: dequant_q5_0_ref(s, dst, n); return;
     case DType::kQ5_1: dequant_q5_1_ref(s, dst, n); return;
+    case DType::kQ2_K: dequant_q2_k_ref(s, dst, n); return;
+    case DType::kQ3_K: dequant_q3_k_ref(s, dst, n); return;
     case DType::kQ4_K: dequant_q4_k_ref(s, dst, n); return;
     case DType::kQ5_K: dequant_q5_k_ref(s, dst, n); return;
     case DType::kQ6_K: dequant_q6_k_ref(s, dst, n); return;
@@ -292,6 +294,8 @@ void quantize_row_ref(DType t, const float* src, void* dst, int64_t n) {
     case DType::kQ4_1: quant_q4_1_ref(src, d, n); return;
     case DType::kQ5_0: quant_q5_0_ref(src, d, n); return;
     case DType::kQ5_1: quant_q5_1_ref(src, d, n); return;
+    case DType::kQ2_K: quant_q2_k_ref(src, d, n); return;
+    case DType::kQ3_K: quant_q3_k_ref(src, d, n); return;
     case DType::kQ4_K: quant_q4_k_ref(src, d, n); return;
     case DType::kQ5_K: quant_q5_k_ref(src, d, n); return;
     case DType::kQ6_K: quant_q6_k_ref(src, d, n); return;

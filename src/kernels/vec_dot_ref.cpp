@@ -132,6 +132,40 @@ double dot_q6_k(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
+// Q2_K / Q3_K times Q8_K: 16 sub-blocks of 16, each sum scaled by its scale; Q2_K's mins
+// times the partner's 16-element sums are subtracted.
+template <bool kAbs, class WBlock>
+double dot_k_low(const void* w, const void* a, int64_t n) {
+  double sum = 0.0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const auto wb = load_block<WBlock>(w, b);
+    const auto ab = load_block<BlockQ8_K>(a, b);
+    int64_t scaled = 0, mins = 0;
+    for (int j = 0; j < 16; ++j) {
+      int64_t isum = 0;
+      int sc;
+      if constexpr (std::is_same_v<WBlock, BlockQ2_K>) {
+        for (int i = 0; i < 16; ++i) isum += imul<kAbs>(q2_k_value(wb.qs, 16 * j + i), ab.qs[16 * j + i]);
+        sc = wb.scales[j] & 0x0F;
+        mins += imul<kAbs>(wb.scales[j] >> 4, ab.bsums[j]);
+      } else {
+        for (int i = 0; i < 16; ++i) {
+          isum += imul<kAbs>(q3_k_value(wb.hmask, wb.qs, 16 * j + i) - 4, ab.qs[16 * j + i]);
+        }
+        sc = q3_k_scale(wb.scales, j);
+      }
+      scaled += (kAbs ? std::abs(sc) : sc) * isum;
+    }
+    const double da = static_cast<double>(ab.d);
+    sum += mag<kAbs>(h2d(wb.d) * da * static_cast<double>(scaled));
+    if constexpr (std::is_same_v<WBlock, BlockQ2_K>) {
+      const double min_term = h2d(wb.dmin) * da * static_cast<double>(mins);
+      sum += kAbs ? std::fabs(min_term) : -min_term;
+    }
+  }
+  return sum;
+}
+
 template <bool kAbs>
 double dot_sym8(const void* w, const void* a, int64_t n, DType t) {
   // Q8_0 x Q8_0, Q8_1 x Q8_1, Q8_K x Q8_K: both sides plain d * q.
@@ -218,6 +252,8 @@ double dot_any(DType wt, const void* w, const void* a, int64_t n) {
     case DType::kQ4_K: return dot_k_affine<kAbs, BlockQ4_K>(w, a, n);
     case DType::kQ5_K: return dot_k_affine<kAbs, BlockQ5_K>(w, a, n);
     case DType::kQ6_K: return dot_q6_k<kAbs>(w, a, n);
+    case DType::kQ2_K: return dot_k_low<kAbs, BlockQ2_K>(w, a, n);
+    case DType::kQ3_K: return dot_k_low<kAbs, BlockQ3_K>(w, a, n);
     case DType::kCount: break;
   }
   METRO_CHECK_MSG(false, "vec_dot_ref: not a DType");
@@ -254,6 +290,12 @@ double vec_dot_magnitude_ref(DType wt, const void* w, const void* a, int64_t n) 
 //        * (1 + 2^-9): L = 15: 0.06840, L = 31: 0.03310.
 //  Q6_K: step of sub-block j = d * sc[j] < amax_j/31 + d, d <= max_j(amax_j/31)/127 (f16
 //        rounded up), err <= step/2 <= amax/62 * (1 + 1/127) * (1 + 2^-10) = 0.01627.
+//  Q2_K, Q3_K (quant_ref_k_low.cpp): the searched quantization is kept only where it stays
+//        within the bound of the range-covering one, which is used otherwise. Q2_K covers
+//        a sub-block as Q4_K does with 4 levels (L = 3) and 4-bit scales and mins (15 for
+//        63): err <= (2 + 1/15)/3 * (1 + 1/15) * amax/2 * (1 + 2^-9) = 0.3681. Q3_K: step
+//        s = max(-min/4, max/3) <= amax/3 puts both ends within levels -4..3, rounded up
+//        to the grid of d <= s_max/31: err <= amax/6 * (1 + 1/31) * (1 + 2^-9) = 0.1724.
 // Each bound gets a margin of a few float roundings of the quantizer's arithmetic.
 double roundtrip_error_bound(DType t) {
   switch (t) {
@@ -270,6 +312,8 @@ double roundtrip_error_bound(DType t) {
     case DType::kQ4_K: return 0.0685;
     case DType::kQ5_K: return 0.0332;
     case DType::kQ6_K: return 0.0163;
+    case DType::kQ2_K: return 0.369;
+    case DType::kQ3_K: return 0.173;
     case DType::kCount: break;
   }
   METRO_CHECK_MSG(false, "roundtrip_error_bound: not a DType");

@@ -83,7 +83,7 @@ TEST(GoldenGgufPy, DequantizeMatchesExactly) {
     (c.kind == "model" ? model : synthetic)++;
   }
   EXPECT_GE(model, 4);
-  EXPECT_EQ(synthetic, 10);  // every block format metro reads from files, and F16/BF16
+  EXPECT_EQ(synthetic, 12);  // every block format metro reads from files, and F16/BF16
 }
 
 // The 32-block quantizers and F16/BF16 reproduce gguf-py's bytes (which equal ggml's

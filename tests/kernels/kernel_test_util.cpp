@@ -49,8 +49,8 @@ std::vector<float> dequantize(DType t, const std::vector<uint8_t>& q, int64_t n)
 }
 
 std::vector<DType> weight_types() {
-  return {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-          DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  return {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+          DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 }
 
 double attention_row_tolerance(const float* q, const float* k, const float* v, int64_t n_keys,

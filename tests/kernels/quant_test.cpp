@@ -34,6 +34,8 @@ TEST(QuantLayout, TraitsMatchBlockStructs) {
   EXPECT_EQ(traits(DType::kQ5_K).bytes_per_block, static_cast<int>(sizeof(BlockQ5_K)));
   EXPECT_EQ(traits(DType::kQ6_K).bytes_per_block, static_cast<int>(sizeof(BlockQ6_K)));
   EXPECT_EQ(traits(DType::kQ8_K).bytes_per_block, static_cast<int>(sizeof(BlockQ8_K)));
+  EXPECT_EQ(traits(DType::kQ2_K).bytes_per_block, static_cast<int>(sizeof(BlockQ2_K)));
+  EXPECT_EQ(traits(DType::kQ3_K).bytes_per_block, static_cast<int>(sizeof(BlockQ3_K)));
 }
 
 // Hand-built blocks pin the element order of the nibble formats.
@@ -101,6 +103,60 @@ TEST(QuantLayout, Q6_KElementOrder) {
   float y[256];
   dequantize_row_ref(DType::kQ6_K, &b, y, 256);
   for (int e = 0; e < 256; ++e) EXPECT_EQ(y[e], static_cast<float>(q[e] - 32)) << e;
+}
+
+// Q2_K and Q3_K, built by hand from the layout: element 128h + 32s + l is bits 2s..2s+1 of
+// qs[32h + l] (and, for Q3_K, bit 4h + s of hmask[l]); sub-block j has scale j.
+TEST(QuantLayout, Q2_KAndQ3_KElementOrder) {
+  int q[256];
+  for (int e = 0; e < 256; ++e) q[e] = (e * 37 + 5) % 8;
+  BlockQ2_K b2{};
+  b2.d = fp32_to_fp16(1.0f);
+  b2.dmin = fp32_to_fp16(0.5f);
+  BlockQ3_K b3{};
+  b3.d = fp32_to_fp16(1.0f);
+  int sc3[16];
+  for (int j = 0; j < 16; ++j) {
+    b2.scales[j] = static_cast<uint8_t>((1 + j % 15) | ((j % 4) << 4));
+    sc3[j] = j % 2 ? j - 32 : 31 - j;  // both ends of -32..31
+  }
+  for (int h = 0; h < 2; ++h) {
+    for (int s4 = 0; s4 < 4; ++s4) {
+      for (int l = 0; l < 32; ++l) {
+        const int e = 128 * h + 32 * s4 + l;
+        b2.qs[32 * h + l] = static_cast<uint8_t>(b2.qs[32 * h + l] | ((q[e] & 3) << (2 * s4)));
+        b3.qs[32 * h + l] = static_cast<uint8_t>(b3.qs[32 * h + l] | ((q[e] & 3) << (2 * s4)));
+        b3.hmask[l] = static_cast<uint8_t>(b3.hmask[l] | ((q[e] >> 2) << (4 * h + s4)));
+      }
+    }
+  }
+  pack_q3_k_scales(sc3, b3.scales);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(q3_k_scale(b3.scales, j), sc3[j]) << j;
+  float y2[256], y3[256];
+  dequantize_row_ref(DType::kQ2_K, &b2, y2, 256);
+  dequantize_row_ref(DType::kQ3_K, &b3, y3, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int j = e / 16;
+    EXPECT_EQ(y2[e], static_cast<float>((1 + j % 15) * (q[e] & 3)) - 0.5f * static_cast<float>(j % 4)) << e;
+    EXPECT_EQ(y3[e], static_cast<float>(sc3[j] * (q[e] - 4))) << e;
+  }
+}
+
+// The searched Q2_K / Q3_K quantization: on normal data its squared error is 0.068 and 0.021
+// of the signal's energy; quantizing every block range-covering (the fallback, all the
+// bound promises) gives 0.126 and 0.035.
+TEST(QuantRoundTrip, LowBitSearchBeatsRangeCovering) {
+  for (DType t : {DType::kQ2_K, DType::kQ3_K}) {
+    const int64_t n = 64 * 256;
+    auto x = testing::make_data(Dist::kNormal, n, 99u);
+    const auto y = testing::dequantize(t, testing::quantize(t, x), n);
+    double sse = 0.0, ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      sse += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+      ss += static_cast<double>(x[i]) * x[i];
+    }
+    EXPECT_LT(sse / ss, t == DType::kQ2_K ? 0.075 : 0.023) << dtype_name(t);
+  }
 }
 
 // quantize + dequantize stays within roundtrip_error_bound * (the block's max |x|) for every

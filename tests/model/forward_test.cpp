@@ -127,7 +127,7 @@ TEST_P(ForwardVsReference, MatchesWithinQuantizationError) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, ForwardVsReference,
                          ::testing::Values(DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                                           DType::kQ4_K, DType::kQ6_K),
+                                           DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& p) { return std::string(kernels::dtype_name(p.param)); });
 
 TEST(Forward, QwenStyleBiasesAndNeoxRope) {

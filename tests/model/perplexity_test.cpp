@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/hash.h"
 
 #include "support/test_util.h"
 
@@ -47,6 +52,38 @@ TEST(Perplexity, Q8KvWithinOnePercentOfLlamaCpp) {
   EXPECT_NE(ppl, jf["perplexity"].get<double>());
   std::printf("perplexity, Q8_0 KV: metro %.4f, llama.cpp %.4f (%.3f%%)\n", ppl, kLlamaCppPerplexityQ8Kv,
               100.0 * (ppl - kLlamaCppPerplexityQ8Kv) / kLlamaCppPerplexityQ8Kv);
+}
+
+// metro quantize's Q2_K and Q3_K files: llama.cpp reads them and scores them as metro does
+// (llama-perplexity on the files this test makes; tests/fixtures/perplexity/README.md). The
+// default model's 576-wide matrices do not divide into 256-blocks, so only its ffn_down
+// matrices change format; the rest stay Q4_1.
+TEST(Perplexity, LowBitFilesReadAsLlamaCppReadsThem) {
+  REQUIRE_MODEL();
+  struct Case {
+    const char* type;
+    uint64_t file_hash;    // hash_bytes of the file llama.cpp scored
+    double llama_cpp_ppl;  // its figure
+  };
+  for (const Case& c : {Case{"q2_k", 0x4229b99e646c9541ull, 92.6892},
+                        Case{"q3_k", 0x47925ce50c8d78caull, 44.4056}}) {
+    metro::testing::TempFile out(".gguf");
+    auto q = metro::testing::run_metro({"quantize", metro::testing::default_model_path(), out.path(), "--type", c.type});
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    std::ifstream in(out.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const uint64_t h = hash_bytes(bytes.data(), bytes.size());
+    EXPECT_EQ(h, c.file_hash) << c.type << ": the quantizer's output changed; remake the README's figures (hash 0x"
+                              << std::hex << h << ")";
+    auto r = metro::testing::run_metro({"perplexity", "-m", out.path(), "-f",
+                                        metro::testing::source_path("tests/fixtures/perplexity/metro_essay.txt"),
+                                        "--ctx", "256", "--json", "-t", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const double ppl = nlohmann::json::parse(r.out)["perplexity"].get<double>();
+    EXPECT_NEAR(ppl, c.llama_cpp_ppl, 0.01 * c.llama_cpp_ppl) << c.type;
+    std::printf("perplexity, %s: metro %.4f, llama.cpp %.4f (%.3f%%)\n", c.type, ppl, c.llama_cpp_ppl,
+                100.0 * (ppl - c.llama_cpp_ppl) / c.llama_cpp_ppl);
+  }
 }
 
 TEST(Perplexity, RefusesAnUnknownKvType) {
