@@ -187,6 +187,12 @@ class Backend {
   // must then outlive the matrix). Uploads come from one thread at a time.
   virtual std::unique_ptr<DeviceMatrix> upload_matrix(const HostMatrix& m, MatrixUse use,
                                                       bool allow_relayout) = 0;
+  // Whether the backend multiplies weights of this type (a model with others is refused
+  // when it binds, before any upload).
+  virtual bool reads(kernels::DType t) const {
+    (void)t;
+    return true;
+  }
   virtual std::unique_ptr<DeviceVector> upload_vector(std::span<const float> v) = 0;
 
   // Raw memory for a KV arena (uninitialised), and transfers within and to and from it.

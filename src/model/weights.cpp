@@ -82,6 +82,10 @@ class Binder {
                                                            int64_t col_end = 0) {
     METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f_, name, {n_in, n_out}));
     METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(*t, name));
+    if (!b_.reads(dt)) {
+      return invalid_argument("tensor '" + name + "' is " + std::string(kernels::dtype_name(dt)) + ", which the " +
+                              std::string(b_.name()) + " backend does not read");
+    }
     if (row_end == 0) row_end = static_cast<int64_t>(n_out);
     if (col_end == 0) col_end = static_cast<int64_t>(n_in);
     for (int64_t c : {col_begin, col_end}) {
@@ -161,6 +165,10 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   embd_m.n_cols = static_cast<int64_t>(n_embd);
   embd_m.data = embd->data;
   embd_m.row_stride = kernels::row_bytes(*et, static_cast<int64_t>(n_embd));
+  if (!backend.reads(*et)) {
+    return invalid_argument("tensor 'token_embd.weight' is " + std::string(kernels::dtype_name(*et)) + ", which the " +
+                            std::string(backend.name()) + " backend does not read");
+  }
   if (g.starts_model()) w.token_embd = backend.upload_matrix(embd_m, backends::MatrixUse::kRows, false);
   if (g.ends_model) {
     METRO_ASSIGN_OR_RETURN(w.output_norm, b.vector("output_norm.weight", n_embd));

@@ -10,7 +10,9 @@
 #include <numeric>
 #include <random>
 
+#include "backends/cpu/cpu_backend.h"
 #include "base/clock.h"
+#include "kernels/kernel_set.h"
 #include "kv/kv_arena.h"
 #include "model/model.h"
 #include "model/reference_forward.h"
@@ -129,6 +131,68 @@ INSTANTIATE_TEST_SUITE_P(Formats, ForwardVsReference,
                          ::testing::Values(DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                                            DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& p) { return std::string(kernels::dtype_name(p.param)); });
+
+// A backend that does not read a weight type refuses the model when it binds, naming the
+// tensor and the type, instead of stopping the process at the upload. (The CPU backend,
+// made to refuse Q4_1, stands in for a device backend without kernels for a type.)
+class RefusingBackend final : public backends::Backend {
+ public:
+  RefusingBackend(std::shared_ptr<backends::Backend> inner, kernels::DType refused)
+      : inner_(std::move(inner)), refused_(refused) {}
+  std::string_view name() const override { return "refusing"; }
+  bool reads(kernels::DType t) const override { return t != refused_ && inner_->reads(t); }
+  std::unique_ptr<backends::DeviceMatrix> upload_matrix(const backends::HostMatrix& m, backends::MatrixUse use,
+                                                        bool allow_relayout) override {
+    EXPECT_NE(m.type, refused_) << "a refused type was uploaded";
+    return inner_->upload_matrix(m, use, allow_relayout);
+  }
+  std::unique_ptr<backends::DeviceVector> upload_vector(std::span<const float> v) override {
+    return inner_->upload_vector(v);
+  }
+  std::unique_ptr<backends::DeviceBuffer> alloc_buffer(size_t bytes) override { return inner_->alloc_buffer(bytes); }
+  void copy_bytes(backends::DeviceBuffer& buf, size_t src, size_t dst, size_t n) override {
+    inner_->copy_bytes(buf, src, dst, n);
+  }
+  void write_bytes(backends::DeviceBuffer& buf, size_t offset, std::span<const uint8_t> src) override {
+    inner_->write_bytes(buf, offset, src);
+  }
+  void read_bytes(backends::DeviceBuffer& buf, size_t offset, std::span<uint8_t> dst) override {
+    inner_->read_bytes(buf, offset, dst);
+  }
+  std::unique_ptr<backends::ExecState> make_state(const backends::StateSpec& spec) override {
+    return inner_->make_state(spec);
+  }
+  void execute(std::span<const backends::Op> ops, const backends::StepDesc& step, backends::ExecState& state,
+               ThreadPool& pool, backends::StepObserver* observer) override {
+    inner_->execute(ops, step, state, pool, observer);
+  }
+
+ private:
+  std::shared_ptr<backends::Backend> inner_;
+  kernels::DType refused_;
+};
+
+TEST(Forward, ABackendRefusesAWeightTypeItDoesNotRead) {
+  SyntheticModelSpec spec;
+  spec.matrix_type = kernels::DType::kQ4_1;
+  const std::vector<uint8_t> bytes = make_synthetic_model(spec);
+  for (bool refuse : {true, false}) {
+    auto f = gguf::File::parse(bytes);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    ModelOptions opts;
+    opts.backend = std::make_shared<RefusingBackend>(
+        backends::make_cpu_backend(kernels::scalar_kernel_set()), refuse ? kernels::DType::kQ4_1 : kernels::DType::kQ2_K);
+    auto m = Model::from_file(std::move(*f), opts);
+    if (refuse) {
+      ASSERT_FALSE(m.ok());
+      EXPECT_NE(m.status().message().find("is Q4_1, which the refusing backend does not read"), std::string::npos)
+          << m.status().message();
+      EXPECT_NE(m.status().message().find("blk.0."), std::string::npos) << m.status().message();
+    } else {
+      EXPECT_TRUE(m.ok()) << m.status().message();
+    }
+  }
+}
 
 TEST(Forward, QwenStyleBiasesAndNeoxRope) {
   SyntheticModelSpec spec;

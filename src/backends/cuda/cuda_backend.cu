@@ -172,6 +172,8 @@ std::span<const float> CudaState::download(ActId act, size_t n) {
 
 CudaBackend::CudaBackend(std::shared_ptr<Context> ctx, std::string name) : ctx_(std::move(ctx)), name_(std::move(name)) {}
 
+bool CudaBackend::reads(DType t) const { return block_geom(t).elems > 0 && matmul_supports(t); }
+
 std::unique_ptr<DeviceMatrix> CudaBackend::upload_matrix(const HostMatrix& m, MatrixUse use, bool allow_relayout) {
   (void)use;
   (void)allow_relayout;  // the padded layout is the only one its kernels read

@@ -147,6 +147,7 @@ class CudaBackend final : public Backend {
   CudaBackend(std::shared_ptr<Context> ctx, std::string name);
   std::string_view name() const override { return name_; }
   std::unique_ptr<DeviceMatrix> upload_matrix(const HostMatrix& m, MatrixUse use, bool allow_relayout) override;
+  bool reads(DType t) const override;
   std::unique_ptr<DeviceVector> upload_vector(std::span<const float> v) override;
   std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) override;
   void copy_bytes(DeviceBuffer& buf, size_t src_offset, size_t dst_offset, size_t n) override;
