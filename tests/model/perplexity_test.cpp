@@ -5,8 +5,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/hash.h"
+#include "support/synthetic_model.h"
 
 #include "support/test_util.h"
 
@@ -84,6 +86,54 @@ TEST(Perplexity, LowBitFilesReadAsLlamaCppReadsThem) {
     std::printf("perplexity, %s: metro %.4f, llama.cpp %.4f (%.3f%%)\n", c.type, ppl, c.llama_cpp_ppl,
                 100.0 * (ppl - c.llama_cpp_ppl) / c.llama_cpp_ppl);
   }
+}
+
+// --kl-vs: against itself every distribution is the same (KL 0, top-1 100%); against the
+// Q3_K file, KL grows and the reference's perplexity is the model's own; against `exact`
+// (the double forward of the same weights) only the implementation's rounding is left.
+TEST(Perplexity, KlDivergenceAgainstAnotherModelAndTheExactForward) {
+  REQUIRE_MODEL();
+  const std::string model = metro::testing::default_model_path();
+  const std::string text = metro::testing::source_path("tests/fixtures/perplexity/metro_essay.txt");
+  auto run = [&](const std::string& m, const std::string& vs, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"perplexity", "-m", m, "-f", text, "--json", "-t", "2", "--kl-vs", vs};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = metro::testing::run_metro(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const auto self = run(model, model, {"--ctx", "128", "--chunks", "2"});
+  EXPECT_EQ(self["kl_mean"].get<double>(), 0.0);
+  EXPECT_EQ(self["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(self["ref_perplexity"].get<double>(), self["perplexity"].get<double>());
+
+  metro::testing::TempFile q3(".gguf");
+  auto q = metro::testing::run_metro({"quantize", model, q3.path(), "--type", "q3_k"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto low = run(q3.path(), model, {"--ctx", "256"});
+  const double kl = low["kl_mean"].get<double>();
+  EXPECT_GT(kl, 0.01);
+  EXPECT_LT(kl, 1.0);
+  EXPECT_GE(low["kl_p99"].get<double>(), kl);
+  EXPECT_LT(low["top1_agreement"].get<double>(), 1.0);
+  EXPECT_GT(low["top1_agreement"].get<double>(), 0.5);
+  EXPECT_NEAR(low["ref_perplexity"].get<double>(), kLlamaCppPerplexity, 0.01 * kLlamaCppPerplexity);
+  std::printf("Q3_K ffn_down vs Q4_1: KL mean %.4f, p99 %.4f, top-1 %.2f%%\n", kl, low["kl_p99"].get<double>(),
+              100.0 * low["top1_agreement"].get<double>());
+
+  const auto exact = run(model, "exact", {"--ctx", "32", "--chunks", "1"});
+  EXPECT_LT(exact["kl_mean"].get<double>(), 0.01);
+  EXPECT_GT(exact["kl_mean"].get<double>(), 0.0);  // int8 activations round
+  EXPECT_GE(exact["top1_agreement"].get<double>(), 0.8);
+  std::printf("vs exact: KL mean %.6f, top-1 %.2f%%\n", exact["kl_mean"].get<double>(),
+              100.0 * exact["top1_agreement"].get<double>());
+
+  // Another vocabulary is refused.
+  metro::testing::TempFile other(".gguf");
+  other.write(metro::testing::make_synthetic_model(metro::testing::SyntheticModelSpec{}));
+  auto bad = metro::testing::run_metro({"perplexity", "-m", model, "-f", text, "--kl-vs", other.path()});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("vocabularies differ"), std::string::npos) << bad.err;
 }
 
 TEST(Perplexity, RefusesAnUnknownKvType) {
