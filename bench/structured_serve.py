@@ -6,12 +6,14 @@ same run), and (with --llama-completion) llama.cpp's one-stream decode speed wit
 without `--json-schema`.
 
     python3 bench/structured_serve.py [--levels 1,16] [--requests 32] [--jump-forward-off] \
-        [--llama-server PATH/llama-server] [--llama-completion PATH/llama-completion]
+        [--rounds N] [--llama-server PATH/llama-server] [--llama-completion PATH/llama-completion]
 
 Chat requests at temperature 0, max_tokens 128, each level run with the schema and without,
 alternated; tokens/s = completion tokens of all requests / wall time of the level. A
 constrained output ends when its JSON is complete, so it has fewer tokens; the rate is what
-compares. llama-server gets 16 slots (-np 16, 1024 tokens of context each). llama-completion:
+compares. --rounds N runs the metro servers N times in turn (runs on this machine vary by
+up to 20% from one server start to the next; the comparison within a run varies less).
+llama-server gets 16 slots (-np 16, 1024 tokens of context each). llama-completion:
 greedy, 128 tokens, its own "eval time" rate.
 """
 
@@ -112,6 +114,7 @@ def main():
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--port", type=int, default=18290)
     ap.add_argument("--jump-forward-off", action="store_true", help="also run metro with --no-jump-forward")
+    ap.add_argument("--rounds", type=int, default=1, help="run the metro servers this many times in turn")
     ap.add_argument("--llama-server", default="")
     ap.add_argument("--llama-completion", default="")
     a = ap.parse_args()
@@ -120,10 +123,12 @@ def main():
     runs = [("metro serve", metro)]
     if a.jump_forward_off:
         runs.append(("metro serve --no-jump-forward", metro + ["--no-jump-forward"]))
-    for i, (label, cmd) in enumerate(runs):
-        run_server(label, cmd + ["--port", str(a.port + i)], a.port + i, "/ready", levels, a.requests)
+    for r in range(a.rounds):
+        for i, (label, cmd) in enumerate(runs):
+            port = a.port + i + r * len(runs)
+            run_server(label, cmd + ["--port", str(port)], port, "/ready", levels, a.requests)
     if a.llama_server:
-        port = a.port + len(runs)
+        port = a.port + len(runs) * a.rounds
         run_server("llama-server", [a.llama_server, "-m", a.model, "--port", str(port), "-t", "2", "-np", "16",
                                     "-c", "16384"], port, "/health", levels, a.requests)
     if a.llama_completion:
