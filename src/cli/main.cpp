@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"run", metro::cli::cmd_run, "generate text from a prompt"},
     {"bench", metro::cli::cmd_bench, "measure prompt processing and generation speed"},
     {"perplexity", metro::cli::cmd_perplexity, "perplexity of a model over a text file"},
+    {"sensitivity", metro::cli::cmd_sensitivity, "what lowering each weight matrix costs; a plan for a byte budget"},
     {"quantize", metro::cli::cmd_quantize, "rewrite a model's weight matrices in another format"},
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
     {"tokenize", metro::cli::cmd_tokenize, "print the token ids and pieces of a text"},

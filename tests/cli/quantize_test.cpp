@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "kernels/quant_ref.h"
@@ -57,6 +60,56 @@ TEST(QuantizeCli, RewritesMatricesAndKeepsEverythingElse) {
   }
   auto bad = run_metro({"quantize", in.path(), out.path(), "--type", "q3_x"});
   EXPECT_EQ(bad.exit_code, 1);
+}
+
+// K-quant targets on rows that do not divide into 256-blocks get a 32-block format; a plan
+// picks formats per tensor name or pattern and replaces --type; its mistakes are refused.
+TEST(QuantizeCli, PlansAndBlockFallbacks) {
+  metro::testing::SyntheticModelSpec spec;
+  spec.n_embd = 288;  // rows of 288: not a multiple of 256; ffn_down rows are n_ff = 512
+  spec.matrix_type = kernels::DType::kF16;
+  TempFile in, out, plan;
+  in.write(metro::testing::make_synthetic_model(spec));
+  auto type_of = [&](const std::string& name) {
+    auto f = gguf::File::open(out.path());
+    EXPECT_TRUE(f.ok()) << f.status().message();
+    const gguf::TensorInfo* t = f.ok() ? f->find_tensor(name) : nullptr;
+    return t != nullptr ? t->type() : gguf::GgmlType::kF32;
+  };
+  auto r = run_metro({"quantize", in.path(), out.path(), "--type", "q2_k"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(type_of("blk.0.ffn_down.weight"), gguf::GgmlType::kQ2_K);
+  EXPECT_EQ(type_of("blk.1.attn_q.weight"), gguf::GgmlType::kQ4_0);
+  EXPECT_NE(r.err.find("in a 32-block format"), std::string::npos) << r.err;
+
+  plan.write(std::string(R"({"type": "q4_k", "tensors": {"blk.0.ffn_down.weight": "q8_0",
+                                                      "blk.*.attn_q.weight": "Q6_K", "blk.1.*": "q5_0"}})"));
+  r = run_metro({"quantize", in.path(), out.path(), "--plan", plan.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(type_of("blk.0.ffn_down.weight"), gguf::GgmlType::kQ8_0);  // exact name
+  EXPECT_EQ(type_of("blk.0.ffn_up.weight"), gguf::GgmlType::kQ5_0);    // the plan's type, fallen back
+  EXPECT_EQ(type_of("blk.1.ffn_down.weight"), gguf::GgmlType::kQ5_0);  // the first matching pattern
+  EXPECT_EQ(type_of("blk.1.attn_q.weight"), gguf::GgmlType::kQ8_0);    // Q6_K, fallen back
+  EXPECT_EQ(type_of("blk.0.attn_norm.weight"), gguf::GgmlType::kF32);  // 1-D: kept
+  {
+    auto f = gguf::File::open(out.path());
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(*f->get_u32("general.file_type"), 15u);
+  }
+
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"tensors": {"blk.*.nothing": "q8_0"}})", "'blk.*.nothing' matches no matrix"},
+           {R"({"type": "q4_k", "tensors": {"output.weight": "q9_k"}})", "tensors['output.weight']: unknown format"},
+           {R"({"type": "q4_k", "layers": {}})", "unknown key 'layers'"},
+           {R"([1, 2])", "is not a JSON object"}}) {
+    plan.write(text);
+    auto bad = run_metro({"quantize", in.path(), out.path(), "--type", "q8_0", "--plan", plan.path()});
+    EXPECT_EQ(bad.exit_code, 1) << text;
+    EXPECT_NE(bad.err.find(want), std::string::npos) << text << ": " << bad.err;
+  }
+  auto none = run_metro({"quantize", in.path(), out.path()});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("--type is required"), std::string::npos) << none.err;
 }
 
 }  // namespace

@@ -275,9 +275,9 @@ std::vector<std::vector<int32_t>> run_concurrent(Engine& eng, const std::vector<
   std::vector<std::vector<int32_t>> out(ps.size());
   for (size_t i : abort_after_first) {
     EXPECT_TRUE(handles[i].ok());
-    // The last request may wait behind all the others (a KV budget that preempts, draft
-    // passes in every step, a loaded machine): allow it minutes for its first event.
-    auto e = handles[i]->stream->pop(std::chrono::milliseconds(300000));
+    // The requests aborted are among the first admitted, so their first event comes within
+    // a few steps even where a KV budget preempts and every step runs draft passes.
+    auto e = handles[i]->stream->pop(std::chrono::milliseconds(120000));
     EXPECT_TRUE(e.has_value());
     eng.abort(handles[i]->id);
   }
@@ -297,7 +297,10 @@ EngineStats run_and_compare(const EngineConfig& cfg, const std::vector<std::vect
                             const std::vector<std::vector<int32_t>>& want) {
   auto eng = engine_with(cfg);
   std::vector<size_t> aborted;
-  if (ps.size() >= 4) aborted = {1, ps.size() - 1};
+  // Two of the first requests: aborted while they draft, beside others still drafting. (A
+  // request at the back of the queue may get its first event only after the rest have
+  // finished, minutes on a loaded machine with draft passes in every step.)
+  if (ps.size() >= 4) aborted = {1, 2};
   const auto got = run_concurrent(*eng, ps, n_out, aborted);
   wait_settled(*eng);
   for (size_t i = 0; i < ps.size(); ++i) {

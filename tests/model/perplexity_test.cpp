@@ -59,7 +59,7 @@ TEST(Perplexity, Q8KvWithinOnePercentOfLlamaCpp) {
 // metro quantize's Q2_K and Q3_K files: llama.cpp reads them and scores them as metro does
 // (llama-perplexity on the files this test makes; tests/fixtures/perplexity/README.md). The
 // default model's 576-wide matrices do not divide into 256-blocks, so only its ffn_down
-// matrices change format; the rest stay Q4_1.
+// matrices take the K-quant; the rest fall back to Q4_0.
 TEST(Perplexity, LowBitFilesReadAsLlamaCppReadsThem) {
   REQUIRE_MODEL();
   struct Case {
@@ -67,8 +67,8 @@ TEST(Perplexity, LowBitFilesReadAsLlamaCppReadsThem) {
     uint64_t file_hash;    // hash_bytes of the file llama.cpp scored
     double llama_cpp_ppl;  // its figure
   };
-  for (const Case& c : {Case{"q2_k", 0x4229b99e646c9541ull, 92.6892},
-                        Case{"q3_k", 0x47925ce50c8d78caull, 44.4056}}) {
+  for (const Case& c : {Case{"q2_k", 0x2864bcf0c636a0c9ull, 119.0890},
+                        Case{"q3_k", 0x8e674ff7a73cd138ull, 59.9206}}) {
     metro::testing::TempFile out(".gguf");
     auto q = metro::testing::run_metro({"quantize", metro::testing::default_model_path(), out.path(), "--type", c.type});
     ASSERT_EQ(q.exit_code, 0) << q.err;
@@ -89,7 +89,8 @@ TEST(Perplexity, LowBitFilesReadAsLlamaCppReadsThem) {
 }
 
 // --kl-vs: against itself every distribution is the same (KL 0, top-1 100%); against the
-// Q3_K file, KL grows and the reference's perplexity is the model's own; against `exact`
+// model with its ffn_down matrices in Q3_K, KL grows and the reference's perplexity is the
+// model's own; against `exact`
 // (the double forward of the same weights) only the implementation's rounding is left.
 TEST(Perplexity, KlDivergenceAgainstAnotherModelAndTheExactForward) {
   REQUIRE_MODEL();
@@ -107,8 +108,9 @@ TEST(Perplexity, KlDivergenceAgainstAnotherModelAndTheExactForward) {
   EXPECT_EQ(self["top1_agreement"].get<double>(), 1.0);
   EXPECT_EQ(self["ref_perplexity"].get<double>(), self["perplexity"].get<double>());
 
-  metro::testing::TempFile q3(".gguf");
-  auto q = metro::testing::run_metro({"quantize", model, q3.path(), "--type", "q3_k"});
+  metro::testing::TempFile q3(".gguf"), plan(".json");
+  plan.write(std::string(R"({"type": "keep", "tensors": {"blk.*.ffn_down.weight": "q3_k"}})"));
+  auto q = metro::testing::run_metro({"quantize", model, q3.path(), "--plan", plan.path()});
   ASSERT_EQ(q.exit_code, 0) << q.err;
   const auto low = run(q3.path(), model, {"--ctx", "256"});
   const double kl = low["kl_mean"].get<double>();
