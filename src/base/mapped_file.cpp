@@ -145,6 +145,19 @@ Expected<MappedFile> MappedFile::read(const std::string& path, const ReadOptions
   return f;
 }
 
+Expected<MappedFile> MappedFile::copy_of(std::span<const uint8_t> bytes) {
+  MappedFile f;
+  f.owned_ = true;
+  if (bytes.empty()) return f;
+  void* p = mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return resource_exhausted("cannot allocate " + std::to_string(bytes.size()) + " bytes");
+  std::memcpy(p, bytes.data(), bytes.size());
+  mprotect(p, bytes.size(), PROT_READ);
+  f.data_ = static_cast<const uint8_t*>(p);
+  f.size_ = bytes.size();
+  return f;
+}
+
 void MappedFile::advise_willneed() const {
   if (data_ && size_) madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
 }

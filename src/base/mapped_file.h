@@ -42,6 +42,8 @@ class MappedFile {
   // that shrinks, grows or is replaced while it is read is refused with a clean error.
   static Expected<MappedFile> read(const std::string& path, const ReadOptions& options);
   static Expected<MappedFile> read(const std::string& path) { return read(path, ReadOptions{}); }
+  // A copy of bytes made in memory (a derived model), in anonymous memory owned like read()'s.
+  static Expected<MappedFile> copy_of(std::span<const uint8_t> bytes);
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const uint8_t* data() const { return data_; }

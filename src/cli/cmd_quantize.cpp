@@ -34,101 +34,10 @@
 #include "gguf/writer.h"
 #include "kernels/dtype.h"
 #include "kernels/quant_ref.h"
+#include "model/requantize.h"
 
 namespace metro::cli {
 namespace {
-
-// GGUF general.file_type values (llama_ftype) for the formats metro writes.
-const std::map<std::string, std::pair<kernels::DType, uint32_t>>& formats() {
-  static const std::map<std::string, std::pair<kernels::DType, uint32_t>> m = {
-      {"f32", {kernels::DType::kF32, 0}},   {"f16", {kernels::DType::kF16, 1}},
-      {"q4_0", {kernels::DType::kQ4_0, 2}}, {"q4_1", {kernels::DType::kQ4_1, 3}},
-      {"q8_0", {kernels::DType::kQ8_0, 7}}, {"q5_0", {kernels::DType::kQ5_0, 8}},
-      {"q5_1", {kernels::DType::kQ5_1, 9}}, {"q4_k", {kernels::DType::kQ4_K, 15}},
-      {"q5_k", {kernels::DType::kQ5_K, 17}}, {"q6_k", {kernels::DType::kQ6_K, 18}},
-      {"q2_k", {kernels::DType::kQ2_K, 10}}, {"q3_k", {kernels::DType::kQ3_K, 11}},
-      {"bf16", {kernels::DType::kBF16, 32}},
-  };
-  return m;
-}
-
-// "keep": the tensor stays as it is in the input (kernels::DType::kCount stands for it).
-constexpr kernels::DType kKeep = kernels::DType::kCount;
-
-Expected<kernels::DType> format_named(std::string name, const std::string& where) {
-  std::transform(name.begin(), name.end(), name.begin(), ::tolower);
-  if (name == "keep") return kKeep;
-  auto it = formats().find(name);
-  if (it == formats().end()) return invalid_argument(where + ": unknown format '" + name + "'");
-  return it->second.first;
-}
-
-uint32_t file_type_of(kernels::DType t) {
-  for (const auto& [name, v] : formats()) {
-    if (v.first == t) return v.second;
-  }
-  return 0;
-}
-
-struct Plan {
-  std::optional<kernels::DType> type;
-  std::vector<std::pair<std::string, kernels::DType>> tensors;  // in the file's order
-  std::vector<bool> used;
-};
-
-Expected<Plan> read_plan(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error("--plan: cannot read " + path);
-  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return invalid_argument("--plan: " + path + " is not a JSON object");
-  Plan p;
-  for (const auto& [key, v] : j.items()) {
-    if (key == "type") {
-      if (!v.is_string()) return invalid_argument("--plan: 'type' must be a string");
-      METRO_ASSIGN_OR_RETURN(p.type, format_named(v.get<std::string>(), "--plan 'type'"));
-    } else if (key == "tensors") {
-      if (!v.is_object()) return invalid_argument("--plan: 'tensors' must be an object of name -> format");
-      for (const auto& [name, f] : v.items()) {
-        if (!f.is_string()) return invalid_argument("--plan: tensors['" + name + "'] must be a format name");
-        METRO_ASSIGN_OR_RETURN(kernels::DType t, format_named(f.get<std::string>(), "--plan tensors['" + name + "']"));
-        p.tensors.emplace_back(name, t);
-      }
-    } else {
-      return invalid_argument("--plan: unknown key '" + key + "' (expected 'type' and 'tensors')");
-    }
-  }
-  p.used.assign(p.tensors.size(), false);
-  return p;
-}
-
-// The plan's format for a matrix: an exact name first, then the first matching pattern.
-kernels::DType planned(Plan& p, std::string_view name, kernels::DType dflt) {
-  for (size_t i = 0; i < p.tensors.size(); ++i) {
-    if (p.tensors[i].first == name) {
-      p.used[i] = true;
-      return p.tensors[i].second;
-    }
-  }
-  for (size_t i = 0; i < p.tensors.size(); ++i) {
-    if (glob_match(p.tensors[i].first, name)) {
-      p.used[i] = true;
-      return p.tensors[i].second;
-    }
-  }
-  return dflt;
-}
-
-// The 32-block format standing in for a K-quant on rows that do not divide into 256-blocks.
-kernels::DType block32_fallback(kernels::DType t) {
-  switch (t) {
-    case kernels::DType::kQ2_K:
-    case kernels::DType::kQ3_K: return kernels::DType::kQ4_0;
-    case kernels::DType::kQ4_K: return kernels::DType::kQ5_0;
-    case kernels::DType::kQ5_K: return kernels::DType::kQ5_1;
-    case kernels::DType::kQ6_K: return kernels::DType::kQ8_0;
-    default: return t;
-  }
-}
 
 // One line redrawn in place on a terminal: the share of matrix bytes done.
 class Progress {
@@ -167,90 +76,40 @@ int cmd_quantize(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  Plan plan;
+  model::QuantPlan plan;
   if (!plan_path.empty()) {
-    auto p = read_plan(plan_path);
+    auto p = model::read_quant_plan(plan_path, "--plan");
     if (!p.ok()) return fail("quantize", p.status());
     plan = std::move(*p);
   }
-  std::optional<kernels::DType> base = plan.type;
-  if (!base) {
+  if (!plan.type) {
     if (type_name.empty()) return fail("quantize", invalid_argument("--type is required (or a plan with 'type')"));
-    auto t = format_named(type_name, "--type");
+    auto t = model::quant_format_named(type_name, "--type");
     if (!t.ok()) return fail("quantize", t.status());
-    base = *t;
+    plan.type = *t;
   }
-  const kernels::DType target = *base;
   auto in = gguf::File::open(in_path);
   if (!in.ok()) return fail("quantize", in.status());
-
-  gguf::Writer w;
-  for (const auto& kv : in->metadata()) {
-    if (kv.key == "general.file_type") continue;
-    if (kv.key == "general.alignment") {
-      w.set_alignment(static_cast<uint32_t>(*kv.value.as_uint()));
-      continue;
-    }
-    w.add_value(kv.key, kv.value);
-  }
-  if (target != kKeep) {
-    w.add_u32("general.file_type", file_type_of(target));
-  } else if (auto ft = in->get_u32("general.file_type"); ft.ok()) {
-    w.add_u32("general.file_type", *ft);
-  }
-  std::vector<float> row;
-  size_t kept = 0, fell_back = 0;
-  std::map<kernels::DType, size_t> converted;
-  uint64_t matrix_bytes = 0;
-  for (const auto& t : in->tensors()) {
-    if (t.n_dims == 2 && kernels::dtype_from_ggml(t.type())) matrix_bytes += t.n_bytes;
-  }
-  Progress progress(matrix_bytes);
-  for (const auto& t : in->tensors()) {
-    std::vector<uint64_t> dims(t.ne, t.ne + t.n_dims);
-    auto src_type = kernels::dtype_from_ggml(t.type());
-    kernels::DType want = t.n_dims == 2 && src_type ? planned(plan, t.name, target) : target;
-    if (want == kKeep && src_type) want = *src_type;
-    if (t.n_dims == 2 && src_type && static_cast<int64_t>(t.ne[0]) % kernels::traits(want).block_size != 0) {
-      want = block32_fallback(want);
-      ++fell_back;
-    }
-    const bool matrix = t.n_dims == 2 && src_type && want != *src_type &&
-                        static_cast<int64_t>(t.ne[0]) % kernels::traits(want).block_size == 0;
-    if (!matrix) {
-      auto st = w.add_tensor(t.name, t.type(), dims, {t.data, t.n_bytes});
-      if (!st.ok()) return fail("quantize", st);
-      ++kept;
-      if (t.n_dims == 2 && src_type) progress.advance(t.n_bytes, t.name);
-      continue;
-    }
-    const int64_t cols = static_cast<int64_t>(t.ne[0]), rows = static_cast<int64_t>(t.ne[1]);
-    const size_t in_rb = kernels::row_bytes(*src_type, cols), out_rb = kernels::row_bytes(want, cols);
-    std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
-    row.resize(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::dequantize_row_ref(*src_type, t.data + static_cast<size_t>(r) * in_rb, row.data(), cols);
-      kernels::quantize_row_ref(want, row.data(), out.data() + static_cast<size_t>(r) * out_rb, cols);
-    }
-    auto st = w.add_tensor(t.name, kernels::traits(want).ggml, dims, out);
-    if (!st.ok()) return fail("quantize", st);
-    ++converted[want];
-    progress.advance(t.n_bytes, t.name);
-  }
+  Progress progress(model::matrix_bytes(*in));
+  model::RequantizeOptions opts;
+  opts.on_matrix = [&](uint64_t bytes, std::string_view name) { progress.advance(bytes, name); };
+  model::RequantizeReport rep;
+  auto bytes = model::requantize(*in, plan, opts, &rep);
   progress.finish();
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    if (!plan.used[i]) {
-      return fail("quantize", invalid_argument("--plan: '" + plan.tensors[i].first + "' matches no matrix"));
-    }
+  if (!bytes.ok()) {
+    const std::string& m = bytes.status().message();
+    return fail("quantize", m.starts_with("plan: ") ? invalid_argument("--" + m) : bytes.status());
   }
-  auto st = w.write(out_path);
-  if (!st.ok()) return fail("quantize", st);
+  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+  out.close();
+  if (!out) return fail("quantize", io_error("cannot write " + out_path));
   std::string summary;
-  for (const auto& [type, n] : converted) {
+  for (const auto& [type, n] : rep.converted) {
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " to " + std::string(kernels::dtype_name(type));
   }
   std::fprintf(stderr, "metro quantize: matrices %s (%zu in a 32-block format: rows not a multiple of 256); "
-               "%zu tensors kept\n", summary.empty() ? "none" : summary.c_str(), fell_back, kept);
+               "%zu tensors kept\n", summary.empty() ? "none" : summary.c_str(), rep.fell_back, rep.kept);
   return 0;
 }
 

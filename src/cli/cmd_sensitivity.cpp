@@ -32,6 +32,7 @@
 #include "kernels/dtype.h"
 #include "kernels/quant_ref.h"
 #include "model/model.h"
+#include "model/requantize.h"
 
 namespace metro::cli {
 
@@ -206,7 +207,7 @@ int cmd_sensitivity(int argc, char** argv) {
     const auto src = kernels::dtype_from_ggml(t.type());
     if (t.n_dims != 2 || !src) continue;
     matrix_bytes += t.n_bytes;
-    if (!glob_match(only, t.name)) continue;
+    if (!model::glob_match(only, t.name)) continue;
     for (kernels::DType type : types) {
       const int64_t cols = static_cast<int64_t>(t.ne[0]);
       if (cols % kernels::traits(type).block_size != 0) continue;

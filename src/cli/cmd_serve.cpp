@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/tier_flags.h"
 #include "base/sla.h"
 #include "engine/engine.h"
 #include "engine/step_trace.h"
@@ -173,6 +174,8 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::Range(4, 1 << 20))
       ->capture_default_str();
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  TierFlags tier_flags;
+  add_tier_flags(app, tier_flags);
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   app.add_option("--drain-timeout", sc.drain_timeout_s, "seconds in-flight requests get after SIGTERM")
       ->check(CLI::Range(0.0, 86400.0))
@@ -255,6 +258,7 @@ int cmd_serve(int argc, char** argv) {
     ec.sla = *sla;
   }
   ec.n_threads = threads;
+  if (Status st = check_tier_flags(tier_flags); !st.ok()) return fail("serve", st);
   {
     engine::EngineConfig check = ec;
     if (Status s = apply_spec_flags(spec, check); !s.ok()) return fail("serve", s);
@@ -340,7 +344,8 @@ int cmd_serve(int argc, char** argv) {
     }
     engine::EngineConfig cfg = ec;  // a proposer of its own: it keeps per-sequence state
     METRO_RETURN_IF_ERROR(apply_spec_flags(spec, cfg, lm.model));
-    METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(lm.model, *lm.tokenizer, cfg));
+    METRO_ASSIGN_OR_RETURN(TierModels tiers, build_tiers(tier_flags, lm.model, !no_repack, cfg));
+    METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(tiers.high, *lm.tokenizer, cfg));
     if (trace) eng->add_observer(trace);
     auto served = std::make_shared<gateway::ServedModel>();
     served->name = name;
@@ -371,6 +376,13 @@ int cmd_serve(int argc, char** argv) {
           m->admission ? "on" : "off", m->calibrated_prefill_tokens_per_s,
           e.config().proposer ? (spec.mode + ", k <= " + std::to_string(e.config().max_draft_tokens)).c_str() : "off",
           m->chat_template ? "" : " | no chat template");
+      const engine::EngineStats st = e.stats();
+      if (st.tiers) {
+        std::printf("metro serve: precision tiers: high %.1f MiB, low %.1f MiB | policy %s | shadow scoring %s\n",
+                    static_cast<double>(st.tier_bytes[0]) / (1 << 20), static_cast<double>(st.tier_bytes[1]) / (1 << 20),
+                    engine::adaptive::tier_policy_name(e.config().tier_control.policy),
+                    e.config().shadow.every > 0 ? ("1 in " + std::to_string(e.config().shadow.every)).c_str() : "off");
+      }
     }
     std::fflush(stdout);
   };

@@ -28,27 +28,6 @@ Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, con
 
 int default_threads() { return cpu_features().physical_cores; }
 
-bool glob_match(std::string_view pattern, std::string_view s) {
-  // Iterative with one backtrack point (the last `*`): linear for the patterns plans hold.
-  size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
-  while (i < s.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = i;
-    } else if (p < pattern.size() && pattern[p] == s[i]) {
-      ++p;
-      ++i;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      i = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
 Expected<kernels::DType> parse_kv_type(const std::string& name) {
   if (name == "f16") return kernels::DType::kF16;
   if (name == "q8_0") return kernels::DType::kQ8_0;

@@ -30,10 +30,6 @@ Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = tr
 // Physical cores (the default for -t).
 int default_threads();
 
-// Whether `s` matches `pattern`, in which `*` stands for any run of characters (tensor names
-// in quantize plans and sensitivity's --tensors).
-bool glob_match(std::string_view pattern, std::string_view s);
-
 // The KV cache element type named by --kv-type (serve, perplexity): f16 or q8_0.
 Expected<kernels::DType> parse_kv_type(const std::string& name);
 

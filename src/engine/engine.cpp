@@ -34,6 +34,38 @@ Engine::Engine(std::shared_ptr<const model::Model> model, tokenizer::Tokenizer t
                const EngineConfig& cfg)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)), cfg_(cfg) {}
 
+namespace {
+
+// Bytes of a model's weight tensors.
+size_t weight_bytes(const model::Model& m) {
+  size_t n = 0;
+  for (const auto& t : m.file().tensors()) n += t.n_bytes;
+  return n;
+}
+
+// A low tier must compute the same thing from other weights: the same architecture and
+// shapes, the same vocabulary, the same KV pages (both tiers read and write one arena) on the
+// same backend, whole models.
+Status check_tiers(const model::Model& high, const model::Model& low, const EngineConfig& cfg) {
+  const model::HParams& a = high.hparams();
+  const model::HParams& b = low.hparams();
+  if (a.architecture != b.architecture || a.n_embd != b.n_embd || a.n_layer != b.n_layer || a.n_head != b.n_head ||
+      a.n_head_kv != b.n_head_kv || a.head_dim != b.head_dim || a.head_dim_v != b.head_dim_v || a.n_ff != b.n_ff ||
+      a.n_vocab != b.n_vocab || a.n_rot != b.n_rot) {
+    return invalid_argument("the low tier is not the same model as the high tier (architecture, shapes or vocabulary differ)");
+  }
+  if (high.kv_layout(cfg.kv_type, cfg.kv_block).page_bytes() != low.kv_layout(cfg.kv_type, cfg.kv_block).page_bytes() ||
+      high.kv_layers() != low.kv_layers() || high.kv_layers() != static_cast<int>(a.n_layer)) {
+    return invalid_argument("precision tiers need whole models with the same KV geometry");
+  }
+  if (high.backend()->name() != low.backend()->name()) {
+    return invalid_argument("precision tiers must run on the same backend");
+  }
+  return {};
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Model> model,
                                                  tokenizer::Tokenizer tokenizer,
                                                  const EngineConfig& config) {
@@ -107,6 +139,16 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   lim.max_seqs = cfg.max_seqs;
   lim.max_blocks_per_seq = (e->n_ctx_ + cfg.kv_block - 1) / cfg.kv_block + 1;
   impl->ws = e->model_->make_workspace(lim);
+  if (cfg.low_tier) {
+    METRO_RETURN_IF_ERROR(check_tiers(m, *cfg.low_tier, cfg));
+    impl->ws_low = cfg.low_tier->make_workspace(lim);
+    impl->tiers = std::make_unique<adaptive::TierController>(cfg.tier_control);
+    impl->decision.tier = impl->tiers->stats().tier;
+    if (cfg.shadow.every > 0) impl->shadow = std::make_unique<adaptive::ShadowScorer>(e->model_, cfg.low_tier, cfg.shadow);
+    impl->stats.tiers = true;
+    impl->stats.tier = impl->tiers->stats();
+    impl->stats.tier_bytes = {weight_bytes(m), weight_bytes(*cfg.low_tier)};
+  }
   impl->stats.kv_blocks_total = static_cast<int32_t>(n_blocks);
   impl->stats.step_ms_buckets.assign(EngineStats::step_ms_bounds().size() + 1, 0);
   impl->stats.batch_tokens_buckets.assign(EngineStats::batch_tokens_bounds().size() + 1, 0);
@@ -248,8 +290,14 @@ void Engine::abort(uint64_t id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->stats_mu);
-  return impl_->stats;
+  EngineStats st;
+  {
+    std::lock_guard<std::mutex> lock(impl_->stats_mu);
+    st = impl_->stats;
+  }
+  // The scorer works between steps too (an idle engine's last samples).
+  if (impl_->shadow) st.shadow = impl_->shadow->snapshot();
+  return st;
 }
 
 // ---------------------------------------------------------------------------------------

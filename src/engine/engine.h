@@ -24,6 +24,8 @@
 #include "base/sla.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/adaptive/shadow_scorer.h"
+#include "engine/adaptive/tier_controller.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
 #include "engine/speculative/proposer.h"
@@ -78,6 +80,15 @@ struct EngineConfig {
   // drafted and verified in the step that finds them instead of one step each; the text is
   // the same either way. False: off (measuring it).
   bool jump_forward = true;
+  // Precision tiers: the model given to create() is the high tier, `low_tier` (the same
+  // architecture, vocabulary and KV geometry, other weights) the low one; both read and
+  // write the same KV (its format does not depend on the weights), so a request keeps its KV
+  // across a switch. Each step the controller picks the tier of requests not pinned to one;
+  // a step with pinned requests of the other tier runs the two groups as two passes.
+  // Realtime requests and embeddings are pinned to the high tier. Null: one tier.
+  std::shared_ptr<const model::Model> low_tier;
+  adaptive::TierControllerConfig tier_control;
+  adaptive::ShadowConfig shadow;  // the quality monitor's sampling of low-tier outputs
 };
 
 struct Handle {
@@ -114,6 +125,13 @@ struct EngineStats {
   int last_batch_tokens = 0;
   int last_batch_seqs = 0;
   sched::SchedulerStats scheduler;  // the policy's snapshot after the last step
+  // Precision tiers (EngineConfig::low_tier; all zero without one).
+  bool tiers = false;
+  adaptive::TierControllerStats tier;
+  std::array<uint64_t, adaptive::kNumTiers> tier_steps{};   // forward passes per tier
+  std::array<uint64_t, adaptive::kNumTiers> tier_tokens{};  // tokens computed per tier
+  std::array<size_t, adaptive::kNumTiers> tier_bytes{};     // weight bytes per tier
+  adaptive::ShadowSnapshot shadow;
   // Step duration and batch size distributions since start: Prometheus-style cumulative
   // buckets (le bounds in engine.cpp).
   std::vector<uint64_t> step_ms_buckets;

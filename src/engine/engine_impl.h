@@ -46,6 +46,11 @@ struct Choice {
   std::string trigger_tail;
   bool trigger_done = false;
   speculative::DraftSource draft_source = speculative::DraftSource::kNone;  // of this step's draft
+  adaptive::Tier tier = adaptive::Tier::kHigh;  // precision tier of the step that computed it last
+  // The tier its KV was computed with while waiting and since (the prefix-cache scope it
+  // looks up and publishes in), and whether a switch has since mixed both tiers into it.
+  adaptive::Tier kv_tier = adaptive::Tier::kHigh;
+  bool kv_mixed = false;
 };
 
 struct ActiveRequest {
@@ -85,6 +90,19 @@ struct Engine::Impl {
   explicit Impl(const SlaConfig& sla) : metrics(sla) {}
   std::shared_ptr<ThreadPool> pool;
   model::Workspace ws;
+  // Precision tiers (EngineConfig::low_tier): the low tier's workspace, the controller, the
+  // quality monitor's scorer, and this step's decision.
+  model::Workspace ws_low;
+  std::unique_ptr<adaptive::TierController> tiers;
+  std::unique_ptr<adaptive::ShadowScorer> shadow;
+  adaptive::TierDecision decision;
+  uint64_t shadow_seen = 0;     // the scorer's generation last acted on
+  double tpot_ewma_s = 0.0;     // smoothed seconds of steps with decodes
+  std::array<uint64_t, adaptive::kNumTiers> tier_steps{};
+  std::array<uint64_t, adaptive::kNumTiers> tier_tokens{};
+  std::vector<sched::ScheduledSeq> plan_scratch;
+  model::Batch sub_batch;
+  std::vector<std::span<const kv::BlockId>> sub_tables;
   SamplerScratch scratch;
   std::mt19937_64 seed_rng{0x5eed};
 
@@ -139,6 +157,13 @@ struct Engine::Impl {
 
   // The step and its stages (engine_step.cpp).
   void step();
+  // Precision tiers: the controller's decision for this step, the tier a choice runs in, the
+  // forward pass of a plan whose entries are ordered high tier first, and the quality check.
+  void decide_tier(int64_t now);
+  adaptive::Tier tier_of(const Choice& c) const;
+  Expected<model::ForwardOutput> forward_tiers(const sched::StepPlan& plan, const model::ForwardOptions& fo);
+  void check_quality(int64_t now);
+  void offer_shadow(ActiveRequest& r);
   void propose();
   void take_draft(Choice& c, speculative::DraftSource source, const std::vector<int32_t>& tokens);
   // Jump-forward: the tokens c's grammar forces next (each the only token its mask allows),

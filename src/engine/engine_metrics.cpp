@@ -1,4 +1,6 @@
 // The engine's series on /metrics, each labelled with the model it serves.
+#include <map>
+
 #include "engine/engine_impl.h"
 
 namespace metro::engine {
@@ -60,6 +62,51 @@ void write_class_metrics(metrics::Exposition& e, const std::string& model, const
             [](const P& p) { return p.within_100; });
   predictor("metro_predictor_mean_abs_error_tokens", "Mean absolute error of predicted output length, in tokens.",
             [](const P& p) { return p.mean_abs_error; });
+}
+
+// Precision tiers: which is active, switches and rollbacks, the quality monitor's measures.
+void write_tier_metrics(metrics::Exposition& e, const std::string& model, const EngineStats& st) {
+  const std::string l = metrics::labels({{"model", model}});
+  for (int t = 0; t < adaptive::kNumTiers; ++t) {
+    const auto tier = static_cast<adaptive::Tier>(t);
+    const std::string lt = metrics::labels({{"model", model}, {"tier", adaptive::tier_name(tier)}});
+    const size_t ti = static_cast<size_t>(t);
+    e.gauge("metro_precision_tier_active", "1 for the precision tier requests not pinned to one run in.", lt,
+            st.tier.tier == tier ? 1.0 : 0.0);
+    e.gauge("metro_precision_tier_bytes", "Weight bytes of each precision tier.", lt,
+            static_cast<double>(st.tier_bytes[ti]));
+    e.counter("metro_precision_tier_passes_total", "Forward passes run by each precision tier.", lt,
+              static_cast<double>(st.tier_steps[ti]));
+    e.counter("metro_precision_tier_tokens_total", "Tokens computed by each precision tier.", lt,
+              static_cast<double>(st.tier_tokens[ti]));
+  }
+  for (int m = 0; m < adaptive::kNumLoadModes; ++m) {
+    const auto mode = static_cast<adaptive::LoadMode>(m);
+    e.gauge("metro_precision_load_mode", "1 for the adaptive controller's load mode.",
+            metrics::labels({{"model", model}, {"mode", adaptive::load_mode_name(mode)}}), st.tier.mode == mode ? 1.0 : 0.0);
+  }
+  e.gauge("metro_precision_pressure", "The adaptive controller's load pressure (1: at an objective).", l,
+          st.tier.pressure);
+  e.counter("metro_precision_switches_total", "Switches of the active precision tier.", l,
+            static_cast<double>(st.tier.switches));
+  e.counter("metro_precision_switches_deferred_total", "Tier switches held back by the per-minute bound.", l,
+            static_cast<double>(st.tier.switches_deferred));
+  std::map<std::string, uint64_t> rollbacks = st.tier.rollbacks;
+  rollbacks.try_emplace("shadow_kl", 0);
+  for (const auto& [cause, n] : rollbacks) {
+    e.counter("metro_precision_rollbacks_total", "Rollbacks to the high tier, by cause.",
+              metrics::labels({{"model", model}, {"cause", cause}}), static_cast<double>(n));
+  }
+  e.gauge("metro_precision_shadow_kl",
+          "Mean KL divergence (nats) of the low tier from the high tier over recent shadow-scored outputs.", l,
+          st.shadow.kl_mean);
+  e.gauge("metro_precision_shadow_top1_agreement",
+          "Fraction of positions where both tiers' top token agrees, over recent shadow-scored outputs.", l,
+          st.shadow.top1_mean);
+  e.counter("metro_precision_shadow_scored_total", "Low-tier outputs scored again by both tiers.", l,
+            static_cast<double>(st.shadow.scored));
+  e.counter("metro_precision_shadow_dropped_total", "Low-tier outputs sampled but not scored (queue full, too long).",
+            l, static_cast<double>(st.shadow.dropped));
 }
 
 }  // namespace
@@ -142,6 +189,7 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
     // The engine keeps no running sum of batch sizes, so this histogram has no _sum.
     e.histogram("metro_engine_batch_tokens", "Tokens in an engine step's batch.", l,
                 EngineStats::batch_tokens_bounds(), st.batch_tokens_buckets, st.steps, nullptr);
+    if (st.tiers) write_tier_metrics(e, model_label, st);
     write_class_metrics(e, model_label, self->sched_metrics().snapshot());
   });
 }

@@ -31,6 +31,7 @@ int32_t token_at(const sched::SeqState& s, int pos) {
 void Engine::Impl::step() {
   const int64_t t0 = now_ns();
   propose_s = 0.0;
+  if (tiers) decide_tier(t0);
   propose();
   sched::StepPlan plan = sched->schedule(t0);
   if (plan.empty()) {
@@ -38,6 +39,12 @@ void Engine::Impl::step() {
     for (auto& [id, c] : by_seq) c->seq.draft.clear();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
+  }
+  if (tiers) {
+    // High tier first: the two tiers' entries become two contiguous passes.
+    std::stable_partition(plan.seqs.begin(), plan.seqs.end(), [&](const sched::ScheduledSeq& ss) {
+      return tier_of(*by_seq.at(ss.seq->id)) == adaptive::Tier::kHigh;
+    });
   }
   bool want_hidden = false;
   build_batch(plan, &want_hidden);
@@ -50,7 +57,7 @@ void Engine::Impl::step() {
   bool time_ops = self->model_->backend()->cheap_op_timing();
   for (const auto& o : current_observers()) time_ops = time_ops || o->wants_op_times();
   if (time_ops) fo.observer = &profile;
-  auto out = self->model_->forward(batch, view, ws, *pool, fo);
+  auto out = tiers ? forward_tiers(plan, fo) : self->model_->forward(batch, view, ws, *pool, fo);
   if (!out.ok()) {
     METRO_LOG_ERROR("engine step failed: %s", out.status().to_string().c_str());
     for (const auto& ss : plan.seqs) {
@@ -74,7 +81,10 @@ void Engine::Impl::step() {
 // for k first (its passes cost time), then drafts that many for all sequences at once.
 void Engine::Impl::propose() {
   speculative::Proposer* proposer = self->cfg_.proposer.get();
-  const int k_max = proposer != nullptr ? self->cfg_.max_draft_tokens : 0;
+  // Under high load the tier controller turns drafting off (its rows are compute the
+  // batch needs); tokens a grammar forces are drafted still, being always accepted.
+  const bool speculate = !tiers || decision.speculate;
+  const int k_max = proposer != nullptr && speculate ? self->cfg_.max_draft_tokens : 0;
   const speculative::DraftSource model_source =
       k_max > 0 ? proposer->model_source() : speculative::DraftSource::kNone;
   const bool by_model = model_source != speculative::DraftSource::kNone;
@@ -345,7 +355,7 @@ void Engine::Impl::pool_embeddings(const sched::StepPlan& plan, const model::For
     const int n_embd = static_cast<int>(self->model_->hparams().n_embd);
     if (r.embed_sum.empty()) r.embed_sum.assign(static_cast<size_t>(n_embd), 0.0);
     for (int t = start_tok; t < start_tok + ss.n_tokens; ++t) {
-      const float* h = out.hidden + static_cast<size_t>(t) * static_cast<size_t>(n_embd);
+      const float* h = out.hidden_row(t, n_embd);
       for (int d = 0; d < n_embd; ++d) r.embed_sum[static_cast<size_t>(d)] += h[d];
     }
     r.embed_rows += ss.n_tokens;
@@ -404,6 +414,7 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
   rep.attention_s = profile.seconds(backends::OpKind::kAttention);
   const int64_t t1 = now_ns();
   rep.cost.step_s = static_cast<double>(t1 - t0) * 1e-9;
+  if (rep.cost.decode_seqs > 0) tpot_ewma_s = tpot_ewma_s > 0.0 ? 0.8 * tpot_ewma_s + 0.2 * rep.cost.step_s : rep.cost.step_s;
   // The scale a model proposer's costs are judged against until the controller's fit is
   // trusted: the step without its drafts, as the controller's cold assumption prices them.
   last_step_s = (rep.cost.step_s - propose_s) /
@@ -461,6 +472,9 @@ void Engine::Impl::fork_children(ActiveRequest& r, std::span<const float> logits
       continue;
     }
     if (*copy) arena->copy_block((*copy)->src, (*copy)->dst);
+    child.kv_tier = parent.kv_tier;  // the prompt's KV is the parent's
+    child.kv_mixed = parent.kv_mixed;
+    if (child.kv_mixed) kv->stop_publishing(child.seq.id);
     child.seq.n_computed = prompt;
     child.seq.n_cached_prompt = parent.seq.n_cached_prompt;
     SampleResult s = sample_one(child, logits);
@@ -542,6 +556,7 @@ void Engine::Impl::emit_delta(Choice& c, std::string text, std::vector<TokenInfo
   e.text = std::move(text);
   e.tokens = std::move(tokens);
   e.time_ns = now_ns();
+  if (tiers) e.tier = static_cast<int8_t>(c.tier);
   if (!c.req->stream->push(std::move(e))) {
     abort_request(*c.req, "the client is not reading its stream");
   }
@@ -629,6 +644,7 @@ void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message, c
 void Engine::Impl::maybe_complete(ActiveRequest& r) {
   if (r.completed || r.n_finished < static_cast<int>(r.choices.size())) return;
   r.usage.cached_prompt_tokens = r.choices[0]->seq.n_cached_prompt;
+  if (shadow) offer_shadow(r);
   const int64_t end_ns = now_ns();
   // Counters and metrics first, then the final event: a client that reads stats() after its
   // stream ends must see its own request counted and its blocks back in the pool.

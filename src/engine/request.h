@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/adaptive/tier_controller.h"
 #include "engine/sampling.h"
 #include "grammar/matcher.h"
 #include "sched/seq_state.h"
@@ -53,6 +55,9 @@ struct Request {
   // open or not. Should the grammar refuse what follows the trigger in its token, the rest
   // of the output stays free.
   std::string grammar_trigger;
+  // Precision tiers: the tier this request runs in whatever the load (unset: the engine's
+  // pins by class, else the controller's pick).
+  std::optional<adaptive::Tier> tier;
 };
 
 enum class FinishReason : uint8_t {
@@ -71,6 +76,9 @@ struct Usage {
   // Drafts taken from the request's `prediction` that the model kept / discarded.
   int accepted_prediction_tokens = 0;
   int rejected_prediction_tokens = 0;
+  // Precision tiers: bit (1 << tier) for each tier that computed any of the request's tokens
+  // (0 on an engine with one tier).
+  uint8_t tiers = 0;
 };
 
 struct TokenInfo {
@@ -96,6 +104,7 @@ struct Event {
   Usage usage;
   std::vector<float> embedding;
   int64_t time_ns = 0;            // steady clock when the engine emitted it
+  int8_t tier = -1;               // kDelta: the precision tier of its last token (-1: one tier)
 };
 
 }  // namespace metro::engine

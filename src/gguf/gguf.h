@@ -127,6 +127,9 @@ class File {
   static Expected<File> load(const std::string& path) { return load(path, MappedFile::ReadOptions{}); }
   // Parses bytes owned by the caller, who keeps them alive as long as the File.
   static Expected<File> parse(std::span<const uint8_t> bytes);
+  // Copies bytes made in memory (a requantized model) into memory the File owns, then
+  // parses them.
+  static Expected<File> copy_of(std::span<const uint8_t> bytes);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }

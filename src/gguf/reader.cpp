@@ -499,6 +499,14 @@ Expected<File> File::load(const std::string& path, const MappedFile::ReadOptions
   return f;
 }
 
+Expected<File> File::copy_of(std::span<const uint8_t> bytes) {
+  METRO_ASSIGN_OR_RETURN(MappedFile copy, MappedFile::copy_of(bytes));
+  auto shared = std::make_shared<MappedFile>(std::move(copy));
+  METRO_ASSIGN_OR_RETURN(File f, parse(shared->bytes()));
+  f.map_ = std::move(shared);
+  return f;
+}
+
 const Value* File::find(std::string_view key) const {
   auto it = kv_index_.find(key);
   return it == kv_index_.end() ? nullptr : &kv_[it->second].value;

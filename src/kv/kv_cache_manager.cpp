@@ -85,7 +85,7 @@ void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_co
   SeqBlocks& s = it->second;
   METRO_CHECK(n_committed >= 0 && static_cast<size_t>(n_committed) <= tokens.size());
   METRO_CHECK_MSG(n_committed <= s.n_tokens, "commit past the slots the sequence reserved");
-  if (!cfg_.prefix_cache) return;
+  if (!cfg_.prefix_cache || !s.publish) return;
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   // Every full block among the first n_committed tokens lies inside the reserved slots, so
   // it is in the table.
@@ -98,6 +98,11 @@ void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_co
     pool_.set_hash(s.blocks[i], h, parent, blk);
     s.chain.push_back(h);
   }
+}
+
+void KvCacheManager::stop_publishing(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it != seqs_.end()) it->second.publish = false;
 }
 
 void KvCacheManager::truncate(SeqId seq, int n_tokens) {

@@ -90,6 +90,10 @@ class KvCacheManager {
   // committed are not hashed again, so `tokens` must keep their ids unchanged. Unknown ids
   // are ignored.
   void commit(SeqId seq, std::span<const int32_t> tokens, int n_committed);
+  // The sequence's later blocks are not published (their contents no longer follow from the
+  // tokens alone: e.g. computed in part with other weights); those already are stay. Unknown
+  // ids are ignored.
+  void stop_publishing(SeqId seq);
 
   // The sequence keeps KV slots for its first n_tokens only: whole blocks past them go back
   // to the pool (later blocks first). A partially filled last block stays in the table; its
@@ -140,6 +144,7 @@ class KvCacheManager {
     // size is the number of committed blocks and its back() the parent of the next one.
     std::vector<uint64_t> chain;
     uint64_t root = 0;  // the parent of blocks[0] in the sequence's scope; 0: global
+    bool publish = true;  // false after stop_publishing()
   };
   uint64_t root_hash() const;
   uint64_t last_hash(const SeqBlocks& s) const {

@@ -86,9 +86,29 @@ struct ForwardOutput {
   // shard's forward; null for a shard that ends the model.
   const float* residual = nullptr;
 
+  // Two passes joined into one step's output (the engine's precision tiers): rows from
+  // tail_row on are in `tail_logits`, tokens from tail_token on in `tail_hidden`.
+  const float* tail_logits = nullptr;
+  int tail_row = 0;
+  const float* tail_hidden = nullptr;
+  int tail_token = 0;
+
   std::span<const float> row(int r) const {
-    return {logits + static_cast<size_t>(r) * static_cast<size_t>(n_vocab),
-            static_cast<size_t>(n_vocab)};
+    const float* base = logits;
+    if (tail_logits != nullptr && r >= tail_row) {
+      base = tail_logits;
+      r -= tail_row;
+    }
+    return {base + static_cast<size_t>(r) * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab)};
+  }
+  // Token t's final normed hidden state (want_hidden), n_embd floats.
+  const float* hidden_row(int t, int n_embd) const {
+    const float* base = hidden;
+    if (tail_hidden != nullptr && t >= tail_token) {
+      base = tail_hidden;
+      t -= tail_token;
+    }
+    return base + static_cast<size_t>(t) * static_cast<size_t>(n_embd);
   }
 };
 

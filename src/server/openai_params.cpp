@@ -115,7 +115,8 @@ std::optional<ApiError> check_model(const nlohmann::json& body, const PromptCont
   return std::nullopt;
 }
 
-// `prediction` and `metro.speculative`: what speculative decoding may draft from.
+// `prediction` and `metro.speculative`: what speculative decoding may draft from; and
+// `metro.tier`, the precision tier the request is pinned to.
 static std::optional<ApiError> parse_prediction(const nlohmann::json& body, const PromptContext& ctx, GenerationFields* out) {
   std::optional<ApiError> err;
   if (auto it = body.find("metro"); it != body.end() && !it->is_null()) {
@@ -124,6 +125,13 @@ static std::optional<ApiError> parse_prediction(const nlohmann::json& body, cons
     if (err) {
       err->param = "metro.speculative";
       return err;
+    }
+    if (auto t = it->find("tier"); t != it->end() && !t->is_null()) {
+      engine::adaptive::Tier tier;
+      if (!t->is_string() || !engine::adaptive::parse_tier(t->get<std::string>(), &tier)) {
+        return bad_request("metro.tier must be \"high\" or \"low\"", "metro.tier");
+      }
+      out->tier = tier;
     }
   }
   auto it = body.find("prediction");

@@ -173,6 +173,7 @@ std::optional<ApiError> build_generation(std::vector<Prompt>& prompts, const Gen
     r.tenant = call.tenant;
     r.prediction = g.prediction;
     r.speculative = g.speculative;
+    r.tier = g.tier;
     r.grammar = g.grammar;
     r.grammar_trigger = g.grammar_trigger;
     out->prompt_tokens += static_cast<int>(r.prompt.size());

@@ -118,6 +118,9 @@ struct GenerationFields {
   // text parts}) tokenized, at most the context long; `metro.speculative` (default true).
   std::vector<int32_t> prediction;
   bool speculative = true;
+  // Precision tiers: `metro.tier` ("high" | "low") pins the request to a tier; unset: the
+  // server's pins by class, else the load decides. Ignored by a server with one tier.
+  std::optional<engine::adaptive::Tier> tier;
   // Structured output: `response_format` json_object / json_schema, or `metro.choice`.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   std::string grammar_trigger;  // tool calls under auto: the grammar holds from this text on

@@ -57,8 +57,6 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-constexpr const char* kFingerprint = "metro";
-
 OJson bytes_json(const std::string& piece) {
   OJson b = OJson::array();
   for (char c : piece) b.push_back(static_cast<unsigned char>(c));
@@ -66,6 +64,18 @@ OJson bytes_json(const std::string& piece) {
 }
 
 }  // namespace
+
+std::string system_fingerprint(uint8_t tiers) {
+  std::string f = "metro";
+  char sep = '-';
+  for (int t = 0; t < engine::adaptive::kNumTiers; ++t) {
+    if ((tiers & (1u << t)) == 0) continue;
+    f += sep;
+    f += engine::adaptive::tier_name(static_cast<engine::adaptive::Tier>(t));
+    sep = '+';
+  }
+  return f;
+}
 
 ResponseFormatter::ResponseFormatter(ResponseSpec spec, tokenizer::Tokenizer tokenizer, size_t n_requests,
                                      std::string id, int64_t created_unix_s)
@@ -87,7 +97,7 @@ OJson ResponseFormatter::chunk_base() const {
   j["object"] = spec_.endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion";
   j["created"] = created_;
   j["model"] = spec_.model;
-  j["system_fingerprint"] = kFingerprint;
+  j["system_fingerprint"] = system_fingerprint(last_tier_ >= 0 ? static_cast<uint8_t>(1u << last_tier_) : tiers_seen_);
   return j;
 }
 
@@ -187,6 +197,7 @@ void ResponseFormatter::on_event(size_t req, const engine::Event& e, std::string
       usage_.completion_tokens += e.usage.completion_tokens;
       usage_.accepted_prediction_tokens += e.usage.accepted_prediction_tokens;
       usage_.rejected_prediction_tokens += e.usage.rejected_prediction_tokens;
+      usage_.tiers = static_cast<uint8_t>(usage_.tiers | e.usage.tiers);
       break;
   }
 }
@@ -194,6 +205,10 @@ void ResponseFormatter::on_event(size_t req, const engine::Event& e, std::string
 void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string* out) {
   if (ci >= choices_.size()) return;
   ChoiceState& c = choices_[ci];
+  if (e.tier >= 0) {
+    last_tier_ = e.tier;
+    tiers_seen_ = static_cast<uint8_t>(tiers_seen_ | (1u << e.tier));
+  }
   if (!e.tokens.empty()) {
     if (first_token_ns_ == 0) first_token_ns_ = e.time_ns;
     last_token_ns_ = e.time_ns;
@@ -393,7 +408,7 @@ std::string ResponseFormatter::finish_body() {
   j["object"] = chat ? "chat.completion" : "text_completion";
   j["created"] = created_;
   j["model"] = spec_.model;
-  j["system_fingerprint"] = kFingerprint;
+  j["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers));
   OJson choices = OJson::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     ChoiceState& c = choices_[i];

@@ -91,6 +91,15 @@ class ResponseFormatter {
   int64_t first_token_ns_ = 0;
   int64_t last_token_ns_ = 0;
   int generated_tokens_ = 0;
+  // Precision tiers: the tier of the latest token (a streamed chunk names it) and of every
+  // token so far (a whole body names them all); -1 / 0 on a server with one tier.
+  int8_t last_tier_ = -1;
+  uint8_t tiers_seen_ = 0;
 };
+
+// `system_fingerprint`: "metro", or on a server with precision tiers "metro-" and the tiers
+// that produced the output ("metro-high", "metro-low", "metro-high+low"); `tiers` holds bit
+// (1 << tier) for each.
+std::string system_fingerprint(uint8_t tiers);
 
 }  // namespace metro::server

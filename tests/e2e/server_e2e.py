@@ -26,6 +26,7 @@ import e2e_load  # noqa: E402
 import e2e_sla  # noqa: E402
 import e2e_spec  # noqa: E402
 import e2e_structured  # noqa: E402
+import e2e_tiers  # noqa: E402
 import e2e_tools  # noqa: E402
 from e2e_util import Harness, MetroServer, env_int, metrics, request  # noqa: E402
 
@@ -157,7 +158,7 @@ def main():
                 h.run(fn.__name__, fn, t)
         finally:
             t.server.kill()
-        for fn in e2e_sla.TESTS + e2e_spec.TESTS + e2e_tools.SEPARATE_SERVER_TESTS:
+        for fn in e2e_sla.TESTS + e2e_spec.TESTS + e2e_tiers.TESTS + e2e_tools.SEPARATE_SERVER_TESTS:
             if only and fn.__name__ not in only:
                 continue
             h.run(fn.__name__, fn, t)

@@ -268,6 +268,23 @@ TEST_F(OpenAiRequestTest, PredictionAndSpeculationFields) {
   EXPECT_EQ(refused(Endpoint::kCompletions, json{{"prompt", "x"}, {"metro", 1}}).param, "metro");
 }
 
+TEST_F(OpenAiRequestTest, TierPin) {
+  auto none = prep(Endpoint::kCompletions, {{"prompt", "a"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->requests[0].tier.has_value());
+  auto low = prep(Endpoint::kChatCompletions,
+                  {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"metro", {{"tier", "low"}}}});
+  ASSERT_TRUE(low.ok()) << low.error().message;
+  EXPECT_EQ(low->requests[0].tier, engine::adaptive::Tier::kLow);
+  auto high = prep(Endpoint::kCompletions, {{"prompt", "a"}, {"metro", {{"tier", "high"}}}});
+  ASSERT_TRUE(high.ok());
+  EXPECT_EQ(high->requests[0].tier, engine::adaptive::Tier::kHigh);
+  for (const json& bad : {json("medium"), json(1), json{{"x", 1}}}) {
+    const ApiError e = refused(Endpoint::kCompletions, json{{"prompt", "a"}, {"metro", {{"tier", bad}}}});
+    EXPECT_EQ(e.param, "metro.tier");
+  }
+}
+
 TEST_F(OpenAiRequestTest, StopStringsAreBounded) {  // docs/reliability.md 17
   json many = json::array();
   for (int i = 0; i < 17; ++i) many.push_back("s" + std::to_string(i));

@@ -133,6 +133,51 @@ TEST_F(OpenAiResponseTest, ChatStreamChunks) {
   EXPECT_EQ(f.generated_tokens(), 3);
 }
 
+TEST(FingerprintTest, NamesTheTiers) {
+  EXPECT_EQ(system_fingerprint(0), "metro");
+  EXPECT_EQ(system_fingerprint(1), "metro-high");
+  EXPECT_EQ(system_fingerprint(2), "metro-low");
+  EXPECT_EQ(system_fingerprint(3), "metro-high+low");
+}
+
+TEST_F(OpenAiResponseTest, FingerprintFollowsTheTierOfEachChunkAndOfTheWholeBody) {
+  ResponseSpec spec;
+  spec.endpoint = Endpoint::kChatCompletions;
+  spec.stream = true;
+  spec.model = "smol";
+  ResponseFormatter f(spec, *tok_, 1, "chatcmpl-x", 1700000000);
+  std::string out;
+  engine::Event a = delta(0, "Hel", {1}, 100);
+  a.tier = 1;
+  engine::Event b = delta(0, "lo", {3}, 300);
+  b.tier = 0;
+  f.on_event(0, a, &out);
+  f.on_event(0, b, &out);
+  f.on_event(0, finish(0, engine::FinishReason::kStop), &out);
+  f.on_event(0, done(5, 2), &out);
+  out += f.finish();
+  auto ev = sse_payloads(out);
+  ASSERT_GE(ev.size(), 3u) << out;
+  EXPECT_EQ(ev[1]["system_fingerprint"], "metro-low");
+  EXPECT_EQ(ev[2]["system_fingerprint"], "metro-high");
+
+  spec.stream = false;
+  ResponseFormatter whole(spec, *tok_, 1, "chatcmpl-y", 1700000000);
+  whole.on_event(0, a, &out);
+  whole.on_event(0, b, &out);
+  whole.on_event(0, finish(0, engine::FinishReason::kStop), &out);
+  engine::Event d = done(5, 2);
+  d.usage.tiers = 3;
+  whole.on_event(0, d, &out);
+  EXPECT_EQ(json::parse(whole.finish())["system_fingerprint"], "metro-high+low");
+  // One tier: the plain name.
+  ResponseFormatter plain(spec, *tok_, 1, "chatcmpl-z", 1700000000);
+  plain.on_event(0, delta(0, "Hi", {1}, 100), &out);
+  plain.on_event(0, finish(0, engine::FinishReason::kStop), &out);
+  plain.on_event(0, done(5, 1), &out);
+  EXPECT_EQ(json::parse(plain.finish())["system_fingerprint"], "metro");
+}
+
 TEST_F(OpenAiResponseTest, ChatBodyWithLogprobsAndBadUtf8) {
   ResponseSpec spec;
   spec.endpoint = Endpoint::kChatCompletions;

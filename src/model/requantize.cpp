@@ -1,0 +1,206 @@
+#include "model/requantize.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gguf/writer.h"
+#include "kernels/quant_ref.h"
+
+namespace metro::model {
+
+namespace {
+
+// GGUF general.file_type values (llama_ftype) for the formats metro writes.
+const std::map<std::string, std::pair<kernels::DType, uint32_t>>& formats() {
+  static const std::map<std::string, std::pair<kernels::DType, uint32_t>> m = {
+      {"f32", {kernels::DType::kF32, 0}},   {"f16", {kernels::DType::kF16, 1}},
+      {"q4_0", {kernels::DType::kQ4_0, 2}}, {"q4_1", {kernels::DType::kQ4_1, 3}},
+      {"q8_0", {kernels::DType::kQ8_0, 7}}, {"q5_0", {kernels::DType::kQ5_0, 8}},
+      {"q5_1", {kernels::DType::kQ5_1, 9}}, {"q4_k", {kernels::DType::kQ4_K, 15}},
+      {"q5_k", {kernels::DType::kQ5_K, 17}}, {"q6_k", {kernels::DType::kQ6_K, 18}},
+      {"q2_k", {kernels::DType::kQ2_K, 10}}, {"q3_k", {kernels::DType::kQ3_K, 11}},
+      {"bf16", {kernels::DType::kBF16, 32}},
+  };
+  return m;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// The 32-block format standing in for a K-quant on rows that do not divide into 256-blocks.
+kernels::DType block32_fallback(kernels::DType t) {
+  switch (t) {
+    case kernels::DType::kQ2_K:
+    case kernels::DType::kQ3_K: return kernels::DType::kQ4_0;
+    case kernels::DType::kQ4_K: return kernels::DType::kQ5_0;
+    case kernels::DType::kQ5_K: return kernels::DType::kQ5_1;
+    case kernels::DType::kQ6_K: return kernels::DType::kQ8_0;
+    default: return t;
+  }
+}
+
+// The plan's format for a matrix (an exact name first, then the first matching pattern),
+// marking the entry used; `dflt` when none names it.
+kernels::DType planned(const QuantPlan& p, std::vector<bool>& used, std::string_view name, kernels::DType dflt) {
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    if (p.tensors[i].first == name) {
+      used[i] = true;
+      return p.tensors[i].second;
+    }
+  }
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    if (glob_match(p.tensors[i].first, name)) {
+      used[i] = true;
+      return p.tensors[i].second;
+    }
+  }
+  return dflt;
+}
+
+}  // namespace
+
+Expected<kernels::DType> quant_format_named(std::string name, const std::string& where) {
+  name = lower(std::move(name));
+  if (name == "keep") return kKeepFormat;
+  auto it = formats().find(name);
+  if (it == formats().end()) return invalid_argument(where + ": unknown format '" + name + "'");
+  return it->second.first;
+}
+
+bool is_quant_format_name(std::string name) {
+  name = lower(std::move(name));
+  return name == "keep" || formats().count(name) != 0;
+}
+
+uint32_t quant_file_type(kernels::DType t) {
+  for (const auto& [name, v] : formats()) {
+    if (v.first == t) return v.second;
+  }
+  return 0;
+}
+
+Expected<QuantPlan> parse_quant_plan(std::string_view text, const std::string& where) {
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument(where + " is not a JSON object");
+  QuantPlan p;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "type") {
+      if (!v.is_string()) return invalid_argument(where + ": 'type' must be a string");
+      METRO_ASSIGN_OR_RETURN(p.type, quant_format_named(v.get<std::string>(), where + " 'type'"));
+    } else if (key == "tensors") {
+      if (!v.is_object()) return invalid_argument(where + ": 'tensors' must be an object of name -> format");
+      for (const auto& [name, f] : v.items()) {
+        if (!f.is_string()) return invalid_argument(where + ": tensors['" + name + "'] must be a format name");
+        METRO_ASSIGN_OR_RETURN(kernels::DType t,
+                               quant_format_named(f.get<std::string>(), where + " tensors['" + name + "']"));
+        p.tensors.emplace_back(name, t);
+      }
+    } else {
+      return invalid_argument(where + ": unknown key '" + key + "' (expected 'type' and 'tensors')");
+    }
+  }
+  return p;
+}
+
+Expected<QuantPlan> read_quant_plan(const std::string& path, const std::string& where) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error(where + ": cannot read " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_quant_plan(text.str(), where + ": " + path);
+}
+
+bool glob_match(std::string_view pattern, std::string_view s) {
+  // Iterative with one backtrack point (the last `*`): linear for the patterns plans hold.
+  size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = i;
+    } else if (p < pattern.size() && pattern[p] == s[i]) {
+      ++p;
+      ++i;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      i = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+uint64_t matrix_bytes(const gguf::File& f) {
+  uint64_t total = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.n_dims == 2 && kernels::dtype_from_ggml(t.type())) total += t.n_bytes;
+  }
+  return total;
+}
+
+Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan& plan,
+                                          const RequantizeOptions& options, RequantizeReport* report) {
+  RequantizeReport local;
+  RequantizeReport& rep = report != nullptr ? *report : local;
+  rep = RequantizeReport{};
+  const kernels::DType target = plan.type.value_or(kKeepFormat);
+  std::vector<bool> used(plan.tensors.size(), false);
+  gguf::Writer w;
+  for (const auto& kv : in.metadata()) {
+    if (kv.key == "general.file_type") continue;
+    if (kv.key == "general.alignment") {
+      w.set_alignment(static_cast<uint32_t>(*kv.value.as_uint()));
+      continue;
+    }
+    w.add_value(kv.key, kv.value);
+  }
+  if (target != kKeepFormat) {
+    w.add_u32("general.file_type", quant_file_type(target));
+  } else if (auto ft = in.get_u32("general.file_type"); ft.ok()) {
+    w.add_u32("general.file_type", *ft);
+  }
+  std::vector<float> row;
+  for (const auto& t : in.tensors()) {
+    std::vector<uint64_t> dims(t.ne, t.ne + t.n_dims);
+    auto src_type = kernels::dtype_from_ggml(t.type());
+    const bool is_matrix = t.n_dims == 2 && src_type.has_value();
+    kernels::DType want = is_matrix ? planned(plan, used, t.name, target) : target;
+    if (want == kKeepFormat && src_type) want = *src_type;
+    if (is_matrix && static_cast<int64_t>(t.ne[0]) % kernels::traits(want).block_size != 0) {
+      want = block32_fallback(want);
+      ++rep.fell_back;
+    }
+    const bool convert = is_matrix && want != *src_type &&
+                         static_cast<int64_t>(t.ne[0]) % kernels::traits(want).block_size == 0;
+    if (!convert) {
+      METRO_RETURN_IF_ERROR(w.add_tensor(t.name, t.type(), dims, {t.data, t.n_bytes}));
+      ++rep.kept;
+      if (is_matrix && options.on_matrix) options.on_matrix(t.n_bytes, t.name);
+      continue;
+    }
+    const int64_t cols = static_cast<int64_t>(t.ne[0]), rows = static_cast<int64_t>(t.ne[1]);
+    const size_t in_rb = kernels::row_bytes(*src_type, cols), out_rb = kernels::row_bytes(want, cols);
+    std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
+    row.resize(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      kernels::dequantize_row_ref(*src_type, t.data + static_cast<size_t>(r) * in_rb, row.data(), cols);
+      kernels::quantize_row_ref(want, row.data(), out.data() + static_cast<size_t>(r) * out_rb, cols);
+    }
+    METRO_RETURN_IF_ERROR(w.add_tensor(t.name, kernels::traits(want).ggml, dims, out));
+    ++rep.converted[want];
+    if (options.on_matrix) options.on_matrix(t.n_bytes, t.name);
+  }
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    if (!used[i]) return invalid_argument("plan: '" + plan.tensors[i].first + "' matches no matrix");
+  }
+  std::vector<uint8_t> bytes = w.serialize();
+  rep.bytes = bytes.size();
+  return bytes;
+}
+
+}  // namespace metro::model
