@@ -28,9 +28,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "gguf/gguf.h"
-#include "gguf/writer.h"
 #include "kernels/dtype.h"
-#include "kernels/quant_ref.h"
 #include "model/model.h"
 #include "model/requantize.h"
 
@@ -95,35 +93,11 @@ double mean_kl(const Rows& ref, const Rows& got) {
   return ref.empty() ? 0.0 : sum / static_cast<double>(ref.size());
 }
 
-// The file's bytes with tensor `which` requantized to `type`.
+// The file's bytes with tensor `which` requantized to `type`, the rest as they are.
 Expected<std::vector<uint8_t>> with_tensor_as(const gguf::File& f, size_t which, kernels::DType type) {
-  gguf::Writer w;
-  for (const auto& kv : f.metadata()) {
-    if (kv.key == "general.alignment") {
-      w.set_alignment(static_cast<uint32_t>(*kv.value.as_uint()));
-      continue;
-    }
-    w.add_value(kv.key, kv.value);
-  }
-  for (size_t i = 0; i < f.tensors().size(); ++i) {
-    const gguf::TensorInfo& t = f.tensors()[i];
-    std::vector<uint64_t> dims(t.ne, t.ne + t.n_dims);
-    if (i != which) {
-      METRO_RETURN_IF_ERROR(w.add_tensor(t.name, t.type(), dims, {t.data, t.n_bytes}));
-      continue;
-    }
-    const kernels::DType src = *kernels::dtype_from_ggml(t.type());
-    const int64_t cols = static_cast<int64_t>(t.ne[0]), rows = static_cast<int64_t>(t.ne[1]);
-    const size_t in_rb = kernels::row_bytes(src, cols), out_rb = kernels::row_bytes(type, cols);
-    std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::dequantize_row_ref(src, t.data + static_cast<size_t>(r) * in_rb, row.data(), cols);
-      kernels::quantize_row_ref(type, row.data(), out.data() + static_cast<size_t>(r) * out_rb, cols);
-    }
-    METRO_RETURN_IF_ERROR(w.add_tensor(t.name, kernels::traits(type).ggml, dims, out));
-  }
-  return w.serialize();
+  model::QuantPlan plan;
+  plan.tensors.emplace_back(std::string(f.tensors()[which].name), type);
+  return model::requantize(f, plan);
 }
 
 struct Move {
