@@ -4,7 +4,8 @@
 # metro bench-serve; prints goodput and TTFT p99 per class.
 #   bench/tiers_flood.sh [RATE] [REQUESTS]
 # Env: METRO (build/bin/metro), MODEL (the default model), TIERS (high=q8_0: the high tier
-# derived from the file, the file itself the low tier), THREADS (2), OUT (/tmp/tiers_flood).
+# derived from the file, the file itself the low tier), THREADS (2), OUT (/tmp/tiers_flood),
+# POLICIES ("auto high low"), EXTRA (more serve flags, e.g. "--tier-pin-realtime off").
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 METRO="${METRO:-$ROOT/build/bin/metro}"
@@ -14,10 +15,13 @@ THREADS="${THREADS:-2}"
 OUT="${OUT:-/tmp/tiers_flood}"
 RATE="${1:-6.5}"
 N="${2:-200}"
+POLICIES="${POLICIES:-auto high low}"
+EXTRA="${EXTRA:-}"
 PORT=18299
 mkdir -p "$OUT"
-for policy in auto high low; do
-  "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" --tiers "$TIERS" --tier-policy "$policy" \
+for policy in $POLICIES; do
+  # shellcheck disable=SC2086
+  "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" --tiers "$TIERS" --tier-policy "$policy" $EXTRA \
     > "$OUT/serve-$policy.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do

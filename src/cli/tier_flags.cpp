@@ -113,6 +113,10 @@ void add_tier_flags(CLI::App& app, TierFlags& f) {
   app.add_option("--tier-switches-per-min", f.switches_per_min, "most tier switches in any minute")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  app.add_option("--tier-pin-realtime", f.pin_realtime,
+                 "on: realtime requests always run in the high tier; off: they follow the load")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
 }
 
 Status check_tier_flags(const TierFlags& f) {
@@ -139,6 +143,7 @@ Expected<TierModels> build_tiers(const TierFlags& f, const std::shared_ptr<const
   config.tier_control.max_switches_per_minute = f.switches_per_min;
   config.shadow.every = f.shadow_every;
   config.shadow.kl_max = f.kl_max;
+  config.tier_control.pin_realtime = f.pin_realtime == "on";
   return out;
 }
 

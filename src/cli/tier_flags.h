@@ -9,6 +9,7 @@
 //   --tier-kl-max X              mean shadow KL (nats) past which the high tier comes back
 //   --tier-cooldown S            seconds the high tier holds after a rollback
 //   --tier-switches-per-min N    bound on tier switches in any minute
+//   --tier-pin-realtime on|off   realtime requests always in the high tier (default on)
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -28,6 +29,7 @@ struct TierFlags {
   double kl_max = 0.5;
   double cooldown_s = 60.0;
   int switches_per_min = 6;
+  std::string pin_realtime = "on";
 };
 void add_tier_flags(CLI::App& app, TierFlags& flags);
 // The flags' syntax and values alone (to refuse bad flags before loading anything).

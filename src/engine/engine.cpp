@@ -289,6 +289,8 @@ void Engine::abort(uint64_t id) {
   impl_->cv.notify_one();
 }
 
+void Engine::note_overload(int64_t now_ns) { impl_->last_overload_ns.store(now_ns, std::memory_order_relaxed); }
+
 EngineStats Engine::stats() const {
   EngineStats st;
   {

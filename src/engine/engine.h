@@ -160,6 +160,9 @@ class Engine {
   Status check(const Request& r) const;
   // Ends a request early (finish reason abort); its blocks are freed before the next step.
   void abort(uint64_t id);
+  // The front door refused a request for lack of capacity at steady-clock time now_ns (load
+  // the engine never sees in its queue; the precision tier controller counts it). Any thread.
+  void note_overload(int64_t now_ns);
   EngineStats stats() const;
 
   // Stops taking requests; in-flight ones finish with reason abort. Joins the thread.

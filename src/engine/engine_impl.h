@@ -97,6 +97,7 @@ struct Engine::Impl {
   std::unique_ptr<adaptive::ShadowScorer> shadow;
   adaptive::TierDecision decision;
   uint64_t shadow_seen = 0;     // the scorer's generation last acted on
+  std::atomic<int64_t> last_overload_ns{0};  // Engine::note_overload(); 0: never
   double tpot_ewma_s = 0.0;     // smoothed seconds of steps with decodes
   std::array<uint64_t, adaptive::kNumTiers> tier_steps{};
   std::array<uint64_t, adaptive::kNumTiers> tier_tokens{};

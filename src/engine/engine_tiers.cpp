@@ -21,7 +21,8 @@ adaptive::Tier Engine::Impl::tier_of(const Choice& c) const {
   if (q.tier) return *q.tier;
   // Pins by kind and class: an embedding must not depend on the load, and realtime
   // requests are the ones the high tier is kept for.
-  if (q.kind == RequestKind::kEmbed || q.sla_class == SlaClass::kRealtime) return adaptive::Tier::kHigh;
+  if (q.kind == RequestKind::kEmbed) return adaptive::Tier::kHigh;
+  if (q.sla_class == SlaClass::kRealtime && self->cfg_.tier_control.pin_realtime) return adaptive::Tier::kHigh;
   return decision.tier;
 }
 
@@ -49,6 +50,8 @@ void Engine::Impl::decide_tier(int64_t now) {
   s.ttft_objective_s = self->cfg_.sla.of(waiting_class).ttft_s;
   s.tpot_s = tpot_ewma_s;
   s.tpot_objective_s = self->cfg_.sla.of(running_class).tpot_s;
+  const int64_t overload = last_overload_ns.load(std::memory_order_relaxed);
+  if (overload > 0) s.since_overload_s = static_cast<double>(now - overload) * 1e-9;
   s.kv_used = stats.kv_blocks_total > 0 ? static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total : 0.0;
   const adaptive::Tier before = decision.tier;
   decision = tiers->decide(s);

@@ -337,6 +337,9 @@ Decision FrontDoor::admit(const CallRequest& r) {
   if (m.admission) {
     Decision a = m.admission->admit(r.sla_class, queued, r.tenant, r.deadline_ns, now);
     if (!a.admit) {
+      // Refused for lack of capacity (not for the request's own shape): the engine's
+      // adaptive controller counts it as load it could not see in its queue.
+      if (a.http_status == 503) m.engine->note_overload(now);
       refund();
       return refuse(r, std::move(a));
     }

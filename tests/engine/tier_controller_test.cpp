@@ -56,6 +56,23 @@ TEST(TierController, StrategyTableByLoad) {
   EXPECT_EQ(ctl.stats().switches, 1u);
 }
 
+TEST(TierController, CapacityRefusalsHoldHighLoadWhileTheQueueLooksShort) {
+  TierControllerConfig c;
+  c.overload_hold_s = 10.0;
+  TierController ctl(c);
+  LoadSignal s = at(0.0, 0.1);  // admission control keeps the queue short
+  EXPECT_EQ(ctl.decide(s).tier, Tier::kHigh);
+  s.now_s = 1.0;
+  s.since_overload_s = 0.0;  // but it is refusing work
+  EXPECT_EQ(ctl.decide(s).tier, Tier::kLow);
+  s.now_s = 9.0;
+  s.since_overload_s = 8.0;
+  EXPECT_EQ(ctl.decide(s).tier, Tier::kLow);
+  s.now_s = 12.0;
+  s.since_overload_s = 11.0;  // no refusal for longer than the hold
+  EXPECT_EQ(ctl.decide(s).tier, Tier::kHigh);
+}
+
 TEST(TierController, HysteresisAndDwellKeepHighLoadUntilWellBelowItsThreshold) {
   TierControllerConfig c;
   c.min_dwell_s = 2.0;

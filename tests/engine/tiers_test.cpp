@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/fp16.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
@@ -165,6 +166,23 @@ TEST(Tiers, HighPolicyIsTheHighModelAlone) {
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.usage.tiers, kHighBit);
   EXPECT_EQ(eng->stats().tier_steps[1], 0u);
+}
+
+TEST(Tiers, AutoFollowsTheLoadIncludingCapacityRefusals) {
+  ASSERT_NE(low_q4_0(), nullptr);
+  auto eng = tiered(TierPolicy::kAuto, low_q4_0());
+  ASSERT_TRUE(eng);
+  const Request r = greedy_request(prompt("Once upon a time"), 8);
+  EXPECT_EQ(collect(*eng->submit(r)).usage.tiers, kHighBit);  // idle: high
+  eng->note_overload(now_ns());  // the front door refused work for lack of capacity
+  EXPECT_EQ(collect(*eng->submit(r)).usage.tiers, kLowBit);
+  Request realtime = r;
+  realtime.sla_class = SlaClass::kRealtime;
+  EXPECT_EQ(collect(*eng->submit(realtime)).usage.tiers, kHighBit);  // pinned
+  const EngineStats st = eng->stats();
+  EXPECT_EQ(st.tier.tier, Tier::kLow);
+  EXPECT_EQ(st.tier.mode, adaptive::LoadMode::kHighLoad);
+  EXPECT_EQ(st.tier.switches, 1u);
 }
 
 TEST(Tiers, RefusesALowTierOfAnotherModel) {

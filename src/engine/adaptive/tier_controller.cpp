@@ -55,6 +55,7 @@ double TierController::pressure(const LoadSignal& s, const TierControllerConfig&
   if (s.waiting > 0 && s.ttft_objective_s > 0.0) p = std::max(p, s.queue_ttft_s / s.ttft_objective_s);
   if (s.running > 0 && s.tpot_objective_s > 0.0) p = std::max(p, s.tpot_s / s.tpot_objective_s);
   if (c.kv_high > 0.0) p = std::max(p, s.kv_used / c.kv_high);
+  if (s.since_overload_s < c.overload_hold_s) p = std::max(p, 1.0);
   return p;
 }
 

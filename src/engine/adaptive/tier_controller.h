@@ -8,7 +8,9 @@
 //   normal        otherwise                                     high   on
 //   high load     pressure >= high_load (until <= normal)       low    off
 //
-// pressure = max(predicted TTFT / TTFT objective, TPOT / TPOT objective, KV use / kv_high).
+// pressure = max(predicted TTFT / TTFT objective, TPOT / TPOT objective, KV use / kv_high,
+//                1 while admission control refused work for lack of capacity in the last
+//                overload_hold_s).
 // A request pinned to a tier (by class or by its own field) runs there whatever the mode.
 //
 // Guard rails: hysteresis (high load is entered at high_load and left only at normal), a
@@ -48,6 +50,9 @@ struct LoadSignal {
   double tpot_s = 0.0;            // recent seconds per output token of running sequences
   double tpot_objective_s = 0.2;
   double kv_used = 0.0;           // fraction of KV blocks in use
+  // Seconds since admission control last refused a request for lack of capacity (a server
+  // that refuses early keeps its queue short, so the queue alone would not show the load).
+  double since_overload_s = 1e300;
 };
 
 struct TierControllerConfig {
@@ -56,9 +61,16 @@ struct TierControllerConfig {
   double normal_pressure = 0.6;       // and left at or below this one
   double low_latency_pressure = 0.2;  // below it, with nothing waiting: low latency
   double kv_high = 0.9;               // KV use that counts as pressure 1
+  // A capacity refusal this recent counts as pressure 1 (high load holds while refusals
+  // keep coming, and for this long after the last).
+  double overload_hold_s = 10.0;
   double min_dwell_s = 2.0;           // high load holds at least this long once entered
   int max_switches_per_minute = 6;    // tier switches in any 60 s window
   double rollback_cooldown_s = 60.0;  // the high tier is forced this long after a rollback
+  // Realtime requests run in the high tier whatever the load (the engine applies it). Off,
+  // they follow the controller: a step at peak is then one pass of the low tier instead of
+  // a pass of each.
+  bool pin_realtime = true;
 };
 
 struct TierDecision {
