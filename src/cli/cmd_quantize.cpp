@@ -1,5 +1,5 @@
 // metro quantize IN.gguf OUT.gguf --type q2_k|q3_k|q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32
-//                [--plan PLAN.json]
+//                [--plan PLAN.json] [--imatrix TEXT [--imatrix-tokens N] [--imatrix-window N]]
 //
 // Rewrites every 2-D weight matrix in another block format (dequantize with the scalar
 // reference, quantize with the scalar reference); 1-D tensors (norms, biases) stay as they
@@ -16,12 +16,18 @@
 // not divide into its format's blocks (the K-quants' 256) gets the nearest 32-block format
 // instead, as llama.cpp's quantizer does: Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K ->
 // Q5_1, Q6_K -> Q8_0; the summary counts them.
+//
+// --imatrix TEXT: the importance of each weight column is measured on a calibration text
+// (the mean square of the activations it multiplies, by the double-precision reference
+// forward pass over the text's first N tokens, in windows), and Q2_K, Q3_K and Q4_0 search
+// their scales for the least importance-weighted error; other formats ignore it.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -35,6 +41,7 @@
 #include "kernels/dtype.h"
 #include "kernels/quant_ref.h"
 #include "model/requantize.h"
+#include "tokenizer/tokenizer.h"
 
 namespace metro::cli {
 namespace {
@@ -71,6 +78,15 @@ int cmd_quantize(int argc, char** argv) {
   std::string plan_path;
   app.add_option("--type", type_name, "target format of 2-D weights (the plan's 'type' replaces it)");
   app.add_option("--plan", plan_path, "JSON plan: a format per tensor name or pattern (see the command's docs)");
+  std::string imatrix_path;
+  int imatrix_tokens = 512, imatrix_window = 128;
+  app.add_option("--imatrix", imatrix_path, "calibration text: weigh Q2_K / Q3_K / Q4_0 rounding by activation importance");
+  app.add_option("--imatrix-tokens", imatrix_tokens, "tokens of the calibration text used")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--imatrix-window", imatrix_window, "tokens per forward window over the calibration text")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -90,8 +106,26 @@ int cmd_quantize(int argc, char** argv) {
   }
   auto in = gguf::File::open(in_path);
   if (!in.ok()) return fail("quantize", in.status());
+  model::Importance importance;
+  if (!imatrix_path.empty()) {
+    std::ifstream text_in(imatrix_path, std::ios::binary);
+    if (!text_in) return fail("quantize", io_error("--imatrix: cannot read " + imatrix_path));
+    const std::string text((std::istreambuf_iterator<char>(text_in)), std::istreambuf_iterator<char>());
+    auto tok = tokenizer::Tokenizer::from_gguf(*in);
+    if (!tok.ok()) return fail("quantize", tok.status());
+    std::vector<int32_t> ids = tok->encode(text, true, false);
+    if (ids.size() > static_cast<size_t>(imatrix_tokens)) ids.resize(static_cast<size_t>(imatrix_tokens));
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    auto imp = model::compute_importance(*in, ids, imatrix_window, [&](int done, int total) {
+      if (tty) std::fprintf(stderr, "\rimportance: window %d of %d", done, total);
+    });
+    if (tty) std::fprintf(stderr, "\n");
+    if (!imp.ok()) return fail("quantize", imp.status());
+    importance = std::move(*imp);
+  }
   Progress progress(model::matrix_bytes(*in));
   model::RequantizeOptions opts;
+  if (!imatrix_path.empty()) opts.importance = &importance;
   opts.on_matrix = [&](uint64_t bytes, std::string_view name) { progress.advance(bytes, name); };
   model::RequantizeReport rep;
   auto bytes = model::requantize(*in, plan, opts, &rep);
@@ -109,7 +143,11 @@ int cmd_quantize(int argc, char** argv) {
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " to " + std::string(kernels::dtype_name(type));
   }
   std::fprintf(stderr, "metro quantize: matrices %s (%zu in a 32-block format: rows not a multiple of 256); "
-               "%zu tensors kept\n", summary.empty() ? "none" : summary.c_str(), rep.fell_back, rep.kept);
+               "%zu tensors kept", summary.empty() ? "none" : summary.c_str(), rep.fell_back, rep.kept);
+  if (!imatrix_path.empty()) {
+    std::fprintf(stderr, "; %zu matrices weighted by importance over %d tokens", rep.weighted, importance.tokens);
+  }
+  std::fprintf(stderr, "\n");
   return 0;
 }
 

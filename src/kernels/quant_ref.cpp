@@ -82,6 +82,57 @@ void quant_q4_0_ref(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Q4_0 minimizing importance-weighted squared error: per block, steps from 75% to 105% of
+// the range-covering one, each refined by weighted least squares with its levels fixed;
+// the levels are then chosen again against the stored (fp16) step.
+void quant_q4_0_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* x = src + b * kQK;
+    const float* w = importance + b * kQK;
+    const float d0 = signed_absmax(x, kQK) / -8.0f;
+    auto levels = [&](float d, int q[32]) {
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int i = 0; i < 32; ++i) q[i] = std::clamp(static_cast<int>(std::lround(x[i] * id)), -8, 7);
+    };
+    auto error = [&](float d, const int q[32]) {
+      double e = 0.0;
+      for (int i = 0; i < 32; ++i) {
+        const double r = static_cast<double>(x[i]) - static_cast<double>(d) * q[i];
+        e += static_cast<double>(w[i]) * r * r;
+      }
+      return e;
+    };
+    int q[32];
+    float best = d0;
+    levels(d0, q);
+    double best_err = error(d0, q);
+    for (int k = 0; k <= 12 && d0 != 0.0f; ++k) {
+      float d = d0 * (0.75f + 0.025f * static_cast<float>(k));
+      levels(d, q);
+      double sqx = 0.0, sqq = 0.0;
+      for (int i = 0; i < 32; ++i) {
+        sqx += static_cast<double>(w[i]) * q[i] * x[i];
+        sqq += static_cast<double>(w[i]) * q[i] * q[i];
+      }
+      for (const float cand : {d, sqq > 0.0 ? static_cast<float>(sqx / sqq) : d}) {
+        levels(cand, q);
+        const double e = error(cand, q);
+        if (e < best_err) {
+          best_err = e;
+          best = cand;
+        }
+      }
+    }
+    BlockQ4_0 blk;
+    blk.d = fp32_to_fp16(best);
+    levels(h2f(blk.d), q);
+    uint8_t u[32];
+    for (int i = 0; i < 32; ++i) u[i] = static_cast<uint8_t>(q[i] + 8);
+    pack_nibbles(u, blk.qs);
+    store_block(dst, b, blk);
+  }
+}
+
 void dequant_q4_1_ref(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const auto blk = load_block<BlockQ4_1>(src, b);
@@ -304,6 +355,18 @@ void quantize_row_ref(DType t, const float* src, void* dst, int64_t n) {
     case DType::kCount: break;
   }
   METRO_CHECK_MSG(false, "quantize_row_ref: not a DType");
+}
+
+bool quantize_takes_importance(DType t) { return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_0; }
+
+void quantize_row_ref_weighted(DType t, const float* src, void* dst, int64_t n, const float* importance) {
+  METRO_CHECK(n % traits(t).block_size == 0);
+  switch (t) {
+    case DType::kQ2_K: quant_q2_k_ref(src, dst, n, importance); return;
+    case DType::kQ3_K: quant_q3_k_ref(src, dst, n, importance); return;
+    case DType::kQ4_0: quant_q4_0_weighted(src, dst, n, importance); return;
+    default: quantize_row_ref(t, src, dst, n); return;
+  }
 }
 
 }  // namespace metro::kernels

@@ -14,6 +14,12 @@ namespace metro::kernels {
 // n must be a multiple of traits(t).block_size.
 void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
+// Whether quantize_row_ref_weighted() uses its weights for format t (Q2_K, Q3_K and Q4_0,
+// whose scales it searches); for any other it is quantize_row_ref().
+bool quantize_takes_importance(DType t);
+// quantize_row_ref() minimizing importance-weighted squared error: importance[i] (>= 0, n of
+// them) weighs element i, e.g. the mean square of the activations its column multiplies.
+void quantize_row_ref_weighted(DType t, const float* src, void* dst, int64_t n, const float* importance);
 
 // Dot product of a weight row in type `wt` with an activation row already quantized to
 // traits(wt).dot_partner; n elements. Accumulates in double: a precise reference.

@@ -27,13 +27,16 @@ void dequant_q6_k_ref(const void* src, float* dst, int64_t n);
 void dequant_q8_k_ref(const void* src, float* dst, int64_t n);
 
 void quant_q4_0_ref(const float* src, void* dst, int64_t n);
+// Q4_0 with an importance-weighted step search (quantize_row_ref_weighted).
+void quant_q4_0_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void quant_q4_1_ref(const float* src, void* dst, int64_t n);
 void quant_q5_0_ref(const float* src, void* dst, int64_t n);
 void quant_q5_1_ref(const float* src, void* dst, int64_t n);
 void quant_q8_0_ref(const float* src, void* dst, int64_t n);
 void quant_q8_1_ref(const float* src, void* dst, int64_t n);
-void quant_q2_k_ref(const float* src, void* dst, int64_t n);
-void quant_q3_k_ref(const float* src, void* dst, int64_t n);
+// importance: n weights of the elements' squared errors in the scale search, or null.
+void quant_q2_k_ref(const float* src, void* dst, int64_t n, const float* importance = nullptr);
+void quant_q3_k_ref(const float* src, void* dst, int64_t n, const float* importance = nullptr);
 void quant_q4_k_ref(const float* src, void* dst, int64_t n);
 void quant_q5_k_ref(const float* src, void* dst, int64_t n);
 void quant_q6_k_ref(const float* src, void* dst, int64_t n);

@@ -38,34 +38,40 @@ struct Fit {
   double sse = 0.0;
 };
 
-double sse_affine(const float* x, float step, float offset, int qmin, int qmax) {
+// Importance weight of element i (1 without weights).
+double wt(const float* w, int i) { return w != nullptr ? static_cast<double>(w[i]) : 1.0; }
+
+// Squared error, each element's weighted by its importance (w: 16 weights, or null).
+double sse_affine(const float* x, const float* w, float step, float offset, int qmin, int qmax) {
   double e = 0.0;
   const float inv = step != 0.0f ? 1.0f / step : 0.0f;
   for (int i = 0; i < 16; ++i) {
     const int q = clamp_int(static_cast<int>(std::lround((x[i] + offset) * inv)), qmin, qmax);
     const double d = static_cast<double>(x[i]) - (static_cast<double>(step) * q - offset);
-    e += d * d;
+    e += wt(w, i) * d * d;
   }
   return e;
 }
 
 // Least squares for step and offset with the levels q fixed; offset kept >= 0 (the format's
 // min is subtracted) when `affine`, 0 otherwise.
-void refine(const float* x, int qmin, int qmax, bool affine, Fit* f) {
+void refine(const float* x, const float* w, int qmin, int qmax, bool affine, Fit* f) {
   const float inv = f->step != 0.0f ? 1.0f / f->step : 0.0f;
-  double sq = 0, sqq = 0, sx = 0, sqx = 0;
+  double sw = 0, sq = 0, sqq = 0, sx = 0, sqx = 0;
   for (int i = 0; i < 16; ++i) {
     const int q = clamp_int(static_cast<int>(std::lround((x[i] + f->offset) * inv)), qmin, qmax);
-    sq += q;
-    sqq += static_cast<double>(q) * q;
-    sx += x[i];
-    sqx += static_cast<double>(q) * x[i];
+    const double wi = wt(w, i);
+    sw += wi;
+    sq += wi * q;
+    sqq += wi * static_cast<double>(q) * q;
+    sx += wi * x[i];
+    sqx += wi * static_cast<double>(q) * x[i];
   }
   double step = 0.0, b = 0.0;  // x ~ step * q + b
-  const double det = 16.0 * sqq - sq * sq;
+  const double det = sw * sqq - sq * sq;
   if (affine && det > 0.0) {
-    step = (16.0 * sqx - sq * sx) / det;
-    b = (sx - step * sq) / 16.0;
+    step = (sw * sqx - sq * sx) / det;
+    b = (sx - step * sq) / sw;
   }
   if (!affine || det <= 0.0 || b > 0.0) {
     b = 0.0;
@@ -73,19 +79,19 @@ void refine(const float* x, int qmin, int qmax, bool affine, Fit* f) {
   }
   if (affine && step < 0.0) return;
   Fit g{static_cast<float>(step), static_cast<float>(-b), 0.0};
-  g.sse = sse_affine(x, g.step, g.offset, qmin, qmax);
+  g.sse = sse_affine(x, w, g.step, g.offset, qmin, qmax);
   if (g.sse < f->sse) *f = g;
 }
 
 // Q2_K: q in 0..3, x ~ step * q - offset.
-Fit fit_q2(const float* x) {
+Fit fit_q2(const float* x, const float* w) {
   float lo = 0.0f, hi = 0.0f;
   for (int i = 0; i < 16; ++i) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
   Fit best{(hi - lo) / 3.0f, -lo, 0.0};
-  best.sse = sse_affine(x, best.step, best.offset, 0, 3);
+  best.sse = sse_affine(x, w, best.step, best.offset, 0, 3);
   if (hi - lo <= 0.0f) return best;
   for (int t = 0; t <= 8; ++t) {
     // Shrink the covered range by up to 40%, from either end or both.
@@ -95,8 +101,8 @@ Fit fit_q2(const float* x) {
       const float h2 = side == 2 ? hi : hi - (hi - lo) * shrink * (side == 0 ? 0.5f : 1.0f);
       Fit f{(h2 - l2) / 3.0f, std::max(0.0f, -l2), 0.0};
       if (f.step <= 0.0f) continue;
-      f.sse = sse_affine(x, f.step, f.offset, 0, 3);
-      for (int it = 0; it < 2; ++it) refine(x, 0, 3, true, &f);
+      f.sse = sse_affine(x, w, f.step, f.offset, 0, 3);
+      for (int it = 0; it < 2; ++it) refine(x, w, 0, 3, true, &f);
       if (f.sse < best.sse) best = f;
     }
   }
@@ -105,7 +111,7 @@ Fit fit_q2(const float* x) {
 
 // Q3_K: x ~ step * v with v in -4..3; the step may be negative (then v spans -3..4 of x's
 // sign), which puts the fourth level on the side of the largest magnitude.
-Fit fit_q3(const float* x) {
+Fit fit_q3(const float* x, const float* w) {
   float amax = 0.0f, ext = 0.0f;
   for (int i = 0; i < 16; ++i) {
     if (std::fabs(x[i]) > amax) {
@@ -114,13 +120,13 @@ Fit fit_q3(const float* x) {
     }
   }
   Fit best{amax / 3.0f, 0.0f, 0.0};
-  best.sse = sse_affine(x, best.step, 0.0f, -4, 3);
+  best.sse = sse_affine(x, w, best.step, 0.0f, -4, 3);
   if (amax <= 0.0f) return best;
   for (int t = 0; t <= 12; ++t) {
     const float k = 3.0f + 0.125f * static_cast<float>(t);  // the extreme at level 3 .. 4.5
     Fit f{-ext / k, 0.0f, 0.0};
-    f.sse = sse_affine(x, f.step, 0.0f, -4, 3);
-    refine(x, -4, 3, false, &f);
+    f.sse = sse_affine(x, w, f.step, 0.0f, -4, 3);
+    refine(x, w, -4, 3, false, &f);
     if (f.sse < best.sse) best = f;
   }
   return best;
@@ -131,11 +137,11 @@ double max_err(const float* x, const float* y) {
   for (int i = 0; i < kQKK; ++i) e = std::max(e, std::fabs(static_cast<double>(x[i]) - y[i]));
   return e;
 }
-double sum_sq_err(const float* x, const float* y) {
+double sum_sq_err(const float* x, const float* y, const float* w = nullptr) {
   double e = 0.0;
   for (int i = 0; i < kQKK; ++i) {
     const double d = static_cast<double>(x[i]) - y[i];
-    e += d * d;
+    e += wt(w, i) * d * d;
   }
   return e;
 }
@@ -154,7 +160,7 @@ void choose_levels_q2(const float* x, float step, float offset, BlockQ2_K* blk, 
   }
 }
 
-BlockQ2_K q2_block(const float* x, bool search) {
+BlockQ2_K q2_block(const float* x, const float* w, bool search) {
   BlockQ2_K blk{};
   float steps[kSub], offs[kSub];
   float max_step = 0.0f, max_off = 0.0f;
@@ -166,7 +172,7 @@ BlockQ2_K q2_block(const float* x, bool search) {
       hi = std::max(hi, xs[i]);
     }
     if (search) {
-      const Fit f = fit_q2(xs);
+      const Fit f = fit_q2(xs, w != nullptr ? w + 16 * j : nullptr);
       steps[j] = f.step;
       offs[j] = f.offset;
     } else {
@@ -212,14 +218,14 @@ BlockQ2_K q2_block(const float* x, bool search) {
   return blk;
 }
 
-BlockQ3_K q3_block(const float* x, bool search) {
+BlockQ3_K q3_block(const float* x, const float* w, bool search) {
   BlockQ3_K blk{};
   float steps[kSub];
   float max_abs = 0.0f;
   for (int j = 0; j < kSub; ++j) {
     const float* xs = x + 16 * j;
     if (search) {
-      steps[j] = fit_q3(xs).step;
+      steps[j] = fit_q3(xs, w != nullptr ? w + 16 * j : nullptr).step;
     } else {
       float lo = 0.0f, hi = 0.0f;
       for (int i = 0; i < 16; ++i) {
@@ -258,17 +264,26 @@ BlockQ3_K q3_block(const float* x, bool search) {
 
 // The searched block, or the range-covering one where the search's largest error would pass
 // the format's documented bound.
+// `importance`: n weights (one per column), or null.
 template <class B, class Make>
-void quant_k_low(const float* src, void* dst, int64_t n, DType t, Make make) {
+void quant_k_low(const float* src, void* dst, int64_t n, DType t, Make make, const float* importance) {
   const double bound = roundtrip_error_bound(t);
   float y[kQKK];
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const float* x = src + b * kQKK;
-    B blk = make(x, true);
+    const float* w = importance != nullptr ? importance + b * kQKK : nullptr;
+    B blk = make(x, w, true);
     dequantize_row_ref(t, &blk, y, kQKK);
     const double amax = abs_max(x);
-    if (max_err(x, y) > bound * amax) {
-      const B cover = make(x, false);
+    if (w != nullptr) {
+      // Weighted: the least weighted error wins; the per-element bound is not kept (an
+      // unimportant outlier may be clipped).
+      const B cover = make(x, nullptr, false);
+      float yc[kQKK];
+      dequantize_row_ref(t, &cover, yc, kQKK);
+      if (sum_sq_err(x, yc, w) < sum_sq_err(x, y, w)) blk = cover;
+    } else if (max_err(x, y) > bound * amax) {
+      const B cover = make(x, nullptr, false);
       float yc[kQKK];
       dequantize_row_ref(t, &cover, yc, kQKK);
       if (max_err(x, yc) <= bound * amax || sum_sq_err(x, yc) < sum_sq_err(x, y)) blk = cover;
@@ -308,12 +323,12 @@ void dequant_q3_k_ref(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quant_q2_k_ref(const float* src, void* dst, int64_t n) {
-  quant_k_low<BlockQ2_K>(src, dst, n, DType::kQ2_K, q2_block);
+void quant_q2_k_ref(const float* src, void* dst, int64_t n, const float* importance) {
+  quant_k_low<BlockQ2_K>(src, dst, n, DType::kQ2_K, q2_block, importance);
 }
 
-void quant_q3_k_ref(const float* src, void* dst, int64_t n) {
-  quant_k_low<BlockQ3_K>(src, dst, n, DType::kQ3_K, q3_block);
+void quant_q3_k_ref(const float* src, void* dst, int64_t n, const float* importance) {
+  quant_k_low<BlockQ3_K>(src, dst, n, DType::kQ3_K, q3_block, importance);
 }
 
 }  // namespace metro::kernels

@@ -76,7 +76,11 @@ void rope(std::vector<double>& v, int n_head, const HParams& hp, int64_t pos, co
 }  // namespace
 
 Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
-                                                            std::span<const int32_t> tokens) {
+                                                            std::span<const int32_t> tokens,
+                                                            const MatvecObserver& observer) {
+  auto seen = [&](const std::string& name, const std::vector<double>& x) {
+    if (observer) observer(name, x);
+  };
   METRO_ASSIGN_OR_RETURN(HParams hp, HParams::from_gguf(f));
   const int n_embd = static_cast<int>(hp.n_embd), hd = static_cast<int>(hp.head_dim);
   const int n_head = static_cast<int>(hp.n_head), n_kv = static_cast<int>(hp.n_head_kv);
@@ -119,6 +123,9 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
     std::vector<std::vector<double>> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
       auto h = rms_norm(x[t], an, hp.rms_eps);
+      seen(p + "attn_q.weight", h);
+      seen(p + "attn_k.weight", h);
+      seen(p + "attn_v.weight", h);
       q[t] = matvec(wq, h);
       k[t] = matvec(wk, h);
       v[t] = matvec(wv, h);
@@ -153,11 +160,15 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
           }
         }
       }
+      seen(p + "attn_output.weight", att);
       auto o = matvec(wo, att);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
       auto h2 = rms_norm(x[t], fn, hp.rms_eps);
+      seen(p + "ffn_gate.weight", h2);
+      seen(p + "ffn_up.weight", h2);
       auto g = matvec(wg, h2), u = matvec(wu, h2);
       for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      seen(p + "ffn_down.weight", g);
       auto d = matvec(wd, g);
       for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
     }
@@ -165,6 +176,7 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
   std::vector<std::vector<float>> logits(T);
   for (size_t t = 0; t < T; ++t) {
     auto h = rms_norm(x[t], out_norm, hp.rms_eps);
+    seen(hp.tied_output ? "token_embd.weight" : "output.weight", h);
     auto l = matvec(*head, h);
     logits[t].assign(l.begin(), l.end());
   }

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -13,8 +15,13 @@
 
 namespace metro::model {
 
+// Sees the input of every matrix-vector product: the weight tensor's name and the vector it
+// multiplies (one call per token and matrix).
+using MatvecObserver = std::function<void(const std::string& tensor, const std::vector<double>& x)>;
+
 // Logits of every position of `tokens` ([n_tokens][n_vocab]).
 Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& file,
-                                                            std::span<const int32_t> tokens);
+                                                            std::span<const int32_t> tokens,
+                                                            const MatvecObserver& observer = {});
 
 }  // namespace metro::model

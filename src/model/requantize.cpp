@@ -187,9 +187,20 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
     const size_t in_rb = kernels::row_bytes(*src_type, cols), out_rb = kernels::row_bytes(want, cols);
     std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
     row.resize(static_cast<size_t>(cols));
+    const std::vector<float>* imp = nullptr;
+    if (options.importance != nullptr && kernels::quantize_takes_importance(want)) {
+      imp = options.importance->find(std::string(t.name));
+      if (imp != nullptr && imp->size() != static_cast<size_t>(cols)) imp = nullptr;
+      if (imp != nullptr) ++rep.weighted;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       kernels::dequantize_row_ref(*src_type, t.data + static_cast<size_t>(r) * in_rb, row.data(), cols);
-      kernels::quantize_row_ref(want, row.data(), out.data() + static_cast<size_t>(r) * out_rb, cols);
+      uint8_t* dst = out.data() + static_cast<size_t>(r) * out_rb;
+      if (imp != nullptr) {
+        kernels::quantize_row_ref_weighted(want, row.data(), dst, cols, imp->data());
+      } else {
+        kernels::quantize_row_ref(want, row.data(), dst, cols);
+      }
     }
     METRO_RETURN_IF_ERROR(w.add_tensor(t.name, kernels::traits(want).ggml, dims, out));
     ++rep.converted[want];

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kernels/dtype.h"
+#include "model/importance.h"
 
 namespace metro::model {
 
@@ -53,12 +54,17 @@ struct RequantizeReport {
   std::map<kernels::DType, size_t> converted;  // matrices rewritten, by format
   size_t kept = 0;                             // tensors copied as they were
   size_t fell_back = 0;                        // matrices given a 32-block format instead
+  size_t weighted = 0;                         // matrices quantized with importance weights
   uint64_t bytes = 0;                          // of the result
 };
 
 struct RequantizeOptions {
   // Called after each matrix with its bytes in the input and its name (a progress bar).
   std::function<void(uint64_t bytes, std::string_view name)> on_matrix;
+  // Column importance from a calibration text: the formats that search their scales
+  // (kernels::quantize_takes_importance) minimize the importance-weighted error of the
+  // matrices it has weights for. Null: unweighted.
+  const Importance* importance = nullptr;
 };
 
 // The bytes of a GGUF file: `in` with its matrices in the plan's formats (plan.type is the
