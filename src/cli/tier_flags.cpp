@@ -107,6 +107,10 @@ void add_tier_flags(CLI::App& app, TierFlags& f) {
   app.add_option("--tier-kl-max", f.kl_max, "mean shadow KL (nats) past which the high tier comes back")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
+  app.add_option("--tier-drift-max", f.drift_max,
+                 "a layer's mean activation drift from the high tier past which the high tier comes back")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
   app.add_option("--tier-cooldown", f.cooldown_s, "seconds the high tier holds after a rollback")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
@@ -143,6 +147,7 @@ Expected<TierModels> build_tiers(const TierFlags& f, const std::shared_ptr<const
   config.tier_control.max_switches_per_minute = f.switches_per_min;
   config.shadow.every = f.shadow_every;
   config.shadow.kl_max = f.kl_max;
+  config.shadow.drift_max = f.drift_max;
   config.tier_control.pin_realtime = f.pin_realtime == "on";
   return out;
 }

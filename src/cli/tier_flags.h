@@ -7,6 +7,7 @@
 //   --tier-policy auto|high|low  the controller's choice (auto) or a fixed tier
 //   --tier-shadow-every N        shadow-score one of N low-tier outputs (0: off)
 //   --tier-kl-max X              mean shadow KL (nats) past which the high tier comes back
+//   --tier-drift-max X           a layer's mean drift past which the high tier comes back
 //   --tier-cooldown S            seconds the high tier holds after a rollback
 //   --tier-switches-per-min N    bound on tier switches in any minute
 //   --tier-pin-realtime on|off   realtime requests always in the high tier (default on)
@@ -27,6 +28,7 @@ struct TierFlags {
   std::string policy = "auto";
   int shadow_every = 8;
   double kl_max = 0.5;
+  double drift_max = 0.5;
   double cooldown_s = 60.0;
   int switches_per_min = 6;
   std::string pin_realtime = "on";

@@ -93,6 +93,7 @@ void write_tier_metrics(metrics::Exposition& e, const std::string& model, const 
             static_cast<double>(st.tier.switches_deferred));
   std::map<std::string, uint64_t> rollbacks = st.tier.rollbacks;
   rollbacks.try_emplace("shadow_kl", 0);
+  rollbacks.try_emplace("drift", 0);
   for (const auto& [cause, n] : rollbacks) {
     e.counter("metro_precision_rollbacks_total", "Rollbacks to the high tier, by cause.",
               metrics::labels({{"model", model}, {"cause", cause}}), static_cast<double>(n));
@@ -103,6 +104,12 @@ void write_tier_metrics(metrics::Exposition& e, const std::string& model, const 
   e.gauge("metro_precision_shadow_top1_agreement",
           "Fraction of positions where both tiers' top token agrees, over recent shadow-scored outputs.", l,
           st.shadow.top1_mean);
+  for (size_t layer = 0; layer < st.shadow.layer_drift.size(); ++layer) {
+    e.gauge("metro_precision_layer_drift",
+            "Per-layer drift of the low tier's activations (scale and outliers) from the high tier's on shadow-scored "
+            "outputs: mean |log ratio|, 0 when they agree.",
+            metrics::labels({{"model", model}, {"layer", std::to_string(layer)}}), st.shadow.layer_drift[layer]);
+  }
   e.counter("metro_precision_shadow_scored_total", "Low-tier outputs scored again by both tiers.", l,
             static_cast<double>(st.shadow.scored));
   e.counter("metro_precision_shadow_dropped_total", "Low-tier outputs sampled but not scored (queue full, too long).",

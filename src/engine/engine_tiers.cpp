@@ -140,11 +140,23 @@ void Engine::Impl::check_quality(int64_t now) {
   if (snap.generation == shadow_seen) return;
   shadow_seen = snap.generation;
   const adaptive::ShadowConfig& sc = shadow->config();
-  if (snap.in_window < sc.min_samples || snap.kl_mean <= sc.kl_max) return;
-  METRO_LOG_WARN("precision rollback: shadow KL %.4f over the last %zu low-tier samples exceeds %.4f; high tier for %.0f s",
-                 snap.kl_mean, snap.in_window, sc.kl_max, tiers->config().rollback_cooldown_s);
-  tiers->rollback("shadow_kl", static_cast<double>(now) * 1e-9);
-  shadow->reset_window();
+  if (snap.in_window < sc.min_samples) return;
+  const double cooldown = tiers->config().rollback_cooldown_s;
+  if (snap.kl_mean > sc.kl_max) {
+    METRO_LOG_WARN("precision rollback: shadow KL %.4f over the last %zu low-tier samples exceeds %.4f; high tier "
+                   "for %.0f s", snap.kl_mean, snap.in_window, sc.kl_max, cooldown);
+    tiers->rollback("shadow_kl", static_cast<double>(now) * 1e-9);
+    shadow->reset_window();
+    return;
+  }
+  const auto worst = std::max_element(snap.layer_drift.begin(), snap.layer_drift.end());
+  if (worst != snap.layer_drift.end() && *worst > sc.drift_max) {
+    METRO_LOG_WARN("precision rollback: layer %d drifts %.3f from the high tier over the last %zu low-tier samples "
+                   "(bound %.3f); high tier for %.0f s", static_cast<int>(worst - snap.layer_drift.begin()), *worst,
+                   snap.in_window, sc.drift_max, cooldown);
+    tiers->rollback("drift", static_cast<double>(now) * 1e-9);
+    shadow->reset_window();
+  }
 }
 
 void Engine::Impl::offer_shadow(ActiveRequest& r) {

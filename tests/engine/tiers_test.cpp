@@ -208,10 +208,10 @@ bool wait_scored(const Engine& e, uint64_t n) {
   return false;
 }
 
-TEST(Tiers, ShadowScoringRollsADamagedLowTierBackOnALiveEngine) {
-  // A valid file whose one layer is wrong: the scales of blk.1.ffn_down (Q8_0 blocks of
-  // an f16 scale and 32 int8) multiplied by 16.
-  auto damaged = derived(kernels::DType::kQ8_0, [](std::vector<uint8_t>& bytes, const gguf::File& f) {
+// A valid file whose one layer is wrong: the default model in Q8_0 with the scales of
+// blk.1.ffn_down (blocks of an f16 scale and 32 int8) multiplied by 16.
+std::shared_ptr<const model::Model> damaged_q8_0() {
+  return derived(kernels::DType::kQ8_0, [](std::vector<uint8_t>& bytes, const gguf::File& f) {
     const gguf::TensorInfo* t = f.find_tensor("blk.1.ffn_down.weight");
     ASSERT_NE(t, nullptr);
     const size_t off = static_cast<size_t>(t->data - f.bytes().data());
@@ -222,6 +222,10 @@ TEST(Tiers, ShadowScoringRollsADamagedLowTierBackOnALiveEngine) {
       std::memcpy(&bytes[off + b], &h, 2);
     }
   });
+}
+
+TEST(Tiers, ShadowScoringRollsADamagedLowTierBackOnALiveEngine) {
+  auto damaged = damaged_q8_0();
   ASSERT_NE(damaged, nullptr);
   EngineConfig cfg = small_config();
   cfg.low_tier = damaged;
@@ -271,6 +275,58 @@ TEST(Tiers, ShadowScoringOfAFaithfulLowTierDoesNotRollBack) {
   EXPECT_TRUE(st.tier.rollbacks.empty());
   EXPECT_LT(st.shadow.kl_mean, 0.1);
   EXPECT_GT(st.shadow.top1_mean, 0.8);
+}
+
+TEST(Tiers, LayerDriftAloneRollsADamagedLowTierBack) {
+  auto damaged = damaged_q8_0();
+  ASSERT_NE(damaged, nullptr);
+  EngineConfig cfg = small_config();
+  cfg.low_tier = damaged;
+  cfg.tier_control.policy = TierPolicy::kLow;
+  cfg.tier_control.rollback_cooldown_s = 600.0;
+  cfg.shadow.every = 1;
+  cfg.shadow.min_samples = 2;
+  cfg.shadow.kl_max = 100.0;  // KL never acts: the drift must
+  cfg.shadow.drift_max = 0.5;
+  auto eng = engine_of(default_model().model, cfg);
+  ASSERT_TRUE(eng);
+  uint64_t scored = 0;
+  for (const char* text : {"The capital of France is", "Water boils at", "The moon orbits"}) {
+    const Generation g = collect(*eng->submit(greedy_request(prompt(text), 16)));
+    if (g.usage.tiers != kLowBit) break;
+    ASSERT_TRUE(wait_scored(*eng, ++scored));
+  }
+  const EngineStats st = eng->stats();
+  EXPECT_EQ(scored, 2u);
+  EXPECT_EQ(st.tier.rollbacks.count("drift"), 1u);
+  EXPECT_EQ(st.tier.rollbacks.count("shadow_kl"), 0u);
+  EXPECT_EQ(st.tier.tier, Tier::kHigh);
+}
+
+TEST(ShadowScorer, LayerDriftPointsAtTheDamagedLayer) {
+  auto damaged = damaged_q8_0();
+  auto faithful = derived(kernels::DType::kQ8_0);
+  ASSERT_TRUE(damaged && faithful);
+  auto high_chain = adaptive::LayerChain::of(*default_model().model);
+  auto bad_chain = adaptive::LayerChain::of(*damaged);
+  auto good_chain = adaptive::LayerChain::of(*faithful);
+  ASSERT_TRUE(high_chain.ok() && bad_chain.ok() && good_chain.ok());
+  ThreadPool pool(2);
+  const std::vector<int32_t> toks = prompt("The quick brown fox jumps over the lazy dog and runs away.");
+  auto bad = adaptive::ShadowScorer::score(*default_model().model, *damaged, toks, 4, pool, &*high_chain, &*bad_chain);
+  auto good = adaptive::ShadowScorer::score(*default_model().model, *faithful, toks, 4, pool, &*high_chain, &*good_chain);
+  ASSERT_TRUE(bad.ok() && good.ok());
+  const size_t L = default_model().model->hparams().n_layer;
+  ASSERT_EQ(bad->drift.size(), L - 1);
+  ASSERT_EQ(good->drift.size(), L - 1);
+  EXPECT_LT(bad->drift[0], 0.05);  // before the damage
+  EXPECT_GT(bad->drift[1], 1.0);   // at it (x16 is ln 16 ~ 2.8 on the layer's own output)
+  for (double d : good->drift) EXPECT_LT(d, 0.1);
+  // Layer by layer or whole, the logits are the same model's: the same KL.
+  auto whole = adaptive::ShadowScorer::score(*default_model().model, *faithful, toks, 4, pool);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_NEAR(whole->kl, good->kl, 1e-3 + 0.05 * whole->kl);
+  EXPECT_TRUE(whole->drift.empty());
 }
 
 TEST(ShadowScorer, ScoresZeroForTheSameModelAndSeesADifferentOne) {

@@ -4,6 +4,13 @@
 // mean KL divergence of the low tier's next-token distributions from the high tier's over
 // the output positions, and how often their top tokens agree; the scorer keeps a window of
 // recent samples for the controller to act on (a rollback to the high tier past a bound).
+//
+// Per-layer drift: the scorer runs each tier as a chain of one-layer shards (views of the
+// tier's weights, nothing copied), so it sees the residual stream after every layer but the
+// last. A layer's drift on a sample compares the low tier's activation statistics there
+// with the high tier's on the same tokens: the mean of |ln(rms ratio)| (scale) and
+// |ln(max |x| ratio)| (outliers), per token averaged. 0 when the tiers agree; ln 2 ~ 0.69
+// when one is twice the other.
 #pragma once
 
 #include <condition_variable>
@@ -11,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -28,12 +36,15 @@ struct ShadowConfig {
   size_t window = 8;       // recent samples the mean is taken over
   size_t min_samples = 2;  // samples needed before the mean is acted on
   double kl_max = 0.5;     // mean KL (nats) past which the controller rolls back
+  double drift_max = 0.5;  // a layer's mean drift past which the controller rolls back
+  bool layer_drift = true; // run the tiers layer by layer to measure drift (else whole)
 };
 
 struct ShadowSample {
   double kl = 0.0;    // mean over the output positions
   double top1 = 0.0;  // fraction of output positions where both tiers' top token agrees
   int positions = 0;
+  std::vector<double> drift;  // per layer but the last (empty without layer chains)
 };
 
 struct ShadowSnapshot {
@@ -44,6 +55,13 @@ struct ShadowSnapshot {
   double top1_mean = 0.0;
   double last_kl = 0.0;
   uint64_t generation = 0;  // moves with every scored sample
+  std::vector<double> layer_drift;  // window means per layer (empty: not measured)
+};
+
+// A model as a chain of one-layer shards viewing its weights (for per-layer activations).
+struct LayerChain {
+  std::vector<std::shared_ptr<const model::Model>> layers;
+  static Expected<LayerChain> of(const model::Model& m);
 };
 
 class ShadowScorer {
@@ -65,8 +83,10 @@ class ShadowScorer {
 
   // Both models teacher-forced over `tokens`; KL(high || low) and top-1 agreement over the
   // positions that predict tokens [n_prompt, size).
+  // With both chains, the passes run layer by layer and the sample has per-layer drift.
   static Expected<ShadowSample> score(const model::Model& high, const model::Model& low,
-                                      std::span<const int32_t> tokens, int n_prompt, ThreadPool& pool);
+                                      std::span<const int32_t> tokens, int n_prompt, ThreadPool& pool,
+                                      const LayerChain* high_chain = nullptr, const LayerChain* low_chain = nullptr);
 
  private:
   struct Job {
@@ -76,6 +96,7 @@ class ShadowScorer {
   void run();
 
   std::shared_ptr<const model::Model> high_, low_;
+  std::optional<LayerChain> high_chain_, low_chain_;
   ShadowConfig cfg_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
