@@ -4,6 +4,17 @@
 #include <string_view>
 
 #include "cli/commands.h"
+#include "kernels/matmul.h"
+
+#ifndef METRO_VERSION
+#define METRO_VERSION "0.0.0"
+#endif
+#ifndef METRO_GIT_COMMIT
+#define METRO_GIT_COMMIT "unknown"
+#endif
+#ifndef METRO_BUILD_TYPE
+#define METRO_BUILD_TYPE "unknown"
+#endif
 
 namespace {
 
@@ -25,9 +36,17 @@ constexpr Command kCommands[] = {
     {"bench-serve", metro::cli::cmd_bench_serve, "load-test an OpenAI-compatible server"},
 };
 
+// `metro --version` / `metro version`: what a bug report needs.
+int print_version() {
+  std::printf("metro %s (commit %s, %s build, kernels %.*s)\n", METRO_VERSION, METRO_GIT_COMMIT, METRO_BUILD_TYPE,
+              static_cast<int>(metro::kernels::kernel_isa().size()), metro::kernels::kernel_isa().data());
+  return 0;
+}
+
 void usage(FILE* out) {
   std::fprintf(out, "metro: an LLM inference server\n\nusage: metro <command> [options]\n\n");
   for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  std::fprintf(out, "  %-12s %s\n", "version", "print the version, commit, build type and kernel ISA");
   std::fprintf(out, "\n`metro <command> --help` describes a command's options.\n");
 }
 
@@ -43,6 +62,7 @@ int main(int argc, char** argv) {
     usage(stdout);
     return 0;
   }
+  if (cmd == "--version" || cmd == "-V" || cmd == "version") return print_version();
   for (const auto& c : kCommands) {
     if (cmd == c.name) return c.fn(argc - 1, argv + 1);
   }

@@ -64,6 +64,38 @@ HttpResponse models_list(const gateway::ModelRegistry& registry) {
   return HttpResponse::json(200, dump_json(j));
 }
 
+// %XX escapes of a path segment decoded (clients escape '/' and spaces in model ids); a
+// malformed escape stays as it is.
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// GET /v1/models/{id}: one served name, as listed.
+HttpResponse model_one(const gateway::ModelRegistry& registry, const std::string& id) {
+  auto m = registry.find(id);
+  if (!m || !m->variant.empty()) {
+    return HttpResponse::error(not_found_error(
+        "The model '" + sanitize_utf8(id.substr(0, 128)) + "' does not exist", "model", "model_not_found"));
+  }
+  Json data = Json::object();
+  data["id"] = m->name;
+  data["object"] = "model";
+  data["created"] = m->created_unix_s;
+  data["owned_by"] = "metro";
+  data["max_model_len"] = m->engine->n_ctx();
+  return HttpResponse::json(200, dump_json(data));
+}
+
 }  // namespace
 
 RouteDecision route_request(const RequestHead& head, ServerCore& core) {
@@ -131,7 +163,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
                       : "Incorrect API key provided.";
       e.code = "invalid_api_key";
       if (path != "/v1/completions" && path != "/v1/chat/completions" && path != "/v1/embeddings" &&
-          path != "/v1/models") {
+          path != "/v1/models" && path.rfind("/v1/models/", 0) != 0) {
         d.endpoint = "other";  // unknown routes share one label
       }
       d.response = HttpResponse::error(e);
@@ -148,13 +180,15 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
   else if (path == "/v1/embeddings")
     endpoint = Endpoint::kEmbeddings;
   const bool models = path == "/v1/models";
-  if (!endpoint && !models) {
+  // The id may hold '/' (names such as "org/model"): everything after the prefix.
+  const bool one_model = path.rfind("/v1/models/", 0) == 0 && path.size() > 11;
+  if (!endpoint && !models && !one_model) {
     d.endpoint = "other";
     d.response = HttpResponse::error(
         not_found_error("no route for " + head.method + " " + sanitize_utf8(path.substr(0, 128)), "", "unknown_route"));
     return d;
   }
-  if (models && !get) {
+  if ((models || one_model) && !get) {
     d.response = not_allowed("GET");
     return d;
   }
@@ -173,6 +207,11 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
   }
   if (models) {
     d.response = models_list(core.front_door().models());
+    return d;
+  }
+  if (one_model) {
+    d.endpoint = "/v1/models/{id}";  // one metrics label for every id
+    d.response = model_one(core.front_door().models(), percent_decode(path.substr(11)));
     return d;
   }
   if (!is_json_content_type(head.content_type)) {

@@ -14,6 +14,13 @@ from e2e_util import request
 def t_models(t):
     ids = [m.id for m in t.client.models.list().data]
     assert ids == [t.model_name], ids
+    m = t.client.models.retrieve(t.model_name)
+    assert m.id == t.model_name and m.object == "model" and m.owned_by == "metro", m
+    try:
+        t.client.models.retrieve("no-such-model")
+        raise AssertionError("a model that is not served was found")
+    except openai.NotFoundError as e:
+        assert e.body["code"] == "model_not_found", e.body
 
 
 def t_chat(t):
