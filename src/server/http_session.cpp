@@ -340,6 +340,15 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
     return p;
   }
   const PromptContext ctx = prompt_context(*p.model, core_.config().limits);
+  if (endpoint == Endpoint::kTokenize || endpoint == Endpoint::kDetokenize) {
+    auto answer = endpoint == Endpoint::kTokenize ? tokenize_response(*json, ctx) : detokenize_response(*json, ctx);
+    if (!answer.ok()) {
+      p.result = answer.error();
+    } else {
+      p.direct = HttpResponse::json(200, std::move(*answer));
+    }
+    return p;
+  }
   p.result = prepare_parsed_request(endpoint, *json, ctx, call);
   if (!p.result.ok()) return p;
   PreparedCall& pc = *p.result;
@@ -370,6 +379,11 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
   if (phase_ != Phase::kPrepare) {  // the client left meanwhile; nothing was submitted
     metrics.inflight_requests.fetch_sub(1);
     return;  // p.admitted ends here (not completed)
+  }
+  if (p.direct) {
+    metrics.inflight_requests.fetch_sub(1);
+    respond(*p.direct, label);
+    return;
   }
   if (!p.result.ok()) {
     metrics.inflight_requests.fetch_sub(1);

@@ -65,6 +65,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     ApiResult<PreparedCall> result = ApiError{};
     std::shared_ptr<const gateway::ServedModel> model;
     std::shared_ptr<gateway::Call> admitted;
+    std::optional<HttpResponse> direct;  // the whole answer (tokenize, detokenize): no engine call
   };
 
   // Reading and parsing.

@@ -21,6 +21,10 @@ const char* endpoint_path(Endpoint e) {
       return "/v1/chat/completions";
     case Endpoint::kEmbeddings:
       return "/v1/embeddings";
+    case Endpoint::kTokenize:
+      return "/tokenize";
+    case Endpoint::kDetokenize:
+      return "/detokenize";
   }
   return "?";
 }

@@ -392,11 +392,62 @@ ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann
         return prepare_chat(*j, ctx, call);
       case Endpoint::kEmbeddings:
         return prepare_embeddings(*j, ctx, call);
+      case Endpoint::kTokenize:
+      case Endpoint::kDetokenize:
+        break;  // answered without the engine: tokenize_response() / detokenize_response()
     }
     return bad_request("unknown endpoint");
   }();
   if (r.ok()) r->spec.model = ctx.model_name;
   return r;
+}
+
+ApiResult<std::string> tokenize_response(const nlohmann::json& body, const PromptContext& ctx) {
+  if (auto e = detail::check_model(body, ctx)) return *e;
+  std::optional<ApiError> err;
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    auto r = detail::chat_prompt(body, ctx, nullptr);
+    if (!r.ok()) return r.error();
+    ids = std::move(*r);
+  } else {
+    const char* key = body.contains("prompt") ? "prompt" : "content";
+    auto it = body.find(key);
+    if (it == body.end() || !it->is_string()) {
+      return bad_request("tokenize takes `prompt` (a string) or chat `messages`", "prompt");
+    }
+    const std::string& text = it->get_ref<const std::string&>();
+    if (auto e = detail::check_prompt_bytes(text.size(), ctx, key)) return *e;
+    bool add_special = get_bool(body, "add_special_tokens", &err).value_or(true);
+    if (!err && !body.contains("add_special_tokens")) add_special = get_bool(body, "add_special", &err).value_or(true);
+    if (err) return *err;
+    ids = ctx.tokenizer->encode(text, add_special, /*parse_special=*/true);
+  }
+  nlohmann::json j = nlohmann::json::object();
+  j["tokens"] = ids;
+  j["count"] = ids.size();
+  j["max_model_len"] = ctx.n_ctx;
+  return dump_json(j);
+}
+
+ApiResult<std::string> detokenize_response(const nlohmann::json& body, const PromptContext& ctx) {
+  if (auto e = detail::check_model(body, ctx)) return *e;
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) return bad_request("detokenize takes `tokens`, an array of token ids", "tokens");
+  if (it->size() > 4 * static_cast<size_t>(std::max(1, ctx.n_ctx))) {
+    return bad_request("tokens holds more than four contexts of ids", "tokens");
+  }
+  std::vector<int32_t> ids;
+  if (!it->empty()) {
+    auto r = detail::token_ids(*it, "tokens", ctx);
+    if (!r.ok()) return r.error();
+    ids = std::move(*r);
+  }
+  const std::string text = sanitize_utf8(ctx.tokenizer->decode(ids));
+  nlohmann::json j = nlohmann::json::object();
+  j["prompt"] = text;
+  j["content"] = text;
+  return dump_json(j);
 }
 
 }  // namespace metro::server

@@ -29,7 +29,9 @@ class ChatTemplate;
 
 namespace metro::server {
 
-enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kEmbeddings };
+// The model endpoints: those that run the engine, and the tokenizer's (answered on the
+// prep thread, no engine step).
+enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kEmbeddings, kTokenize, kDetokenize };
 const char* endpoint_path(Endpoint e);
 
 // What preparing a request needs of the loaded model.
@@ -97,6 +99,14 @@ ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann
 ApiResult<nlohmann::json> parse_body(std::string_view body);
 // The body's `model`: "" when absent; 400 when it is not a string.
 ApiResult<std::string> requested_model(const nlohmann::json& body);
+// POST /tokenize and /detokenize (vLLM's shapes, llama-server's names accepted too): the
+// response body. Tokenize takes `prompt` (or `content`) with `add_special_tokens` (or
+// `add_special`, default true), or chat `messages` rendered by the model's template;
+// answers {"tokens", "count", "max_model_len"}. Detokenize takes `tokens`; answers
+// {"prompt"} (and the same text as "content").
+ApiResult<std::string> tokenize_response(const nlohmann::json& body, const PromptContext& ctx);
+ApiResult<std::string> detokenize_response(const nlohmann::json& body, const PromptContext& ctx);
+
 // What preparing a request for a served model needs of it.
 PromptContext prompt_context(const gateway::ServedModel& m, const RequestLimits& limits);
 

@@ -163,7 +163,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
                       : "Incorrect API key provided.";
       e.code = "invalid_api_key";
       if (path != "/v1/completions" && path != "/v1/chat/completions" && path != "/v1/embeddings" &&
-          path != "/v1/models" && path.rfind("/v1/models/", 0) != 0) {
+          path != "/v1/models" && path.rfind("/v1/models/", 0) != 0 && path != "/tokenize" && path != "/detokenize") {
         d.endpoint = "other";  // unknown routes share one label
       }
       d.response = HttpResponse::error(e);
@@ -179,6 +179,10 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     endpoint = Endpoint::kChatCompletions;
   else if (path == "/v1/embeddings")
     endpoint = Endpoint::kEmbeddings;
+  else if (path == "/tokenize")
+    endpoint = Endpoint::kTokenize;
+  else if (path == "/detokenize")
+    endpoint = Endpoint::kDetokenize;
   const bool models = path == "/v1/models";
   // The id may hold '/' (names such as "org/model"): everything after the prefix.
   const bool one_model = path.rfind("/v1/models/", 0) == 0 && path.size() > 11;

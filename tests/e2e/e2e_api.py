@@ -201,5 +201,32 @@ def t_web_ui(t):
     assert b"<script src" not in body and b"<link" not in body  # everything is inline: no CDN
 
 
+def t_tokenize_detokenize(t):
+    """vLLM's /tokenize and /detokenize shapes (llama-server's names accepted), behind the keys."""
+    st, _, body = request(t.port, "POST", "/tokenize", {"prompt": "Hello, world"}, t.auth)
+    assert st == 200, body[:300]
+    j = json.loads(body)
+    assert j["count"] == len(j["tokens"]) > 0 and j["max_model_len"] > 0, j
+    st, _, body = request(t.port, "POST", "/detokenize", {"tokens": j["tokens"]}, t.auth)
+    assert st == 200 and json.loads(body)["prompt"] == "Hello, world", body[:300]
+    # The prompt a chat request would send, as the completions endpoint would count it.
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    st, _, body = request(t.port, "POST", "/tokenize", {"model": t.model_name, "messages": msgs}, t.auth)
+    assert st == 200, body[:300]
+    n = json.loads(body)["count"]
+    r = t.client.chat.completions.create(model=t.model_name, messages=msgs, max_tokens=1, temperature=0)
+    assert r.usage.prompt_tokens == n, (r.usage.prompt_tokens, n)
+    st, _, body = request(t.port, "POST", "/tokenize", {"content": "Hello", "add_special": False}, t.auth)
+    assert st == 200 and json.loads(body)["tokens"], body[:300]
+    for path, bad, param in (("/tokenize", {"prompt": 5}, "prompt"), ("/detokenize", {"tokens": [-1]}, "tokens"),
+                             ("/detokenize", {"tokens": "x"}, "tokens")):
+        st, _, body = request(t.port, "POST", path, bad, t.auth)
+        assert st == 400 and json.loads(body)["error"]["param"] == param, (path, st, body[:300])
+    st, _, body = request(t.port, "POST", "/tokenize", {"prompt": "x"}, {})
+    assert st == 401, st
+    st, _, body = request(t.port, "GET", "/tokenize", None, t.auth)
+    assert st == 405, st
+
+
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
-         t_unknown_model, t_invalid_utf8_output, t_web_ui]
+         t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize]
