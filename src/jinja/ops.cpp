@@ -163,7 +163,10 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
 }
 
 Value repeat(const Value& seq, int64_t n, Budget& budget) {
-  if (n <= 0) return seq.is_string() ? Value::string("") : Value::list({}, seq.is_tuple());
+  // Nothing to repeat is nothing, at once: an empty sequence times a huge count would
+  // otherwise loop that many times without ever reaching the output or item bounds.
+  const bool empty = seq.is_string() ? seq.str().empty() : seq.items().empty();
+  if (n <= 0 || empty) return seq.is_string() ? Value::string("") : Value::list({}, seq.is_tuple());
   const auto count = static_cast<uint64_t>(n);
   const size_t max = budget.limits().max_output_bytes;
   if (seq.is_string()) {

@@ -63,6 +63,18 @@ TEST(ChatTemplateSandbox, NestedLoopsHitTheStepLimit) {
   EXPECT_LT(o.seconds, 5.0);  // parse probes once and renders once, each bounded
 }
 
+// Found by chat_template_fuzz: an empty string or list times a huge count looped that many
+// times (36 s for 9 ** 9) without reaching any bound.
+TEST(ChatTemplateSandbox, RepeatingNothingAHugeNumberOfTimesIsImmediate) {
+  for (const char* src : {"t {{- '' * 9 ** 9 }}#", "{{ ([] * 9 ** 9) | length }}", "{{ 9 ** 9 * '' }}x"}) {
+    const Outcome o = run(src);
+    EXPECT_TRUE(o.status.ok()) << src << ": " << o.status.message();
+    EXPECT_LT(o.seconds, 1.0) << src;
+  }
+  EXPECT_EQ(run("t {{- '' * 9 ** 9 }}#").text, "t#");
+  EXPECT_EQ(run("{{ ([] * 9 ** 9) | length }}").text, "0");
+}
+
 TEST(ChatTemplateSandbox, StepLimitIsConfigurable) {
   const std::string src = "{% for i in range(1000) %}{{ i }}{% endfor %}";
   ChatTemplateLimits small = deterministic();
