@@ -45,18 +45,23 @@ bool is_json_content_type(std::string ct) {
   return base == "application/json";
 }
 
+// A served model as /v1/models lists it.
+Json model_json(const gateway::ServedModel& m) {
+  Json data = Json::object();
+  data["id"] = m.name;
+  data["object"] = "model";
+  data["created"] = m.created_unix_s;
+  data["owned_by"] = "metro";
+  data["max_model_len"] = m.engine->n_ctx();
+  return data;
+}
+
 // Every served name once (variants of a name are one model to clients).
 HttpResponse models_list(const gateway::ModelRegistry& registry) {
   Json list = Json::array();
   for (const auto& m : registry.all()) {
     if (!m->variant.empty()) continue;
-    Json data = Json::object();
-    data["id"] = m->name;
-    data["object"] = "model";
-    data["created"] = m->created_unix_s;
-    data["owned_by"] = "metro";
-    data["max_model_len"] = m->engine->n_ctx();
-    list.push_back(std::move(data));
+    list.push_back(model_json(*m));
   }
   Json j = Json::object();
   j["object"] = "list";
@@ -87,13 +92,7 @@ HttpResponse model_one(const gateway::ModelRegistry& registry, const std::string
     return HttpResponse::error(not_found_error(
         "The model '" + sanitize_utf8(id.substr(0, 128)) + "' does not exist", "model", "model_not_found"));
   }
-  Json data = Json::object();
-  data["id"] = m->name;
-  data["object"] = "model";
-  data["created"] = m->created_unix_s;
-  data["owned_by"] = "metro";
-  data["max_model_len"] = m->engine->n_ctx();
-  return HttpResponse::json(200, dump_json(data));
+  return HttpResponse::json(200, dump_json(model_json(*m)));
 }
 
 }  // namespace

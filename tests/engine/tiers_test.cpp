@@ -199,6 +199,18 @@ TEST(Tiers, RefusesALowTierOfAnotherModel) {
   EXPECT_NE(e.status().message().find("not the same model"), std::string::npos) << e.status().message();
 }
 
+// A low-tier engine whose every output is shadow-scored, acting after two samples; a
+// rollback holds for the rest of the test.
+EngineConfig monitored(std::shared_ptr<const model::Model> low) {
+  EngineConfig cfg = small_config();
+  cfg.low_tier = std::move(low);
+  cfg.tier_control.policy = TierPolicy::kLow;
+  cfg.tier_control.rollback_cooldown_s = 600.0;
+  cfg.shadow.every = 1;
+  cfg.shadow.min_samples = 2;
+  return cfg;
+}
+
 // Waits until the engine's shadow scorer has scored `n` samples (60 s at most).
 bool wait_scored(const Engine& e, uint64_t n) {
   for (int i = 0; i < 600; ++i) {
@@ -227,12 +239,7 @@ std::shared_ptr<const model::Model> damaged_q8_0() {
 TEST(Tiers, ShadowScoringRollsADamagedLowTierBackOnALiveEngine) {
   auto damaged = damaged_q8_0();
   ASSERT_NE(damaged, nullptr);
-  EngineConfig cfg = small_config();
-  cfg.low_tier = damaged;
-  cfg.tier_control.policy = TierPolicy::kLow;
-  cfg.tier_control.rollback_cooldown_s = 600.0;
-  cfg.shadow.every = 1;
-  cfg.shadow.min_samples = 2;
+  EngineConfig cfg = monitored(damaged);
   cfg.shadow.kl_max = 0.5;
   auto eng = engine_of(default_model().model, cfg);
   ASSERT_TRUE(eng);
@@ -258,11 +265,7 @@ TEST(Tiers, ShadowScoringRollsADamagedLowTierBackOnALiveEngine) {
 TEST(Tiers, ShadowScoringOfAFaithfulLowTierDoesNotRollBack) {
   auto faithful = derived(kernels::DType::kQ8_0);  // Q8_0 of the Q4_1 weights: near exact
   ASSERT_NE(faithful, nullptr);
-  EngineConfig cfg = small_config();
-  cfg.low_tier = faithful;
-  cfg.tier_control.policy = TierPolicy::kLow;
-  cfg.shadow.every = 1;
-  cfg.shadow.min_samples = 2;
+  EngineConfig cfg = monitored(faithful);
   auto eng = engine_of(default_model().model, cfg);
   ASSERT_TRUE(eng);
   uint64_t scored = 0;
@@ -280,12 +283,7 @@ TEST(Tiers, ShadowScoringOfAFaithfulLowTierDoesNotRollBack) {
 TEST(Tiers, LayerDriftAloneRollsADamagedLowTierBack) {
   auto damaged = damaged_q8_0();
   ASSERT_NE(damaged, nullptr);
-  EngineConfig cfg = small_config();
-  cfg.low_tier = damaged;
-  cfg.tier_control.policy = TierPolicy::kLow;
-  cfg.tier_control.rollback_cooldown_s = 600.0;
-  cfg.shadow.every = 1;
-  cfg.shadow.min_samples = 2;
+  EngineConfig cfg = monitored(damaged);
   cfg.shadow.kl_max = 100.0;  // KL never acts: the drift must
   cfg.shadow.drift_max = 0.5;
   auto eng = engine_of(default_model().model, cfg);
