@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "base/clock.h"
-#include "grammar/gbnf.h"
+#include "grammar/lark.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 
@@ -246,7 +246,7 @@ static std::optional<ApiError> parse_output_constraint(const nlohmann::json& bod
       Expected<grammar::Grammar> (*compile)(std::string_view);
     };
     static constexpr TextConstraint kText[] = {
-        {"grammar", "a non-empty GBNF grammar", "gbnf:", &grammar::gbnf_grammar},
+        {"grammar", "a non-empty GBNF or Lark grammar", "grammar:", &grammar::text_grammar},
         {"regex", "a non-empty regular expression", "regex:", &grammar::regex_grammar}};
     for (const TextConstraint& tc : kText) {
       auto v = m->find(tc.field);

@@ -245,8 +245,8 @@ def t_structured_regex(t):
 
 
 def t_structured_gbnf(t):
-    """metro.grammar (GBNF): every finished output is a sentence of the grammar, checked with
-    Python's `re` against the same language written as a regular expression."""
+    """metro.grammar (GBNF, then Lark): every finished output is a sentence of the grammar,
+    checked with Python's `re` against the same language written as a regular expression."""
     grammar = ('root ::= colour (", " colour){0,3} "."\n'
                'colour ::= "red" | "green" | "blue" | "dark " colour  # recursion\n')
     same = r"((dark )*(red|green|blue))(, (dark )*(red|green|blue)){0,3}\."
@@ -264,6 +264,25 @@ def t_structured_gbnf(t):
     st, data = _chat(t, {"metro": {"grammar": "root ::= missing\n"}})
     err = check_error(st, data, 400, "unsupported_grammar")
     assert err["param"] == "metro.grammar" and "missing" in err["message"], err
+
+    # The same language as a Lark grammar (left recursion, a bounded repetition, an alias).
+    lark = ('start: colour (", " colour) ~ 0..3 "."\n'
+            '?colour: "red" | "green" | "blue" -> plain\n'
+            '       | "dark " colour  // recursion\n')
+    finished = 0
+    for run in range(3):
+        sampled = {"temperature": 1.0, "seed": 10 + run} if run else {"temperature": 0}
+        st, data = _chat(t, dict(sampled, metro={"grammar": lark}, max_tokens=48), stream=run == 1)
+        assert st == 200, data[:300]
+        text, finish = _text_and_finish(data, stream=run == 1)
+        if finish == "length":
+            continue
+        assert finish == "stop" and re.fullmatch(same, text), (finish, text)
+        finished += 1
+    assert finished >= 1, finished
+    st, data = _chat(t, {"metro": {"grammar": "start: colour\ncolour: colour2\n"}})
+    err = check_error(st, data, 400, "unsupported_grammar")
+    assert "'colour2' is used but not defined" in err["message"], err
 
 
 def t_structured_sdk_parse_with_pydantic(t):
