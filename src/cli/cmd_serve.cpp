@@ -1,4 +1,4 @@
-// metro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--model-name NAME]
+// metro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--model-name NAME | --served-model-name A B ...]
 //             [--api-key-file F] [-t N] [engine flags] [limits]
 // Serves the model over an OpenAI-compatible HTTP API (docs/server.md). The listener is up
 // before the model loads, so /health answers at once and /ready turns 200 when it is loaded.
@@ -85,7 +85,14 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--port", port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--model-name", model_name, "model id in the API (default: the file name without .gguf)");
+  auto* model_name_opt =
+      app.add_option("--model-name", model_name, "model id in the API (default: the file name without .gguf)");
+  std::vector<std::string> served_names;
+  app.add_option("--served-model-name", served_names,
+                 "names requests may give the model, one or more; the first is the one responses report and "
+                 "/v1/models lists first (instead of --model-name)")
+      ->expected(1, -1)
+      ->excludes(model_name_opt);
   app.add_option("--api-key-file", api_key_file, "file of API keys, one per line: `key [tenant]`");
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
@@ -231,7 +238,19 @@ int cmd_serve(int argc, char** argv) {
     return app.exit(e);
   }
   sc.port = static_cast<uint16_t>(port);
-  const std::string name = model_name.empty() ? default_model_name(model_path) : model_name;
+  for (size_t i = 0; i < served_names.size(); ++i) {
+    if (served_names[i].empty()) return fail("serve", invalid_argument("--served-model-name: a name may not be empty"));
+    for (size_t j = 0; j < i; ++j) {
+      if (served_names[j] == served_names[i]) {
+        return fail("serve", invalid_argument("--served-model-name: '" + served_names[i] + "' is given twice"));
+      }
+    }
+  }
+  const std::string name = !served_names.empty() ? served_names.front()
+                           : model_name.empty()  ? default_model_name(model_path)
+                                                 : model_name;
+  const std::vector<std::string> aliases(served_names.empty() ? served_names.end() : served_names.begin() + 1,
+                                         served_names.end());
   auto body_bytes = parse_size(max_body);
   if (!body_bytes.ok()) return fail("serve", body_bytes.status());
   if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
@@ -349,6 +368,7 @@ int cmd_serve(int argc, char** argv) {
     if (trace) eng->add_observer(trace);
     auto served = std::make_shared<gateway::ServedModel>();
     served->name = name;
+    served->aliases = aliases;
     served->engine = std::shared_ptr<engine::Engine>(std::move(eng));
     served->chat_template = std::move(tmpl);
     served->created_unix_s = unix_time_seconds();

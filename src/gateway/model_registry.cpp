@@ -1,14 +1,40 @@
 #include "gateway/model_registry.h"
 
+#include <algorithm>
+
 namespace metro::gateway {
+
+std::vector<std::string> ServedModel::names() const {
+  std::vector<std::string> out{name};
+  out.insert(out.end(), aliases.begin(), aliases.end());
+  return out;
+}
+
+bool ServedModel::answers_to(const std::string& n) const {
+  return n == name || std::find(aliases.begin(), aliases.end(), n) != aliases.end();
+}
 
 Status ModelRegistry::add(std::shared_ptr<ServedModel> model) {
   if (!model || !model->engine) return invalid_argument("a served model needs an engine");
   if (model->name.empty()) return invalid_argument("a served model needs a name");
+  for (size_t i = 0; i < model->aliases.size(); ++i) {
+    const std::string& a = model->aliases[i];
+    if (a.empty()) return invalid_argument("a served model's names may not be empty");
+    if (a == model->name || std::find(model->aliases.begin(), model->aliases.begin() + static_cast<long>(i), a) !=
+                                model->aliases.begin() + static_cast<long>(i)) {
+      return invalid_argument("the name '" + a + "' is given twice");
+    }
+  }
   std::lock_guard lock(mu_);
   for (const auto& m : models_) {
     if (m->name == model->name && m->variant == model->variant) {
       return invalid_argument("the model '" + model->id() + "' is served already");
+    }
+    for (const std::string& n : model->names()) {
+      // Variants share their name; no other name may be answered by two models.
+      if (m->answers_to(n) && !(n == model->name && m->name == model->name)) {
+        return invalid_argument("the name '" + n + "' is served already");
+      }
     }
   }
   models_.push_back(std::move(model));
@@ -18,7 +44,7 @@ Status ModelRegistry::add(std::shared_ptr<ServedModel> model) {
 std::shared_ptr<const ServedModel> ModelRegistry::find(const std::string& name) const {
   std::lock_guard lock(mu_);
   for (const auto& m : models_) {
-    if (m->name == name && m->variant.empty()) return m;
+    if (m->variant.empty() && m->answers_to(name)) return m;
   }
   return nullptr;
 }

@@ -24,7 +24,8 @@
 namespace metro::gateway {
 
 struct ServedModel {
-  std::string name;     // the id in /v1/models and in responses
+  std::string name;     // the id in responses and the first in /v1/models
+  std::vector<std::string> aliases;  // other names requests may use (listed after `name`)
   std::string variant;  // "" for the primary
   std::shared_ptr<engine::Engine> engine;
   std::optional<tokenizer::ChatTemplate> chat_template;  // none: chat requests are refused
@@ -42,11 +43,15 @@ struct ServedModel {
   const tokenizer::Tokenizer& tokenizer() const { return engine->tokenizer(); }
   // "name" or "name@variant".
   std::string id() const { return variant.empty() ? name : name + "@" + variant; }
+  // `name` and the aliases.
+  std::vector<std::string> names() const;
+  bool answers_to(const std::string& n) const;
 };
 
 class ModelRegistry {
  public:
-  // Errors: an empty name, a name or name@variant already served.
+  // Errors: an empty name, a name or name@variant already served, an alias another model
+  // answers to.
   Status add(std::shared_ptr<ServedModel> model);
   // The primary variant of `name`; null when it is not served.
   std::shared_ptr<const ServedModel> find(const std::string& name) const;

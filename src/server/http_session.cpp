@@ -334,7 +334,8 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
   if (!p.model) {
     std::vector<std::string> served;
     for (const auto& m : door.models().all()) {
-      if (m->variant.empty()) served.push_back(m->name);
+      if (!m->variant.empty()) continue;
+      for (const std::string& n : m->names()) served.push_back(n);
     }
     p.result = detail::unknown_model_error(*name, served);
     return p;

@@ -1,4 +1,5 @@
 // Sampling, stop and streaming fields shared by /v1/completions and /v1/chat/completions.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -111,7 +112,8 @@ std::optional<ApiError> check_model(const nlohmann::json& body, const PromptCont
   std::optional<ApiError> err;
   auto model = get_string(body, "model", 4096, &err);
   if (err) return err;
-  if (model && *model != ctx.model_name) {
+  if (model && *model != ctx.model_name &&
+      std::find(ctx.model_aliases.begin(), ctx.model_aliases.end(), *model) == ctx.model_aliases.end()) {
     return not_found_error(
         "The model " + quote_short(*model) + " does not exist; this server serves " + quote_short(ctx.model_name),
         "model", "model_not_found");

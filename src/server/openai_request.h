@@ -39,6 +39,7 @@ struct PromptContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   const tokenizer::ChatTemplate* chat_template = nullptr;  // null: chat answers 400
   std::string model_name;
+  std::vector<std::string> model_aliases;  // other names the request's `model` may give
   int n_ctx = 0;   // context window per sequence
   int n_embd = 0;  // embedding width (the `dimensions` an embeddings request may name)
   // Text longer than this cannot fit the context whatever it tokenizes to (twice the

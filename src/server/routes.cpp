@@ -45,10 +45,10 @@ bool is_json_content_type(std::string ct) {
   return base == "application/json";
 }
 
-// A served model as /v1/models lists it.
-Json model_json(const gateway::ServedModel& m) {
+// A served model as /v1/models lists it, under one of its names.
+Json model_json(const gateway::ServedModel& m, const std::string& id) {
   Json data = Json::object();
-  data["id"] = m.name;
+  data["id"] = id;
   data["object"] = "model";
   data["created"] = m.created_unix_s;
   data["owned_by"] = "metro";
@@ -56,12 +56,13 @@ Json model_json(const gateway::ServedModel& m) {
   return data;
 }
 
-// Every served name once (variants of a name are one model to clients).
+// Every served name once (variants of a name are one model to clients; each alias of a
+// model is an entry of its own, as clients look names up in this list).
 HttpResponse models_list(const gateway::ModelRegistry& registry) {
   Json list = Json::array();
   for (const auto& m : registry.all()) {
     if (!m->variant.empty()) continue;
-    list.push_back(model_json(*m));
+    for (const std::string& n : m->names()) list.push_back(model_json(*m, n));
   }
   Json j = Json::object();
   j["object"] = "list";
@@ -92,7 +93,7 @@ HttpResponse model_one(const gateway::ModelRegistry& registry, const std::string
     return HttpResponse::error(not_found_error(
         "The model '" + sanitize_utf8(id.substr(0, 128)) + "' does not exist", "model", "model_not_found"));
   }
-  return HttpResponse::json(200, dump_json(model_json(*m)));
+  return HttpResponse::json(200, dump_json(model_json(*m, id)));
 }
 
 }  // namespace

@@ -8,7 +8,9 @@ import time
 
 import openai
 
-from e2e_util import request
+import subprocess
+
+from e2e_util import MetroServer, env_int, request
 
 
 def t_models(t):
@@ -230,3 +232,38 @@ def t_tokenize_detokenize(t):
 
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
          t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize]
+
+
+def t_served_model_names(ctx):
+    """--served-model-name A B: both names are listed and answered, responses report the first."""
+    srv = MetroServer(ctx.metro, ctx.model_path, ["--served-model-name", "first-name", "org/second", "--ctx", "512",
+                                                  "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="none", timeout=120,
+                               max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["first-name", "org/second"]
+        assert client.models.retrieve("org/second").id == "org/second"
+        for name in ("first-name", "org/second"):
+            r = client.completions.create(model=name, prompt="Hi", max_tokens=2, temperature=0)
+            assert r.model == "first-name", r.model
+        r = client.chat.completions.create(model="org/second", max_tokens=2,
+                                           messages=[{"role": "user", "content": "Hi"}])
+        assert r.model == "first-name", r.model
+        try:
+            client.completions.create(model=ctx.model_name, prompt="Hi", max_tokens=1)
+            raise AssertionError("the file's name answered although other names were given")
+        except openai.NotFoundError as e:
+            assert "first-name" in e.body["message"] and "org/second" in e.body["message"], e.body
+    finally:
+        srv.kill()
+    for args, want in ((["--served-model-name", "a", "--model-name", "b"], "excludes"),
+                       (["--served-model-name", "a", "a"], "given twice"),
+                       (["--served-model-name"], "served-model-name")):
+        p = subprocess.run([ctx.metro, "serve", "-m", ctx.model_path, "--port", "0"] + args, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
+
+
+SEPARATE_SERVER_TESTS = [t_served_model_names]

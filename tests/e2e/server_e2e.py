@@ -158,7 +158,8 @@ def main():
                 h.run(fn.__name__, fn, t)
         finally:
             t.server.kill()
-        for fn in e2e_sla.TESTS + e2e_spec.TESTS + e2e_tiers.TESTS + e2e_tools.SEPARATE_SERVER_TESTS:
+        for fn in (e2e_api.SEPARATE_SERVER_TESTS + e2e_sla.TESTS + e2e_spec.TESTS + e2e_tiers.TESTS +
+                   e2e_tools.SEPARATE_SERVER_TESTS):
             if only and fn.__name__ not in only:
                 continue
             h.run(fn.__name__, fn, t)
