@@ -1,7 +1,8 @@
-// libFuzzer target: any bytes as the body of /v1/completions, /v1/chat/completions and
-// /v1/embeddings go through the whole request mapping (JSON, validation, chat template,
+// libFuzzer target: any bytes as the body of /v1/completions, /v1/chat/completions,
+// /v1/embeddings and /v1/responses go through the whole request mapping (JSON, validation, chat template,
 // tokenizer) without crashing, and what it accepts the engine accepts too. The same bytes
-// as model output must come out of the response writer as valid UTF-8 JSON.
+// as model output must come out of the response writer as valid UTF-8 JSON (chat and
+// Responses API shapes, streamed or not).
 //
 // Needs the default model's vocabulary and chat template: METRO_MODEL, or
 // models/SmolLM2-135M-Instruct.Q4_1.gguf under the working directory (`make fuzz` runs from
@@ -18,6 +19,8 @@
 #include "server/json_util.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/openai_responses.h"
+#include "server/response_store.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +32,8 @@ struct Fixture {
   std::optional<tokenizer::Tokenizer> tok;
   std::optional<tokenizer::ChatTemplate> tmpl;
   server::PromptContext ctx;
+  // Holds one stored conversation, "resp_fuzz" of tenant "", for previous_response_id.
+  server::ResponseStore store{1 << 20};
 };
 
 const Fixture& fixture() {
@@ -52,6 +57,8 @@ const Fixture& fixture() {
     fx->ctx.model_name = "fuzz";
     fx->ctx.n_ctx = 512;
     fx->ctx.n_embd = 576;
+    fx->store.put("", "resp_fuzz", nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}}), "{}");
+    fx->ctx.responses = &fx->store;
     return fx;
   }();
   return *f;
@@ -77,8 +84,8 @@ void check_accepted(const server::PreparedCall& pc, const Fixture& f) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Fixture& f = fixture();
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  for (auto endpoint :
-       {server::Endpoint::kChatCompletions, server::Endpoint::kCompletions, server::Endpoint::kEmbeddings}) {
+  for (auto endpoint : {server::Endpoint::kChatCompletions, server::Endpoint::kCompletions,
+                        server::Endpoint::kEmbeddings, server::Endpoint::kResponses}) {
     auto r = server::prepare_request(endpoint, body, f.ctx, {});
     if (r.ok()) {
       check_accepted(*r, f);
@@ -88,24 +95,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   // The bytes as model output: never invalid UTF-8 or broken JSON on the way out.
-  server::ResponseSpec spec;
-  spec.endpoint = server::Endpoint::kChatCompletions;
-  spec.stream = size % 2 == 0;
-  spec.chat_logprobs = true;
-  server::ResponseFormatter fmt(spec, *f.tok, 1, "chatcmpl-fuzz", 0);
-  engine::Event e;
-  e.kind = engine::Event::Kind::kDelta;
-  e.text.assign(body);
-  e.tokens.push_back({static_cast<int32_t>(size % static_cast<size_t>(f.tok->n_vocab())), -1.0f, {}});
-  std::string out;
-  fmt.on_event(0, e, &out);
-  engine::Event fin;
-  fin.kind = engine::Event::Kind::kFinish;
-  fmt.on_event(0, fin, &out);
-  engine::Event done;
-  done.kind = engine::Event::Kind::kDone;
-  fmt.on_event(0, done, &out);
-  out += fmt.finish();
-  METRO_CHECK(server::is_valid_utf8(out));
+  for (auto endpoint : {server::Endpoint::kChatCompletions, server::Endpoint::kResponses}) {
+    server::ResponseSpec spec;
+    spec.endpoint = endpoint;
+    spec.stream = size % 2 == 0;
+    spec.chat_logprobs = true;
+    if (endpoint == server::Endpoint::kResponses) {
+      auto rc = std::make_shared<server::ResponsesCall>();
+      rc->echo = nlohmann::ordered_json{{"instructions", nullptr}, {"max_output_tokens", nullptr},
+                                        {"previous_response_id", nullptr}, {"temperature", 1.0}, {"top_p", 1.0},
+                                        {"store", false}, {"metadata", nlohmann::ordered_json::object()},
+                                        {"text", {{"format", {{"type", "text"}}}}}, {"user", nullptr}};
+      spec.responses = std::move(rc);
+    }
+    server::ResponseFormatter fmt(spec, *f.tok, 1, "fuzz", 0);
+    engine::Event e;
+    e.kind = engine::Event::Kind::kDelta;
+    e.text.assign(body);
+    e.tokens.push_back({static_cast<int32_t>(size % static_cast<size_t>(f.tok->n_vocab())), -1.0f, {}});
+    std::string out;
+    fmt.on_event(0, e, &out);
+    engine::Event fin;
+    fin.kind = engine::Event::Kind::kFinish;
+    fmt.on_event(0, fin, &out);
+    engine::Event done;
+    done.kind = engine::Event::Kind::kDone;
+    fmt.on_event(0, done, &out);
+    out += fmt.finish();
+    METRO_CHECK(server::is_valid_utf8(out));
+  }
   return 0;
 }

@@ -74,6 +74,7 @@ void raise_fd_limit() {
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "metro serve"};
   std::string model_path, model_name, api_key_file, chat_template_file;
+  std::string response_store = "64MiB";
   std::string kv_memory, kv_type = "f16", max_body = "4MiB", prep_bytes = "256MiB", prep_bytes_tenant = "64MiB";
   server::ServerConfig sc;
   engine::EngineConfig ec;
@@ -93,6 +94,9 @@ int cmd_serve(int argc, char** argv) {
                  "/v1/models lists first (instead of --model-name)")
       ->expected(1, -1)
       ->excludes(model_name_opt);
+  app.add_option("--response-store", response_store,
+                 "memory for stored /v1/responses answers, what previous_response_id continues (0: none kept)")
+      ->capture_default_str();
   app.add_option("--api-key-file", api_key_file, "file of API keys, one per line: `key [tenant]`");
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
@@ -255,6 +259,9 @@ int cmd_serve(int argc, char** argv) {
   if (!body_bytes.ok()) return fail("serve", body_bytes.status());
   if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
   sc.limits.max_body_bytes = static_cast<size_t>(*body_bytes);
+  auto store_bytes = parse_size(response_store);
+  if (!store_bytes.ok()) return fail("serve", store_bytes.status());
+  sc.response_store_bytes = static_cast<size_t>(*store_bytes);
   for (auto [flag, text, out] : {std::tuple{"--prep-queue-bytes", &prep_bytes, &sc.prep_queue_bytes},
                                  std::tuple{"--prep-queue-bytes-per-tenant", &prep_bytes_tenant,
                                             &sc.prep_queue_bytes_per_tenant}}) {

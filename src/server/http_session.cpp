@@ -340,7 +340,13 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
     p.result = detail::unknown_model_error(*name, served);
     return p;
   }
-  const PromptContext ctx = prompt_context(*p.model, core_.config().limits);
+  PromptContext ctx = prompt_context(*p.model, core_.config().limits);
+  ctx.responses = &core_.responses();
+  std::optional<nlohmann::ordered_json> ordered;
+  if (needs_key_order(endpoint, body)) {
+    ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (ordered->is_object()) ctx.ordered_body = &*ordered;
+  }
   if (endpoint == Endpoint::kTokenize || endpoint == Endpoint::kDetokenize) {
     auto answer = endpoint == Endpoint::kTokenize ? tokenize_response(*json, ctx) : detokenize_response(*json, ctx);
     if (!answer.ok()) {

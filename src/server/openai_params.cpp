@@ -26,6 +26,8 @@ const char* endpoint_path(Endpoint e) {
       return "/tokenize";
     case Endpoint::kDetokenize:
       return "/detokenize";
+    case Endpoint::kResponses:
+      return "/v1/responses";
   }
   return "?";
 }

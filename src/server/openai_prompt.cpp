@@ -6,6 +6,7 @@
 #include "grammar/cache.h"
 #include "server/json_util.h"
 #include "server/openai_request.h"
+#include "server/openai_responses.h"
 #include "tokenizer/chat_template.h"
 
 namespace metro::server {
@@ -351,13 +352,18 @@ ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body
                                         const CallContext& call) {
   auto j = parse_body(body);
   if (!j.ok()) return j.error();
-  if (body.find("json_schema") != std::string_view::npos || body.find("\"tools\"") != std::string_view::npos) {
+  if (needs_key_order(endpoint, body)) {
     const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
     PromptContext with_order = ctx;
     with_order.ordered_body = ordered.is_object() ? &ordered : nullptr;
     return prepare_parsed_request(endpoint, *j, with_order, call);
   }
   return prepare_parsed_request(endpoint, *j, ctx, call);
+}
+
+bool needs_key_order(Endpoint endpoint, std::string_view body) {
+  return endpoint == Endpoint::kResponses || body.find("json_schema") != std::string_view::npos ||
+         body.find("\"tools\"") != std::string_view::npos;
 }
 
 ApiResult<std::string> requested_model(const nlohmann::json& body) {
@@ -393,6 +399,9 @@ ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann
         return prepare_chat(*j, ctx, call);
       case Endpoint::kEmbeddings:
         return prepare_embeddings(*j, ctx, call);
+      case Endpoint::kResponses:
+        if (ctx.ordered_body != nullptr) return prepare_responses(*ctx.ordered_body, ctx, call);
+        return prepare_responses(nlohmann::ordered_json::parse(j->dump()), ctx, call);
       case Endpoint::kTokenize:
       case Endpoint::kDetokenize:
         break;  // answered without the engine: tokenize_response() / detokenize_response()

@@ -29,9 +29,12 @@ class ChatTemplate;
 
 namespace metro::server {
 
+class ResponseStore;
+struct ResponsesCall;
+
 // The model endpoints: those that run the engine, and the tokenizer's (answered on the
 // prep thread, no engine step).
-enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kEmbeddings, kTokenize, kDetokenize };
+enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kEmbeddings, kTokenize, kDetokenize, kResponses };
 const char* endpoint_path(Endpoint e);
 
 // What preparing a request needs of the loaded model.
@@ -52,6 +55,8 @@ struct PromptContext {
   // The body parsed again keeping key order, when it has a JSON schema (its properties
   // are generated in the order given); null otherwise.
   const nlohmann::ordered_json* ordered_body = nullptr;
+  // Stored responses (/v1/responses `previous_response_id`, `store`); null: none kept.
+  ResponseStore* responses = nullptr;
 };
 
 // What the HTTP layer knows of a request besides its body.
@@ -82,6 +87,8 @@ struct ResponseSpec {
   bool base64 = false;
   // Chat with tools (tool_choice other than none): the output is read as tool calls.
   std::shared_ptr<const ToolRequest> tools;
+  // /v1/responses: what the response object repeats and where it is stored.
+  std::shared_ptr<const ResponsesCall> responses;
 };
 
 struct PreparedCall {
@@ -96,6 +103,9 @@ ApiResult<PreparedCall> prepare_request(Endpoint endpoint, std::string_view body
 ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann::json& body, const PromptContext& ctx,
                                         const CallContext& call);
 
+// Whether the body must also be read in key order (PromptContext::ordered_body): it may hold
+// a JSON schema or tools, or it is a /v1/responses request.
+bool needs_key_order(Endpoint endpoint, std::string_view body);
 // A request body as JSON: 400 for an empty body, invalid JSON, deep nesting, not an object.
 ApiResult<nlohmann::json> parse_body(std::string_view body);
 // The body's `model`: "" when absent; 400 when it is not a string.

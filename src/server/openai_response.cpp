@@ -22,6 +22,7 @@ std::string make_response_id(Endpoint endpoint) {
   std::mt19937_64 rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
   std::string id = endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
                    : endpoint == Endpoint::kCompletions   ? "cmpl-"
+                   : endpoint == Endpoint::kResponses     ? "resp_"
                                                           : "embd-";
   for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
   return id;
@@ -216,6 +217,12 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   }
   const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
   std::string text = sanitize_utf8(e.text);
+  if (spec_.endpoint == Endpoint::kResponses) {
+    c.text += text;
+    c.started = true;
+    if (spec_.stream) responses_delta(text, out);
+    return;
+  }
   const bool tool_stream = spec_.stream && parses_tools();
   ToolStreamPieces pieces;
   if (tool_stream) {
@@ -336,12 +343,17 @@ void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string
     c.finish_reason = "abort";
     if (spec_.stream && !failure_sent_) {
       failure_sent_ = true;
-      *out += sse_event(failure_->body());
+      if (spec_.endpoint == Endpoint::kResponses) {
+        *out += responses_event(nlohmann::ordered_json{
+            {"type", "error"}, {"code", failure_->code}, {"message", failure_->message}, {"param", nullptr}});
+      } else {
+        *out += sse_event(failure_->body());
+      }
     }
     return;
   }
   c.finish_reason = engine::finish_reason_name(e.reason);
-  if (!spec_.stream) return;
+  if (!spec_.stream || spec_.endpoint == Endpoint::kResponses) return;
   const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
   if (chat && !c.started) {
     engine::Event none;  // a choice that produced no token still announces its role
@@ -368,6 +380,7 @@ void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string
 }
 
 std::string ResponseFormatter::finish() {
+  if (spec_.endpoint == Endpoint::kResponses) return responses_finish();
   if (!spec_.stream) return finish_body();
   std::string out;
   if (spec_.include_usage && !failure_) {

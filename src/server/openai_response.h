@@ -2,7 +2,8 @@
 //
 // One ResponseFormatter per HTTP request. The engine requests of a call (one per prompt)
 // feed it their events in order; it builds either streamed chunks (`data: {...}\n\n`, then
-// `data: [DONE]\n\n`) or, after every request is done, one JSON body. Output is always
+// `data: [DONE]\n\n`; for /v1/responses the Responses API's typed events) or, after every
+// request is done, one JSON body. Output is always
 // valid UTF-8: text from the model has ill-formed bytes replaced with U+FFFD.
 #pragma once
 
@@ -20,7 +21,7 @@
 
 namespace metro::server {
 
-// "chatcmpl-...", "cmpl-..." or "embd-..." with 24 random alphanumerics.
+// "chatcmpl-...", "cmpl-...", "resp_..." or "embd-..." with 24 random alphanumerics.
 std::string make_response_id(Endpoint endpoint);
 
 // One SSE event carrying `json_text`.
@@ -76,6 +77,15 @@ class ResponseFormatter {
   // are written.
   void send_tool_pieces(size_t ci, const ToolStreamPieces& pieces, nlohmann::ordered_json lp, std::string* out);
   bool parses_tools() const { return spec_.tools != nullptr && spec_.endpoint == Endpoint::kChatCompletions; }
+  // /v1/responses (openai_responses.cpp): one SSE event of the Responses API stream, with
+  // its sequence number; the output message and the response object in a given status;
+  // the events that open a streamed response; a piece of text; the body or closing events.
+  std::string responses_event(nlohmann::ordered_json ev);
+  nlohmann::ordered_json responses_message(const char* status) const;
+  nlohmann::ordered_json responses_object(const char* status) const;
+  std::string responses_open();
+  void responses_delta(const std::string& text, std::string* out);
+  std::string responses_finish();
 
   ResponseSpec spec_;
   tokenizer::Tokenizer tok_;
@@ -95,6 +105,11 @@ class ResponseFormatter {
   // token so far (a whole body names them all); -1 / 0 on a server with one tier.
   int8_t last_tier_ = -1;
   uint8_t tiers_seen_ = 0;
+  // /v1/responses: the output message's id, the stream's next sequence number, and whether
+  // the opening events went out.
+  std::string message_id_;
+  int64_t responses_seq_ = 0;
+  bool responses_open_ = false;
 };
 
 // `system_fingerprint`: "metro", or on a server with precision tiers "metro-" and the tiers

@@ -96,6 +96,25 @@ HttpResponse model_one(const gateway::ModelRegistry& registry, const std::string
   return HttpResponse::json(200, dump_json(model_json(*m, id)));
 }
 
+// GET or DELETE /v1/responses/{id}: a stored response of the caller's tenant.
+HttpResponse stored_response(ResponseStore& store, const std::string& tenant, const std::string& id, bool get) {
+  const auto missing = [&] {
+    return HttpResponse::error(not_found_error(
+        "Response with id '" + sanitize_utf8(id.substr(0, 128)) + "' not found.", "response_id", "response_not_found"));
+  };
+  if (get) {
+    auto e = store.get(tenant, id);
+    if (!e) return missing();
+    return HttpResponse::json(200, e->response_json);
+  }
+  if (!store.erase(tenant, id)) return missing();
+  Json j = Json::object();
+  j["id"] = id;
+  j["object"] = "response.deleted";
+  j["deleted"] = true;
+  return HttpResponse::json(200, dump_json(j));
+}
+
 }  // namespace
 
 RouteDecision route_request(const RequestHead& head, ServerCore& core) {
@@ -163,7 +182,8 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
                       : "Incorrect API key provided.";
       e.code = "invalid_api_key";
       if (path != "/v1/completions" && path != "/v1/chat/completions" && path != "/v1/embeddings" &&
-          path != "/v1/models" && path.rfind("/v1/models/", 0) != 0 && path != "/tokenize" && path != "/detokenize") {
+          path != "/v1/models" && path.rfind("/v1/models/", 0) != 0 && path != "/tokenize" && path != "/detokenize" &&
+          path != "/v1/responses" && path.rfind("/v1/responses/", 0) != 0) {
         d.endpoint = "other";  // unknown routes share one label
       }
       d.response = HttpResponse::error(e);
@@ -183,10 +203,13 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     endpoint = Endpoint::kTokenize;
   else if (path == "/detokenize")
     endpoint = Endpoint::kDetokenize;
+  else if (path == "/v1/responses")
+    endpoint = Endpoint::kResponses;
   const bool models = path == "/v1/models";
   // The id may hold '/' (names such as "org/model"): everything after the prefix.
   const bool one_model = path.rfind("/v1/models/", 0) == 0 && path.size() > 11;
-  if (!endpoint && !models && !one_model) {
+  const bool one_response = path.rfind("/v1/responses/", 0) == 0 && path.size() > 14;
+  if (!endpoint && !models && !one_model && !one_response) {
     d.endpoint = "other";
     d.response = HttpResponse::error(
         not_found_error("no route for " + head.method + " " + sanitize_utf8(path.substr(0, 128)), "", "unknown_route"));
@@ -198,6 +221,16 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
   }
   if (endpoint && !post) {
     d.response = not_allowed("POST");
+    return d;
+  }
+  if (one_response) {
+    // Answered from the store: no model, loaded or not, is needed.
+    d.endpoint = "/v1/responses/{id}";  // one metrics label for every id
+    if (!get && head.method != "DELETE") {
+      d.response = not_allowed("GET, DELETE");
+      return d;
+    }
+    d.response = stored_response(core.responses(), d.call.tenant, percent_decode(path.substr(14)), get);
     return d;
   }
 

@@ -3,6 +3,8 @@
 //   GET  /                      web UI            GET  /health    200 while the process lives
 //   GET  /ready                 200 once loaded   GET  /metrics   Prometheus text
 //   GET  /v1/models             POST /v1/completions, /v1/chat/completions, /v1/embeddings
+//   GET  /v1/models/{id}        POST /v1/responses, /tokenize, /detokenize
+//   GET, DELETE /v1/responses/{id}   a stored response of the caller's tenant
 //
 // Cheap routes are answered at once on the I/O thread; model routes pass auth, loading,
 // draining and content-type checks here and are then prepared on a worker thread.

@@ -42,7 +42,10 @@ void stop_engines(ServerCore& core) {
 }  // namespace
 
 ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
-    : config_(std::move(config)), front_door_(config_.front_door), prep_pool_(prep_pool) {
+    : config_(std::move(config)),
+      front_door_(config_.front_door),
+      prep_pool_(prep_pool),
+      responses_(config_.response_store_bytes) {
   if (!front_door_) {
     gateway::FrontDoorConfig fd;
     fd.admission = gateway::AdmissionMode::kOff;

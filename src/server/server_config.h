@@ -47,6 +47,8 @@ struct ServerConfig {
   double drain_timeout_s = 30.0;        // SIGTERM: wait this long for in-flight requests
   bool handle_signals = true;           // SIGTERM/SIGINT drain (off for in-process tests)
   RequestLimits limits;
+  // Bytes of stored /v1/responses answers (least recently used dropped first; 0: none kept).
+  size_t response_store_bytes = size_t{64} << 20;
   ApiKeys api_keys;                     // empty: no authentication
   // Quotas, admission, the models served; null: a front door that admits everything.
   std::shared_ptr<gateway::FrontDoor> front_door;

@@ -10,6 +10,7 @@
 #include "gateway/front_door.h"
 #include "server/metrics.h"
 #include "server/prep_queue.h"
+#include "server/response_store.h"
 #include "server/server_config.h"
 
 namespace metro::server {
@@ -25,6 +26,8 @@ class ServerCore {
   // Quotas, admission and the served models (never null).
   gateway::FrontDoor& front_door() { return *front_door_; }
   const gateway::FrontDoor& front_door() const { return *front_door_; }
+  // Stored /v1/responses answers.
+  ResponseStore& responses() { return responses_; }
 
   // True once the loader has finished: model routes are served.
   bool loaded() const { return loaded_.load(std::memory_order_acquire); }
@@ -59,6 +62,7 @@ class ServerCore {
   ServerMetrics metrics_;
   metrics::Registration metrics_registration_;
   PrepQueue* prep_pool_;
+  ResponseStore responses_;
   std::atomic<bool> loaded_{false};
   std::atomic<bool> draining_{false};
   mutable std::mutex mu_;

@@ -230,8 +230,108 @@ def t_tokenize_detokenize(t):
     assert st == 405, st
 
 
+def t_responses(t):
+    """POST /v1/responses through the SDK: the same greedy text as the chat request it
+    amounts to, the event stream the SDK reads, stored conversations continued with
+    previous_response_id, retrieve and delete, tenants kept apart, structured output and the
+    refusals."""
+    c = t.client
+    first = "What is the capital of France?"
+    r = c.responses.create(model=t.model_name, instructions="Answer briefly.", input=first, max_output_tokens=16,
+                           temperature=0, metadata={"run": "e2e"})
+    assert r.object == "response" and r.id.startswith("resp_") and r.model == t.model_name, r
+    assert r.status in ("completed", "incomplete") and r.output_text, r
+    assert r.instructions == "Answer briefly." and r.metadata == {"run": "e2e"} and r.store is True, r
+    assert 0 < r.usage.output_tokens <= 16 and r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    if r.status == "incomplete":
+        assert r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 16, r
+    chat = c.chat.completions.create(model=t.model_name, max_tokens=16, temperature=0, messages=[
+        {"role": "system", "content": "Answer briefly."}, {"role": "user", "content": first}])
+    assert r.output_text == chat.choices[0].message.content, (r.output_text, chat.choices[0].message.content)
+    assert r.usage.input_tokens == chat.usage.prompt_tokens, (r.usage, chat.usage)
+
+    events = list(c.responses.create(model=t.model_name, instructions="Answer briefly.", input=first,
+                                     max_output_tokens=16, temperature=0, stream=True))
+    types = [e.type for e in events]
+    done = "response.incomplete" if r.status == "incomplete" else "response.completed"
+    assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"], types
+    assert types[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          done], types
+    assert set(types[4:-4]) == {"response.output_text.delta"}, types
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == r.output_text
+    assert events[-1].response.output_text == r.output_text and events[-1].response.usage.output_tokens > 0
+    assert events[0].response.status == "in_progress" and events[0].response.id == events[-1].response.id
+
+    # A stored conversation continues: the same text as the chat with the whole history
+    # (instructions are not carried over, as OpenAI does).
+    second = "And of Italy?"
+    r2 = c.responses.create(model=t.model_name, previous_response_id=r.id, input=second, max_output_tokens=12,
+                            temperature=0)
+    assert r2.previous_response_id == r.id and r2.instructions is None, r2
+    chat2 = c.chat.completions.create(model=t.model_name, max_tokens=12, temperature=0, messages=[
+        {"role": "user", "content": first}, {"role": "assistant", "content": r.output_text},
+        {"role": "user", "content": second}])
+    assert r2.output_text == chat2.choices[0].message.content, (r2.output_text, chat2.choices[0].message.content)
+    got = c.responses.retrieve(r2.id)
+    assert got.id == r2.id and got.output_text == r2.output_text, got
+
+    # Another tenant sees nothing of it: not by id, not as a conversation to continue.
+    other = openai.OpenAI(base_url=f"http://127.0.0.1:{t.port}/v1", api_key=t.other_key, max_retries=0)
+    for call in (lambda: other.responses.retrieve(r2.id), lambda: other.responses.delete(r2.id),
+                 lambda: other.responses.create(model=t.model_name, previous_response_id=r2.id, input="x",
+                                                max_output_tokens=1)):
+        try:
+            call()
+            raise AssertionError("another tenant reached a stored response")
+        except openai.NotFoundError as e:
+            assert e.body["code"] in ("response_not_found", "previous_response_not_found"), e.body
+
+    c.responses.delete(r2.id)
+    for call in (lambda: c.responses.retrieve(r2.id),
+                 lambda: c.responses.create(model=t.model_name, previous_response_id=r2.id, input="x")):
+        try:
+            call()
+            raise AssertionError("a deleted response was found")
+        except openai.NotFoundError as e:
+            assert e.body["code"] in ("response_not_found", "previous_response_not_found"), e.body
+    unstored = c.responses.create(model=t.model_name, input="Hi", max_output_tokens=2, store=False)
+    try:
+        c.responses.retrieve(unstored.id)
+        raise AssertionError("a response with store false was stored")
+    except openai.NotFoundError:
+        pass
+
+    # Structured output through text.format, items with content parts, developer messages.
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+              "required": ["city"], "additionalProperties": False}
+    rs = c.responses.create(model=t.model_name, max_output_tokens=40, temperature=0,
+                            input=[{"role": "developer", "content": "Reply in JSON."},
+                                   {"type": "message", "role": "user",
+                                    "content": [{"type": "input_text", "text": "Name a city."}]}],
+                            text={"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": True}})
+    assert rs.text.format.type == "json_schema", rs.text
+    if rs.status == "completed":
+        j = json.loads(rs.output_text)
+        assert set(j) == {"city"} and isinstance(j["city"], str), j
+
+    for kw, param in ((dict(input="x", tools=[{"type": "function", "name": "f", "parameters": {}}]), "tools"),
+                      (dict(input=[{"type": "function_call_output", "call_id": "c", "output": "1"}]), "input"),
+                      (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
+                       "input"),
+                      (dict(input="x", max_output_tokens=0), "max_output_tokens"),
+                      (dict(input="x", text={"format": {"type": "yaml"}}), "text.format"),
+                      (dict(), "input")):
+        try:
+            c.responses.create(model=t.model_name, **kw)
+            raise AssertionError(f"{kw} was accepted")
+        except openai.BadRequestError as e:
+            assert e.body["param"] == param, (kw, e.body)
+
+
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
-         t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize]
+         t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize, t_responses]
 
 
 def t_served_model_names(ctx):

@@ -38,11 +38,12 @@ class Context:
         self.model_name = "metro-e2e"
         self.key = "sk-metro-e2e-0123456789abcdef"
         self.auth = {"Authorization": f"Bearer {self.key}"}
+        self.other_key = "sk-metro-e2e-other-tenant-0123"  # a second tenant
         self.n_ctx = 1024
         self.idle_timeout = 3
         self.drain_timeout = 120
         # Strings no error body may contain (docs/reliability.md 24).
-        self.secrets = [self.key, os.path.abspath(args.model), key_file, "/work/", "/home/"]
+        self.secrets = [self.key, self.other_key, os.path.abspath(args.model), key_file, "/work/", "/home/"]
         self.notes = []
         info = json.loads(subprocess.run([self.metro, "inspect", args.model, "--json"], check=True,
                                          capture_output=True, text=True).stdout)
@@ -141,7 +142,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         key_file = os.path.join(tmp, "keys.txt")
         with open(key_file, "w") as f:
-            f.write("# e2e keys\nsk-metro-e2e-0123456789abcdef tenant-e2e\n")
+            f.write("# e2e keys\nsk-metro-e2e-0123456789abcdef tenant-e2e\n"
+                    "sk-metro-e2e-other-tenant-0123 tenant-other\n")
         t = Context(args, key_file)
         t.tmp = tmp
         t.server.start()
