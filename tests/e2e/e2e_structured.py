@@ -285,6 +285,28 @@ def t_structured_gbnf(t):
     assert "'colour2' is used but not defined" in err["message"], err
 
 
+def t_structured_properties_in_schema_order(t):
+    """Over HTTP, an object's properties come out in the order the schema lists them (not
+    sorted), on chat and on /v1/responses."""
+    schema = {"type": "object", "properties": {"zeta": {"type": "string", "maxLength": 8},
+                                               "alpha": {"type": "integer"}, "mid": {"type": "boolean"}},
+              "required": ["zeta", "alpha", "mid"], "additionalProperties": False}
+    st, data = _chat(t, {"temperature": 0, "max_tokens": 60, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "o", "schema": schema, "strict": True}}})
+    assert st == 200, data[:300]
+    text, finish = _text_and_finish(data, stream=False)
+    assert finish == "stop", (finish, text)
+    assert [k for k, _ in json.loads(text, object_pairs_hook=list)] == ["zeta", "alpha", "mid"], text
+    st, _, data = request(t.port, "POST", "/v1/responses", {
+        "model": t.model_name, "input": PROMPT, "max_output_tokens": 60, "temperature": 0,
+        "text": {"format": {"type": "json_schema", "name": "o", "schema": schema, "strict": True}}}, t.auth)
+    assert st == 200, data[:300]
+    r = json.loads(data)
+    assert r["status"] == "completed", r
+    out = r["output"][0]["content"][0]["text"]
+    assert [k for k, _ in json.loads(out, object_pairs_hook=list)] == ["zeta", "alpha", "mid"], out
+
+
 def t_structured_sdk_parse_with_pydantic(t):
     class Weather(pydantic.BaseModel):
         city: str = pydantic.Field(max_length=20)
@@ -324,4 +346,5 @@ def t_structured_refusals(t):
 
 
 TESTS = [t_structured_refusals, t_structured_json_object_and_choice, t_structured_json_schema_corpus,
-         t_structured_regex, t_structured_gbnf, t_structured_sdk_parse_with_pydantic]
+         t_structured_regex, t_structured_gbnf, t_structured_properties_in_schema_order,
+         t_structured_sdk_parse_with_pydantic]
