@@ -10,6 +10,7 @@ PACKAGES=(
   libboost-dev                     # Asio / Beast (header-only)
   nlohmann-json3-dev libpcre2-dev libcli11-dev
   python3 python3-pip python3-venv
+  libreadline8                     # line editing in `metro chat` (loaded at run time)
 )
 
 missing=()

@@ -1,9 +1,11 @@
-// metro run -m MODEL -p PROMPT [-n 128] [--temp 0.8] [--top-p P] [--top-k K] [--seed S]
+// metro run -m MODEL [-p PROMPT | -f FILE] [-n 128] [--temp 0.8] [--top-p P] [--top-k K] [--seed S]
 //           [--chat] [-t N] [--spec off|ngram] [--spec-max-k K] [--prediction FILE]
-// Streams the generated text (only the text) to stdout, statistics to stderr.
+// Streams the generated text (only the text) to stdout, statistics to stderr. Without -p or
+// -f the prompt is read from stdin.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
@@ -25,8 +27,8 @@ int cmd_run(int argc, char** argv) {
   bool chat = false, ignore_eos = false, no_repack = false;
   std::string device = "cpu";
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
-  app.add_option("-p,--prompt", prompt, "prompt text");
-  app.add_option("-f,--file", prompt_file, "read the prompt from a file");
+  auto* prompt_opt = app.add_option("-p,--prompt", prompt, "prompt text (neither -p nor -f: read from stdin)");
+  app.add_option("-f,--file", prompt_file, "read the prompt from a file")->excludes(prompt_opt);
   app.add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 20));
   app.add_option("--temp", temp, "temperature (0: greedy)");
   app.add_option("--top-p", top_p, "nucleus sampling mass (1: off)");
@@ -51,8 +53,12 @@ int cmd_run(int argc, char** argv) {
   }
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
-    if (!in) return fail("run", io_error("cannot read the prompt file"));
+    if (!in) return fail("run", io_error("cannot read the prompt file '" + prompt_file + "'"));
     prompt.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else if (app.count("--prompt") == 0) {
+    prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    // A prompt typed or piped as a line: the line's end is not part of it.
+    if (!prompt.empty() && prompt.back() == '\n') prompt.pop_back();
   }
   auto lm = load_model(model_path, !no_repack, device);
   if (!lm.ok()) return fail("run", lm.status());

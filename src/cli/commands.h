@@ -6,6 +6,7 @@ namespace metro::cli {
 
 int cmd_inspect(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);

@@ -27,6 +27,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"serve", metro::cli::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
     {"run", metro::cli::cmd_run, "generate text from a prompt"},
+    {"chat", metro::cli::cmd_chat, "chat with a model in the terminal"},
     {"bench", metro::cli::cmd_bench, "measure prompt processing and generation speed"},
     {"perplexity", metro::cli::cmd_perplexity, "perplexity of a model over a text file"},
     {"sensitivity", metro::cli::cmd_sensitivity, "what lowering each weight matrix costs; a plan for a byte budget"},

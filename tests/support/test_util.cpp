@@ -61,7 +61,7 @@ void TempFile::write(const std::string& text) const {
 // forked child that allocates before exec can inherit a lock another thread held at the
 // fork and wait on it forever (seen once under ASan in CI: a 900 s ctest timeout).
 // A child that runs past the watchdog is killed, so a hang fails with its output instead.
-CommandResult run_metro(const std::vector<std::string>& args) {
+CommandResult run_metro(const std::vector<std::string>& args, const std::string& stdin_file) {
   constexpr int kWatchdogMs = 600 * 1000;
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -77,6 +77,7 @@ CommandResult run_metro(const std::vector<std::string>& args) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);  // dup2 clears FD_CLOEXEC
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  if (!stdin_file.empty()) posix_spawn_file_actions_addopen(&actions, 0, stdin_file.c_str(), O_RDONLY, 0);
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);

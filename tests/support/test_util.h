@@ -35,8 +35,9 @@ struct CommandResult {
   std::string err;          // stderr
 };
 
-// Runs build/bin/metro with arguments (no shell), capturing stdout and stderr.
-CommandResult run_metro(const std::vector<std::string>& args);
+// Runs build/bin/metro with arguments (no shell), capturing stdout and stderr; stdin is the
+// file `stdin_file` when given (else the test's own).
+CommandResult run_metro(const std::vector<std::string>& args, const std::string& stdin_file = {});
 
 std::string source_path(const std::string& relative);
 
