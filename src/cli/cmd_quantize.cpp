@@ -104,6 +104,9 @@ int cmd_quantize(int argc, char** argv) {
     if (!t.ok()) return fail("quantize", t.status());
     plan.type = *t;
   }
+  if (same_file(in_path, out_path)) {
+    return fail("quantize", invalid_argument("the output '" + out_path + "' is the input file; write another file"));
+  }
   auto in = gguf::File::open(in_path);
   if (!in.ok()) return fail("quantize", in.status());
   model::Importance importance;
@@ -134,10 +137,7 @@ int cmd_quantize(int argc, char** argv) {
     const std::string& m = bytes.status().message();
     return fail("quantize", m.starts_with("plan: ") ? invalid_argument("--" + m) : bytes.status());
   }
-  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
-  out.close();
-  if (!out) return fail("quantize", io_error("cannot write " + out_path));
+  if (Status st = write_file_atomically(out_path, bytes->data(), bytes->size()); !st.ok()) return fail("quantize", st);
   std::string summary;
   for (const auto& [type, n] : rep.converted) {
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " to " + std::string(kernels::dtype_name(type));

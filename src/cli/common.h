@@ -55,4 +55,10 @@ Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
 // "metro <cmd>: <message>" on stderr; returns 1.
 int fail(const char* cmd, const Status& s);
 
+// Whether two paths name one file (same device and inode); false when either does not exist.
+bool same_file(const std::string& a, const std::string& b);
+// Writes `data` to a temporary file beside `path` and renames it into place, so a failure
+// (a full disk, a kill) never leaves a half-written file under `path`.
+Status write_file_atomically(const std::string& path, const void* data, size_t size);
+
 }  // namespace metro::cli

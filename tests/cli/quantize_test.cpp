@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +63,42 @@ TEST(QuantizeCli, RewritesMatricesAndKeepsEverythingElse) {
   }
   auto bad = run_metro({"quantize", in.path(), out.path(), "--type", "q3_x"});
   EXPECT_EQ(bad.exit_code, 1);
+}
+
+// Writing over the input (the same file by another path too) is refused before any work and
+// leaves it whole; a failed write leaves no file and no temporary behind.
+TEST(QuantizeCli, NeverWritesOverItsInputOrLeavesHalfAFile) {
+  metro::testing::SyntheticModelSpec spec;
+  spec.matrix_type = kernels::DType::kF16;
+  TempFile in;
+  const std::vector<uint8_t> bytes = metro::testing::make_synthetic_model(spec);
+  in.write(bytes);
+  const std::string dir = in.path().substr(0, in.path().rfind('/'));
+  const std::string name = in.path().substr(in.path().rfind('/') + 1);
+  for (const std::string& same : {in.path(), dir + "/./" + name}) {
+    auto r = run_metro({"quantize", in.path(), same, "--type", "q8_0"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("is the input file"), std::string::npos) << r.err;
+  }
+  std::ifstream back(in.path(), std::ios::binary);
+  const std::vector<uint8_t> now((std::istreambuf_iterator<char>(back)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(now == bytes) << "the input changed";
+  // A directory that does not exist: the error names the path, nothing is left.
+  const std::string missing = dir + "/no-such-dir-metro/out.gguf";
+  auto r = run_metro({"quantize", in.path(), missing, "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no-such-dir-metro/out.gguf.tmp."), std::string::npos) << r.err;
+  // A successful write replaces an existing output whole, with no temporary left beside it.
+  TempFile out;
+  out.write(std::string("old contents"));
+  auto ok = run_metro({"quantize", in.path(), out.path(), "--type", "q8_0"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(gguf::File::open(out.path()).ok());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(out.path().substr(out.path().rfind('/') + 1) + ".tmp."),
+              std::string::npos)
+        << entry.path();
+  }
 }
 
 // K-quant targets on rows that do not divide into 256-blocks get a 32-block format; a plan
