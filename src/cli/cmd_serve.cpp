@@ -16,6 +16,7 @@
 
 #include "backends/registry.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/tier_flags.h"
@@ -74,7 +75,7 @@ void raise_fd_limit() {
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "metro serve"};
   std::string model_path, model_name, api_key_file, chat_template_file;
-  std::string response_store = "64MiB";
+  std::string response_store = "64MiB", log_format = "text";
   std::string kv_memory, kv_type = "f16", max_body = "4MiB", prep_bytes = "256MiB", prep_bytes_tenant = "64MiB";
   server::ServerConfig sc;
   engine::EngineConfig ec;
@@ -96,6 +97,11 @@ int cmd_serve(int argc, char** argv) {
       ->excludes(model_name_opt);
   app.add_option("--response-store", response_store,
                  "memory for stored /v1/responses answers, what previous_response_id continues (0: none kept)")
+      ->capture_default_str();
+  app.add_option("--log-format", log_format,
+                 "text, or json: log lines on stderr as JSON objects, with an access record per request "
+                 "(id, trace, method, path, status, tenant, model, class, tokens, TTFT, end-to-end time)")
+      ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   app.add_option("--api-key-file", api_key_file, "file of API keys, one per line: `key [tenant]`");
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
@@ -259,6 +265,10 @@ int cmd_serve(int argc, char** argv) {
   if (!body_bytes.ok()) return fail("serve", body_bytes.status());
   if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
   sc.limits.max_body_bytes = static_cast<size_t>(*body_bytes);
+  if (log_format == "json") {
+    set_log_format(LogFormat::kJson);
+    sc.access_log = true;
+  }
   auto store_bytes = parse_size(response_store);
   if (!store_bytes.ok()) return fail("serve", store_bytes.status());
   sc.response_store_bytes = static_cast<size_t>(*store_bytes);

@@ -88,6 +88,11 @@ void HttpSession::begin_request() {
   framing_checked_ = false;
   request_start_ns_ = now_ns();
   last_read_ns_ = request_start_ns_;
+  request_id_.clear();
+  trace_.reset();
+  request_method_.clear();
+  request_tenant_.clear();
+  access_fields_ = nullptr;
   parse_buffered();
 }
 
@@ -246,7 +251,11 @@ void HttpSession::on_request() {
   head.content_type = std::string(req[http::field::content_type]);
   if (auto it = req.find("X-Metro-Class"); it != req.end()) head.metro_class = std::string(it->value());
   if (auto it = req.find("X-Metro-Deadline-Ms"); it != req.end()) head.metro_deadline_ms = std::string(it->value());
+  request_id_ = request_id_for(req["x-request-id"]);
+  trace_ = parse_traceparent(req["traceparent"]);
+  request_method_ = head.method;
   RouteDecision d = route_request(head, core_);
+  request_tenant_ = d.call.tenant;
   if (d.response) {
     respond(*d.response, d.endpoint);
     return;
@@ -404,6 +413,7 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
   call->endpoint = label;
   call->start_ns = start_ns;
   call->n_choices = static_cast<int>(pc.requests.size()) * std::max(1, pc.spec.n);
+  if (!pc.requests.empty()) call->sla_class = pc.requests.front().sla_class;
   call->spec = std::move(pc.spec);
   call->seq = ++call_seq_;
   call_ = std::move(call);
@@ -467,6 +477,8 @@ void HttpSession::begin_stream() {
   call.stream_begun = true;
   if (!keep_alive_ || !chunked_ || core_.draining()) close_after_response_ = true;
   out_ += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
+  if (request_id_.empty()) request_id_ = request_id_for({});
+  out_ += "x-request-id: " + request_id_ + "\r\n";
   if (chunked_) out_ += "Transfer-Encoding: chunked\r\n";
   out_ += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   core_.metrics().count_request(call.endpoint, 200);
@@ -515,12 +527,15 @@ void HttpSession::complete_call() {
     begin_stream();
     append_chunk(fmt.finish());
     if (chunked_) out_ += "0\r\n\r\n";
+    note_call_for_log();
     end_call(false);
     phase_ = Phase::kRespondDone;
+    access_log(200, label);
     flush();
     return;
   }
   HttpResponse r = fmt.failure() ? HttpResponse::error(*fmt.failure()) : HttpResponse::json(200, fmt.finish());
+  note_call_for_log();
   end_call(false);
   respond(r, label);
 }
@@ -564,12 +579,52 @@ void HttpSession::respond(const HttpResponse& r, const std::string& endpoint_lab
     o += v;
     o += "\r\n";
   }
+  if (request_id_.empty()) request_id_ = request_id_for({});
+  o += "x-request-id: " + request_id_ + "\r\n";
   o += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (!head_request_) o += r.body;
   core_.metrics().count_request(endpoint_label, r.status);
+  access_log(r.status, endpoint_label);
   phase_ = Phase::kRespondDone;
   read_timer_.cancel();
   flush();
+}
+
+void HttpSession::note_call_for_log() {
+  if (!core_.config().access_log || !call_ || !call_->formatter) return;
+  const ResponseFormatter& fmt = *call_->formatter;
+  const engine::Usage& u = fmt.usage();
+  Json f = Json::object();
+  if (call_->model) f["model"] = call_->model->name;
+  f["class"] = sla_class_name(call_->sla_class);
+  f["prompt_tokens"] = u.prompt_tokens;
+  f["cached_tokens"] = u.cached_prompt_tokens;
+  f["completion_tokens"] = u.completion_tokens;
+  f["stream"] = fmt.spec().stream;
+  if (fmt.first_token_ns() > 0) f["ttft_s"] = static_cast<double>(fmt.first_token_ns() - call_->start_ns) * 1e-9;
+  access_fields_ = std::move(f);
+}
+
+void HttpSession::access_log(int status, const std::string& endpoint_label) {
+  if (!core_.config().access_log) return;
+  Json j = Json::object();
+  j["ts"] = log_timestamp();
+  j["level"] = "info";
+  j["msg"] = "request";
+  j["id"] = request_id_;
+  if (trace_) {
+    j["trace_id"] = trace_->trace_id;
+    j["parent_id"] = trace_->parent_id;
+  }
+  j["method"] = request_method_;
+  j["path"] = endpoint_label;
+  j["status"] = status;
+  j["tenant"] = request_tenant_;
+  if (access_fields_.is_object()) {
+    for (auto it = access_fields_.begin(); it != access_fields_.end(); ++it) j[it.key()] = it.value();
+  }
+  j["e2e_s"] = static_cast<double>(now_ns() - request_start_ns_) * 1e-9;
+  log_line(dump_json(j));
 }
 
 void HttpSession::append_chunk(const std::string& data) {

@@ -24,7 +24,9 @@
 #include <optional>
 #include <string>
 
+#include "server/json_util.h"
 #include "server/openai_response.h"
+#include "server/request_id.h"
 #include "server/routes.h"
 #include "server/server_core.h"
 
@@ -54,6 +56,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::string endpoint;
     int64_t start_ns = 0;
     int n_choices = 0;
+    SlaClass sla_class = SlaClass::kStandard;
     uint64_t seq = 0;  // matches the front door's submit callback to this call
     // A stream's 200 and headers are sent with its first output, so that a request that
     // ends before any (shed past its deadline, aborted by a drain) is answered with its
@@ -95,6 +98,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Writing.
   void respond(const HttpResponse& r, const std::string& endpoint_label, bool close_after = false);
+  // The access record of the request answered with `status` (--log-format json).
+  void access_log(int status, const std::string& endpoint_label);
+  // What the access record tells of a model call: taken before the call ends.
+  void note_call_for_log();
   void append_chunk(const std::string& data);
   void flush();
   void on_write(boost::system::error_code ec);
@@ -123,6 +130,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool framing_checked_ = false;  // check_framing ran on this request's header
   bool head_request_ = false;
   int64_t request_start_ns_ = 0;
+  // The request being answered: its id (x-request-id), trace context, method, tenant, and
+  // the access record's fields of its model call.
+  std::string request_id_;
+  std::optional<TraceContext> trace_;
+  std::string request_method_;
+  std::string request_tenant_;
+  Json access_fields_;
   int64_t last_read_ns_ = 0;
   boost::asio::steady_timer read_timer_;
   boost::asio::steady_timer write_timer_;

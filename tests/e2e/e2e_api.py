@@ -366,4 +366,48 @@ def t_served_model_names(ctx):
         assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
 
 
-SEPARATE_SERVER_TESTS = [t_served_model_names]
+def t_request_ids_and_json_logs(ctx):
+    """Every response carries x-request-id (the client's when usable); --log-format json
+    writes one access record per request with the id, the caller's trace and the call's
+    numbers."""
+    srv = MetroServer(ctx.metro, ctx.model_path, ["--model-name", ctx.model_name, "--log-format", "json", "--ctx",
+                                                  "512", "--ctx-total", "2048",
+                                                  "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        body = {"model": ctx.model_name, "prompt": "Hello", "max_tokens": 3, "temperature": 0}
+        st, h, _ = request(srv.port, "POST", "/v1/completions", body,
+                           {"x-request-id": "client-id-1", "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
+        assert st == 200 and h.get("x-request-id") == "client-id-1", (st, h)
+        st, h, _ = request(srv.port, "POST", "/v1/completions", dict(body, stream=True), {"x-request-id": "bad id"})
+        assert st == 200 and h.get("x-request-id", "").startswith("req_"), h
+        streamed_id = h["x-request-id"]
+        st, h, _ = request(srv.port, "POST", "/v1/completions", dict(body, max_tokens=0))
+        assert st == 400 and h.get("x-request-id", "").startswith("req_"), (st, h)
+        st, h, _ = request(srv.port, "GET", "/health")
+        assert st == 200 and "x-request-id" in h, h
+        deadline = time.time() + 10
+        records = {}
+        while time.time() < deadline and not {"client-id-1", streamed_id} <= set(records):
+            for line in list(srv.lines):
+                if line.startswith("{"):
+                    rec = json.loads(line)
+                    if rec.get("msg") == "request":
+                        records[rec["id"]] = rec
+            time.sleep(0.1)
+        a = records["client-id-1"]
+        assert a["trace_id"] == trace and a["parent_id"] == "00f067aa0ba902b7", a
+        assert a["status"] == 200 and a["path"] == "/v1/completions" and a["method"] == "POST", a
+        assert a["model"] == ctx.model_name and a["class"] == "standard", a
+        assert a["prompt_tokens"] > 0 and a["completion_tokens"] == 3 and 0 < a["ttft_s"] <= a["e2e_s"], a
+        assert a["ts"].endswith("Z") and "T" in a["ts"], a
+        b = records[streamed_id]
+        assert b["stream"] is True and b["completion_tokens"] == 3 and "trace_id" not in b, b
+        assert any(r["status"] == 400 for r in records.values()), records
+    finally:
+        srv.kill()
+
+
+SEPARATE_SERVER_TESTS = [t_served_model_names, t_request_ids_and_json_logs]
