@@ -128,8 +128,10 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry, const 
     gauge("metro_requests_waiting", "Sequences waiting to be scheduled.", st.waiting);
     gauge("metro_requests_running", "Sequences running (holding KV blocks).", st.running);
     gauge("metro_kv_blocks_used", "KV cache blocks referenced by sequences.", st.kv_blocks_used);
-    gauge("metro_kv_blocks_total", "KV cache blocks in the pool.", st.kv_blocks_total);
+    gauge("metro_kv_blocks_capacity", "KV cache blocks in the pool.", st.kv_blocks_total);
     gauge("metro_kv_blocks_cached", "KV cache blocks holding prefix-cache entries.", st.kv_blocks_cached);
+    gauge("metro_kv_usage_ratio", "Fraction of the KV cache's blocks referenced by sequences (0 to 1).",
+          st.kv_blocks_total > 0 ? static_cast<double>(st.kv_blocks_used) / st.kv_blocks_total : 0.0);
     gauge("metro_kv_capacity_tokens", "Tokens the KV cache holds.", static_cast<double>(self->kv_capacity_tokens()));
     counter("metro_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
             static_cast<double>(st.prefix_queries));

@@ -644,6 +644,9 @@ void Engine::Impl::abort_request(ActiveRequest& r, const std::string& message, c
 void Engine::Impl::maybe_complete(ActiveRequest& r) {
   if (r.completed || r.n_finished < static_cast<int>(r.choices.size())) return;
   r.usage.cached_prompt_tokens = r.choices[0]->seq.n_cached_prompt;
+  if (const int64_t first = r.choices[0]->seq.first_scheduled_ns; first > 0) {
+    r.usage.queue_ns = std::max<int64_t>(0, first - r.arrival_ns);
+  }
   if (shadow) offer_shadow(r);
   const int64_t end_ns = now_ns();
   // Counters and metrics first, then the final event: a client that reads stats() after its

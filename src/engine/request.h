@@ -79,6 +79,8 @@ struct Usage {
   // Precision tiers: bit (1 << tier) for each tier that computed any of the request's tokens
   // (0 on an engine with one tier).
   uint8_t tiers = 0;
+  // Time from its arrival until a step first computed any of it (waiting in the queue).
+  int64_t queue_ns = 0;
 };
 
 struct TokenInfo {

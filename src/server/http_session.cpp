@@ -515,6 +515,13 @@ void HttpSession::complete_call() {
   ServerMetrics& metrics = core_.metrics();
   const int64_t now = now_ns();
   metrics.observe_e2e(static_cast<double>(now - call_->start_ns) * 1e-9);
+  if (fmt.spec().endpoint != Endpoint::kEmbeddings) {
+    // A call never scheduled (shed past its deadline, aborted) has no queue time to show.
+    const int64_t q = fmt.usage().queue_ns;
+    metrics.observe_call(fmt.usage().prompt_tokens, fmt.usage().completion_tokens,
+                         q > 0 || fmt.first_token_ns() > 0 ? static_cast<double>(q) * 1e-9 : -1.0,
+                         fmt.finish_reasons());
+  }
   if (fmt.first_token_ns() > 0) {
     metrics.observe_ttft(static_cast<double>(fmt.first_token_ns() - call_->start_ns) * 1e-9);
     const int per_choice = fmt.generated_tokens() / std::max(1, call_->n_choices);

@@ -47,6 +47,10 @@ class ServerMetrics {
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
   void observe_tpot(double seconds) { tpot_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
+  // A model call that ended: its prompt and output lengths, its time in the engine's queue,
+  // its choices' finish reasons.
+  void observe_call(int prompt_tokens, int completion_tokens, double queue_seconds,
+                    const std::vector<std::string>& finish_reasons);
 
   std::atomic<int64_t> connections{0};        // open HTTP connections
   std::atomic<int64_t> inflight_requests{0};  // model requests between parse and last byte
@@ -59,9 +63,14 @@ class ServerMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> finished_choices_;  // by finish reason
   Histogram ttft_;
   Histogram tpot_;
   Histogram e2e_;
+  Histogram queue_;
+  Histogram prompt_tokens_;
+  Histogram generation_tokens_;
+  double start_unix_s_ = 0.0;
 };
 
 }  // namespace metro::server

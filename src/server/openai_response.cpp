@@ -199,6 +199,7 @@ void ResponseFormatter::on_event(size_t req, const engine::Event& e, std::string
       usage_.accepted_prediction_tokens += e.usage.accepted_prediction_tokens;
       usage_.rejected_prediction_tokens += e.usage.rejected_prediction_tokens;
       usage_.tiers = static_cast<uint8_t>(usage_.tiers | e.usage.tiers);
+      usage_.queue_ns = std::max(usage_.queue_ns, e.usage.queue_ns);
       break;
   }
 }
@@ -377,6 +378,14 @@ void ResponseFormatter::on_finish(size_t ci, const engine::Event& e, std::string
   base["choices"] = OJson::array({std::move(choice)});
   if (spec_.include_usage) base["usage"] = nullptr;
   *out += sse_event(dump_json(base));
+}
+
+std::vector<std::string> ResponseFormatter::finish_reasons() const {
+  std::vector<std::string> out;
+  for (const ChoiceState& c : choices_) {
+    out.push_back(c.n_calls > 0 && c.finish_reason == "stop" ? "tool_calls" : c.finish_reason);
+  }
+  return out;
 }
 
 std::string ResponseFormatter::finish() {

@@ -47,6 +47,8 @@ class ResponseFormatter {
   const std::optional<ApiError>& failure() const { return failure_; }
   const ResponseSpec& spec() const { return spec_; }
   const engine::Usage& usage() const { return usage_; }
+  // Each choice's finish reason ("stop", "length", "tool_calls", "abort"; "" if unfinished).
+  std::vector<std::string> finish_reasons() const;
   // For metrics: steady-clock times of the first and last generated token, token count.
   int64_t first_token_ns() const { return first_token_ns_; }
   int64_t last_token_ns() const { return last_token_ns_; }

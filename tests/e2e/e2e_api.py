@@ -10,7 +10,7 @@ import openai
 
 import subprocess
 
-from e2e_util import MetroServer, env_int, request
+from e2e_util import MetroServer, env_int, metrics, request
 
 
 def t_models(t):
@@ -330,8 +330,47 @@ def t_responses(t):
             assert e.body["param"] == param, (kw, e.body)
 
 
+def t_metrics_for_operators(t):
+    """/metrics in a shape Prometheus tooling accepts (HELP and TYPE before each family's
+    samples, `_total` exactly on counters, histograms whole) with the series operators read:
+    the process, KV use, per-call lengths, queue time and finish reasons, every route by its
+    own label."""
+    t.client.completions.create(model=t.model_name, prompt="Count: 1, 2,", max_tokens=3, temperature=0)
+    request(t.port, "POST", "/tokenize", {"prompt": "hi"}, t.auth)
+    st, _, body = request(t.port, "GET", "/metrics", timeout=30)
+    assert st == 200
+    types, seen_samples = {}, set()
+    for line in body.decode().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            assert name not in types, ("TYPE twice", name)
+            assert name not in seen_samples, ("TYPE after samples", name)
+            types[name] = kind
+            if kind == "counter":
+                assert name.endswith("_total"), name
+            else:
+                assert not name.endswith("_total"), name
+        elif line and not line.startswith("#"):
+            sample = line.split("{")[0].split(" ")[0]
+            family = next((f for f in (sample, sample.rsplit("_", 1)[0]) if f in types), None)
+            if family is None and sample.endswith(("_bucket", "_count", "_sum")):
+                family = sample.rsplit("_", 1)[0]
+            assert family in types, ("no TYPE for", sample)
+            seen_samples.add(family)
+    m = metrics(t.port)
+    assert m["process_resident_memory_bytes"] > 20e6 and m["process_virtual_memory_bytes"] > 0, m
+    assert m["process_cpu_seconds_total"] > 0 and m["process_open_fds"] >= 3 and m["process_max_fds"] >= 64
+    assert abs(m["process_start_time_seconds"] - time.time()) < 86400
+    assert 0.0 <= m["metro_kv_usage_ratio"] <= 1.0
+    assert m["metro_request_prompt_tokens_count"] >= 1 and m["metro_request_generation_tokens_sum"] >= 3
+    assert m["metro_request_queue_time_seconds_count"] >= 1
+    assert m['metro_choices_finished_total{finish_reason="length"}'] >= 1, {k: v for k, v in m.items()
+                                                                              if "finish" in k}
+    assert m.get('metro_http_requests_total{endpoint="/tokenize",status="200"}', 0) >= 1
+
+
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
-         t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize, t_responses]
+         t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize, t_responses, t_metrics_for_operators]
 
 
 def t_served_model_names(ctx):
