@@ -22,6 +22,7 @@ import openai  # noqa: E402
 
 import e2e_api  # noqa: E402
 import e2e_bad_inputs  # noqa: E402
+import e2e_deploy  # noqa: E402
 import e2e_load  # noqa: E402
 import e2e_sla  # noqa: E402
 import e2e_spec  # noqa: E402
@@ -153,8 +154,8 @@ def main():
             t.server.wait_ready()
             t.client = openai.OpenAI(base_url=f"http://127.0.0.1:{t.port}/v1", api_key=t.key, timeout=600,
                                      max_retries=0)
-            for fn in (e2e_api.TESTS + e2e_structured.TESTS + e2e_tools.TESTS + e2e_bad_inputs.TESTS + e2e_load.TESTS +
-                       e2e_load.FINAL_TESTS):
+            for fn in (e2e_api.TESTS + e2e_deploy.TESTS + e2e_structured.TESTS + e2e_tools.TESTS +
+                       e2e_bad_inputs.TESTS + e2e_load.TESTS + e2e_load.FINAL_TESTS):
                 if only and fn.__name__ not in only:
                     continue
                 h.run(fn.__name__, fn, t)
