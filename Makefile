@@ -13,8 +13,9 @@ PROMPT ?= Write a haiku about trains.
 HOST ?= 127.0.0.1
 PORT ?= 8080
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all deps build model serve run test test-asan fuzz soak bench clean
+.PHONY: all deps build model serve run test test-asan fuzz soak bench install clean
 
 all: build
 
@@ -33,6 +34,9 @@ serve: build model
 
 run: build model
 	$(BUILD)/bin/metro run -m $(MODEL) --chat -p "$(PROMPT)"
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build model
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
