@@ -172,6 +172,10 @@ int cmd_perplexity(int argc, char** argv) {
       }
     }
     if (!as_json) {
+      if (c == 0 && n_chunks > 1) {
+        const double per = static_cast<double>(now_ns() - t0) * 1e-9;
+        std::fprintf(stderr, "perplexity: %.2f s per window, ETA %.1f min\n", per, per * (n_chunks - 1) / 60.0);
+      }
       std::fprintf(stderr, "[%d]%.4f%s", c + 1, std::exp(nll / static_cast<double>(count)),
                    (c + 1) % 8 == 0 ? "\n" : ",");
     }

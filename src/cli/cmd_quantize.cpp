@@ -36,6 +36,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "kernels/dtype.h"
@@ -45,28 +46,6 @@
 
 namespace metro::cli {
 namespace {
-
-// One line redrawn in place on a terminal: the share of matrix bytes done.
-class Progress {
- public:
-  explicit Progress(uint64_t total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
-  void advance(uint64_t n, std::string_view name) {
-    done_ += n;
-    if (!tty_ || total_ == 0) return;
-    const int pct = static_cast<int>(100 * done_ / total_);
-    const int bar = pct * 30 / 100;
-    std::fprintf(stderr, "\rquantize [%.*s%*s] %3d%% %-40.40s", bar, "##############################", 30 - bar, "",
-                 pct, std::string(name).c_str());
-    std::fflush(stderr);
-  }
-  void finish() {
-    if (tty_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  uint64_t total_, done_ = 0;
-  bool tty_;
-};
 
 }  // namespace
 
@@ -118,15 +97,16 @@ int cmd_quantize(int argc, char** argv) {
     if (!tok.ok()) return fail("quantize", tok.status());
     std::vector<int32_t> ids = tok->encode(text, true, false);
     if (ids.size() > static_cast<size_t>(imatrix_tokens)) ids.resize(static_cast<size_t>(imatrix_tokens));
-    const bool tty = isatty(STDERR_FILENO) != 0;
+    const int windows = (static_cast<int>(ids.size()) + imatrix_window - 1) / imatrix_window;
+    Progress imp_progress("importance", static_cast<uint64_t>(windows));
     auto imp = model::compute_importance(*in, ids, imatrix_window, [&](int done, int total) {
-      if (tty) std::fprintf(stderr, "\rimportance: window %d of %d", done, total);
+      imp_progress.advance(1, "window " + std::to_string(done) + " of " + std::to_string(total));
     });
-    if (tty) std::fprintf(stderr, "\n");
+    imp_progress.finish();
     if (!imp.ok()) return fail("quantize", imp.status());
     importance = std::move(*imp);
   }
-  Progress progress(model::matrix_bytes(*in));
+  Progress progress("quantize", model::matrix_bytes(*in));
   model::RequantizeOptions opts;
   if (!imatrix_path.empty()) opts.importance = &importance;
   opts.on_matrix = [&](uint64_t bytes, std::string_view name) { progress.advance(bytes, name); };
