@@ -1,4 +1,5 @@
-// metro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--model-name NAME | --served-model-name A B ...]
+// metro serve -m MODEL [-m NAME=FILE | -m NAME@VARIANT=FILE ...] [--split NAME:VARIANT=PCT]
+//             [--host 127.0.0.1] [--port 8080] [--model-name NAME | --served-model-name A B ...]
 //             [--api-key-file F] [-t N] [engine flags] [limits]
 // Serves the model over an OpenAI-compatible HTTP API (docs/server.md). The listener is up
 // before the model loads, so /health answers at once and /ready turns 200 when it is loaded.
@@ -17,8 +18,10 @@
 #include "backends/registry.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/model_specs.h"
 #include "cli/tier_flags.h"
 #include "base/sla.h"
 #include "engine/engine.h"
@@ -55,11 +58,6 @@ Expected<int64_t> parse_size(const std::string& s) {
   return static_cast<int64_t>(bytes);
 }
 
-std::string default_model_name(const std::string& path) {
-  std::string name = path.substr(path.find_last_of('/') + 1);
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
-  return name;
-}
 
 // Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
 void raise_fd_limit() {
@@ -74,7 +72,8 @@ void raise_fd_limit() {
 
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "metro serve"};
-  std::string model_path, model_name, api_key_file, chat_template_file;
+  std::vector<std::string> model_args, split_args;
+  std::string model_name, api_key_file, chat_template_file;
   std::string response_store = "64MiB", log_format = "text";
   std::string kv_memory, kv_type = "f16", max_body = "4MiB", prep_bytes = "256MiB", prep_bytes_tenant = "64MiB";
   server::ServerConfig sc;
@@ -82,7 +81,13 @@ int cmd_serve(int argc, char** argv) {
   int port = 8080, threads = default_threads();
   bool no_prefix_cache = false, no_repack = false;
   std::string device = "cpu";
-  app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  app.add_option("-m,--model", model_args,
+                 "GGUF model file; NAME=FILE serves another model under NAME, NAME@VARIANT=FILE a variant of NAME "
+                 "(repeatable)")
+      ->required();
+  app.add_option("--split", split_args,
+                 "NAME:VARIANT=PERCENT: that share of NAME's requests goes to VARIANT, the same user (the `user` "
+                 "field, else the API key) always to the same variant (repeatable)");
   app.add_option("--host", sc.host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
@@ -256,11 +261,14 @@ int cmd_serve(int argc, char** argv) {
       }
     }
   }
-  const std::string name = !served_names.empty() ? served_names.front()
-                           : model_name.empty()  ? default_model_name(model_path)
-                                                 : model_name;
-  const std::vector<std::string> aliases(served_names.empty() ? served_names.end() : served_names.begin() + 1,
-                                         served_names.end());
+  auto specs = parse_model_specs(model_args, model_name, served_names);
+  if (!specs.ok()) return fail("serve", specs.status());
+  auto splits = parse_splits(split_args, *specs);
+  if (!splits.ok()) return fail("serve", splits.status());
+  std::string names;
+  for (const ServeModelSpec& m : *specs) {
+    names += (names.empty() ? "" : ", ") + m.name + (m.variant.empty() ? "" : "@" + m.variant);
+  }
   auto body_bytes = parse_size(max_body);
   if (!body_bytes.ok()) return fail("serve", body_bytes.status());
   if (*body_bytes < 1024) return fail("serve", invalid_argument("--max-body must be at least 1KiB"));
@@ -361,11 +369,13 @@ int cmd_serve(int argc, char** argv) {
   }
   raise_fd_limit();
 
+  // Several engines take turns on one compute pool rather than oversubscribing the cores.
+  if (specs->size() > 1) ec.pool = std::make_shared<ThreadPool>(threads);
   const int64_t t_start = now_ns();
-  auto loader = [=](gateway::FrontDoor& door) -> Status {
+  auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
-    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(model_path, !no_repack, device, std::chrono::seconds(2)));
+    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2)));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());
@@ -384,13 +394,19 @@ int cmd_serve(int argc, char** argv) {
     METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(tiers.high, *lm.tokenizer, cfg));
     if (trace) eng->add_observer(trace);
     auto served = std::make_shared<gateway::ServedModel>();
-    served->name = name;
-    served->aliases = aliases;
+    served->name = ms.name;
+    served->aliases = ms.aliases;
+    served->variant = ms.variant;
     served->engine = std::shared_ptr<engine::Engine>(std::move(eng));
     served->chat_template = std::move(tmpl);
     served->created_unix_s = unix_time_seconds();
     METRO_RETURN_IF_ERROR(door.add_model(served));
     served->load_seconds = static_cast<double>(now_ns() - t_start) * 1e-9;
+    return Status();
+  };
+  auto loader = [=, models = *specs, shares = *splits](gateway::FrontDoor& door) -> Status {
+    for (const ServeModelSpec& ms : models) METRO_RETURN_IF_ERROR(load_one(door, ms));
+    for (const SplitSpec& s : shares) METRO_RETURN_IF_ERROR(door.set_split(s.name, s.variant, s.share));
     return Status();
   };
   auto door = std::make_shared<gateway::FrontDoor>(fd);
@@ -438,7 +454,7 @@ int cmd_serve(int argc, char** argv) {
   if (Status s = srv.start(); !s.ok()) return fail("serve", s);
   std::printf("metro serve: listening on http://%s:%u (web UI at /, API at /v1)%s; loading %s\n", host.c_str(),
               static_cast<unsigned>(srv.port()),
-              keys ? (" with " + std::to_string(n_keys) + " API key(s)").c_str() : "", name.c_str());
+              keys ? (" with " + std::to_string(n_keys) + " API key(s)").c_str() : "", names.c_str());
   std::fflush(stdout);
   const int code = srv.wait();
   if (code == 130) {

@@ -206,6 +206,10 @@ FrontDoor::FrontDoor(const FrontDoorConfig& cfg, std::shared_ptr<metrics::Regist
             static_cast<double>(inflight_choices_.load()));
     e.gauge("metro_model_loaded", "1 once a model is loaded and requests are served.", "",
             registry_.empty() ? 0.0 : 1.0);
+    for (const auto& [key, share] : registry_.splits()) {
+      e.gauge("metro_variant_share", "Share of a model name's requests its variant gets (0 to 1).",
+              metrics::labels({{"model", key.first}, {"variant", key.second}}), share);
+    }
     if (window_) {
       const EmbedBatcherStats s = window_->stats();
       e.counter("metro_embed_window_held_total", "Embedding requests that entered the batching window.", "",
@@ -255,8 +259,8 @@ Status FrontDoor::add_model(std::shared_ptr<ServedModel> model) {
   return registry_.add(std::move(model));
 }
 
-std::shared_ptr<const ServedModel> FrontDoor::resolve(const std::string& name) const {
-  return name.empty() ? registry_.default_model() : registry_.find(name);
+std::shared_ptr<const ServedModel> FrontDoor::resolve(const std::string& name, std::string_view sticky_key) const {
+  return registry_.pick(name, sticky_key);
 }
 
 void FrontDoor::count_refusal(const std::string& model, SlaClass c, const std::string& reason) {

@@ -159,9 +159,14 @@ class FrontDoor {
   // Serves `model` from now on: registers it, its metrics and, with admission on, its
   // admission control (calibrated by a timed prefill unless the config says not to).
   Status add_model(std::shared_ptr<ServedModel> model);
-  // The model a request names ("" or absent: the default model); null when not served.
-  std::shared_ptr<const ServedModel> resolve(const std::string& name) const;
+  // The model a request names ("" or absent: the default model), the variant the split
+  // gives `sticky_key` (ModelRegistry::pick); null when not served.
+  std::shared_ptr<const ServedModel> resolve(const std::string& name, std::string_view sticky_key = {}) const;
   const ModelRegistry& models() const { return registry_; }
+  // ModelRegistry::set_split.
+  Status set_split(const std::string& name, const std::string& variant, double share) {
+    return registry_.set_split(name, variant, share);
+  }
 
   // Before a request's body is parsed and tokenized (work that grows with its size): the
   // tenant's concurrency quota, and a tenant whose token bucket is empty, are refused here,

@@ -1,6 +1,7 @@
 #include "gateway/model_registry.h"
 
 #include <algorithm>
+#include <random>
 
 namespace metro::gateway {
 
@@ -47,6 +48,79 @@ std::shared_ptr<const ServedModel> ModelRegistry::find(const std::string& name) 
     if (m->variant.empty() && m->answers_to(name)) return m;
   }
   return nullptr;
+}
+
+Status ModelRegistry::set_split(const std::string& name, const std::string& variant, double share) {
+  if (!(share >= 0.0 && share <= 1.0)) return invalid_argument("a split share is between 0 and 1");
+  std::lock_guard lock(mu_);
+  bool primary = false, served = false;
+  for (const auto& m : models_) {
+    primary = primary || (m->name == name && m->variant.empty());
+    served = served || (m->name == name && m->variant == variant && !variant.empty());
+  }
+  if (!primary || !served) return invalid_argument("no variant '" + variant + "' of '" + name + "' is served");
+  double others = 0.0;
+  for (const auto& [key, s] : splits_) {
+    if (key.first == name && key.second != variant) others += s;
+  }
+  if (others + share > 1.0 + 1e-9) return invalid_argument("the variants of '" + name + "' would take over 100%");
+  if (share == 0.0) {
+    splits_.erase({name, variant});
+  } else {
+    splits_[{name, variant}] = share;
+  }
+  return Status();
+}
+
+std::shared_ptr<const ServedModel> ModelRegistry::pick(const std::string& name, std::string_view sticky_key) const {
+  std::lock_guard lock(mu_);
+  std::shared_ptr<const ServedModel> primary;
+  for (const auto& m : models_) {
+    if (m->variant.empty() && (name.empty() || m->answers_to(name))) {
+      primary = m;
+      break;
+    }
+  }
+  if (!primary) return nullptr;
+  auto first = splits_.lower_bound({primary->name, std::string()});
+  if (first == splits_.end() || first->first.first != primary->name) return primary;
+  // A point in [0, 1) from the key (FNV-1a over name and key, so two names split one
+  // user's traffic independently) or at random.
+  double u;
+  if (sticky_key.empty()) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  } else {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](std::string_view s) {
+      for (unsigned char c : s) {
+        h ^= c;
+        h *= 1099511628211ull;
+      }
+    };
+    mix(primary->name);
+    mix(std::string_view("\0", 1));
+    mix(sticky_key);
+    h ^= h >> 33;  // FNV's low bits are weak: fold the high ones in
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    u = static_cast<double>(h >> 11) * 0x1.0p-53;
+  }
+  double edge = 0.0;
+  for (auto it = first; it != splits_.end() && it->first.first == primary->name; ++it) {
+    edge += it->second;
+    if (u < edge) {
+      for (const auto& m : models_) {
+        if (m->name == primary->name && m->variant == it->first.second) return m;
+      }
+    }
+  }
+  return primary;
+}
+
+std::map<std::pair<std::string, std::string>, double> ModelRegistry::splits() const {
+  std::lock_guard lock(mu_);
+  return splits_;
 }
 
 std::shared_ptr<const ServedModel> ModelRegistry::default_model() const {

@@ -8,10 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/metrics.h"
@@ -57,6 +60,15 @@ class ModelRegistry {
   std::shared_ptr<const ServedModel> find(const std::string& name) const;
   // The model requests that name none go to: the first one added (null when none).
   std::shared_ptr<const ServedModel> default_model() const;
+  // Sends `share` (0 to 1) of `name`'s requests to its `variant`; 0 removes it. Errors: the
+  // variant or its primary is not served, the variants' shares would pass 1.
+  Status set_split(const std::string& name, const std::string& variant, double share);
+  // Where a request for `name` (or an alias) goes under the split: the same `sticky_key` (a
+  // user, a tenant) always to the same variant while the split holds; an empty key draws at
+  // random. Null when `name` is not served.
+  std::shared_ptr<const ServedModel> pick(const std::string& name, std::string_view sticky_key) const;
+  // The split of every name that has one: (name, variant) -> share.
+  std::map<std::pair<std::string, std::string>, double> splits() const;
   // Every variant of `name`, primary first.
   std::vector<std::shared_ptr<const ServedModel>> variants(const std::string& name) const;
   // Every served model, in the order added.
@@ -69,6 +81,7 @@ class ModelRegistry {
  private:
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<const ServedModel>> models_;
+  std::map<std::pair<std::string, std::string>, double> splits_;  // (name, variant) -> share
 };
 
 }  // namespace metro::gateway

@@ -92,6 +92,7 @@ void HttpSession::begin_request() {
   trace_.reset();
   request_method_.clear();
   request_tenant_.clear();
+  response_variant_.clear();
   access_fields_ = nullptr;
   parse_buffered();
 }
@@ -339,7 +340,13 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
     p.result = name.error();
     return p;
   }
-  p.model = door.resolve(*name);
+  // A split sends the same user (the body's `user`, else the API key's tenant) to the same
+  // variant every time.
+  std::string sticky = call.tenant;
+  if (auto u = json->find("user"); u != json->end() && u->is_string() && !u->get<std::string>().empty()) {
+    sticky = "user:" + u->get<std::string>();
+  }
+  p.model = door.resolve(*name, sticky);
   if (!p.model) {
     std::vector<std::string> served;
     for (const auto& m : door.models().all()) {
@@ -407,6 +414,7 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
     return;
   }
   PreparedCall& pc = *p.result;
+  if (p.model) response_variant_ = p.model->variant.empty() ? "primary" : p.model->variant;
   auto call = std::make_unique<Call>();
   call->model = std::move(p.model);
   call->admitted = std::move(p.admitted);
@@ -479,6 +487,7 @@ void HttpSession::begin_stream() {
   out_ += "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
   if (request_id_.empty()) request_id_ = request_id_for({});
   out_ += "x-request-id: " + request_id_ + "\r\n";
+  if (!response_variant_.empty()) out_ += "x-metro-variant: " + response_variant_ + "\r\n";
   if (chunked_) out_ += "Transfer-Encoding: chunked\r\n";
   out_ += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   core_.metrics().count_request(call.endpoint, 200);
@@ -588,6 +597,7 @@ void HttpSession::respond(const HttpResponse& r, const std::string& endpoint_lab
   }
   if (request_id_.empty()) request_id_ = request_id_for({});
   o += "x-request-id: " + request_id_ + "\r\n";
+  if (!response_variant_.empty()) o += "x-metro-variant: " + response_variant_ + "\r\n";
   o += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (!head_request_) o += r.body;
   core_.metrics().count_request(endpoint_label, r.status);
@@ -602,7 +612,7 @@ void HttpSession::note_call_for_log() {
   const ResponseFormatter& fmt = *call_->formatter;
   const engine::Usage& u = fmt.usage();
   Json f = Json::object();
-  if (call_->model) f["model"] = call_->model->name;
+  if (call_->model) f["model"] = call_->model->id();
   f["class"] = sla_class_name(call_->sla_class);
   f["prompt_tokens"] = u.prompt_tokens;
   f["cached_tokens"] = u.cached_prompt_tokens;

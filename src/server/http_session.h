@@ -136,6 +136,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<TraceContext> trace_;
   std::string request_method_;
   std::string request_tenant_;
+  std::string response_variant_;  // x-metro-variant: the variant that served it, once known
   Json access_fields_;
   int64_t last_read_ns_ = 0;
   boost::asio::steady_timer read_timer_;

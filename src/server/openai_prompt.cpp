@@ -379,6 +379,7 @@ PromptContext prompt_context(const gateway::ServedModel& m, const RequestLimits&
   p.chat_template = m.chat_template ? &*m.chat_template : nullptr;
   p.model_name = m.name;
   p.model_aliases = m.aliases;
+  p.variant = m.variant;
   p.n_ctx = m.engine->n_ctx();
   p.n_embd = static_cast<int>(m.engine->model().hparams().n_embd);
   p.max_prompt_bytes = 2 * static_cast<size_t>(std::max(1, p.n_ctx)) * m.tokenizer().vocab().max_token_bytes();
@@ -408,7 +409,10 @@ ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann
     }
     return bad_request("unknown endpoint");
   }();
-  if (r.ok()) r->spec.model = ctx.model_name;
+  if (r.ok()) {
+    r->spec.model = ctx.model_name;
+    r->spec.variant = ctx.variant;
+  }
   return r;
 }
 

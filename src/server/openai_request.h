@@ -43,6 +43,7 @@ struct PromptContext {
   const tokenizer::ChatTemplate* chat_template = nullptr;  // null: chat answers 400
   std::string model_name;
   std::vector<std::string> model_aliases;  // other names the request's `model` may give
+  std::string variant;                     // of the served model ("" for the primary)
   int n_ctx = 0;   // context window per sequence
   int n_embd = 0;  // embedding width (the `dimensions` an embeddings request may name)
   // Text longer than this cannot fit the context whatever it tokenizes to (twice the
@@ -76,6 +77,7 @@ struct ResponseSpec {
   bool include_usage = false;  // stream_options.include_usage
   int n = 1;                   // choices per engine request
   std::string model;           // echoed in responses
+  std::string variant;         // the served variant ("" for a name's primary)
   // /v1/completions
   bool echo = false;
   std::vector<std::string> echo_text;  // per prompt, when echo

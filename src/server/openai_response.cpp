@@ -66,8 +66,8 @@ OJson bytes_json(const std::string& piece) {
 
 }  // namespace
 
-std::string system_fingerprint(uint8_t tiers) {
-  std::string f = "metro";
+std::string system_fingerprint(uint8_t tiers, const std::string& variant) {
+  std::string f = variant.empty() ? "metro" : "metro@" + variant;
   char sep = '-';
   for (int t = 0; t < engine::adaptive::kNumTiers; ++t) {
     if ((tiers & (1u << t)) == 0) continue;
@@ -98,7 +98,8 @@ OJson ResponseFormatter::chunk_base() const {
   j["object"] = spec_.endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion";
   j["created"] = created_;
   j["model"] = spec_.model;
-  j["system_fingerprint"] = system_fingerprint(last_tier_ >= 0 ? static_cast<uint8_t>(1u << last_tier_) : tiers_seen_);
+  j["system_fingerprint"] =
+      system_fingerprint(last_tier_ >= 0 ? static_cast<uint8_t>(1u << last_tier_) : tiers_seen_, spec_.variant);
   return j;
 }
 
@@ -430,7 +431,7 @@ std::string ResponseFormatter::finish_body() {
   j["object"] = chat ? "chat.completion" : "text_completion";
   j["created"] = created_;
   j["model"] = spec_.model;
-  j["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers));
+  j["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers), spec_.variant);
   OJson choices = OJson::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     ChoiceState& c = choices_[i];

@@ -114,9 +114,10 @@ class ResponseFormatter {
   bool responses_open_ = false;
 };
 
-// `system_fingerprint`: "metro", or on a server with precision tiers "metro-" and the tiers
+// `system_fingerprint`: "metro" ("metro@canary" from a variant), or on a server with precision tiers "metro-" and the tiers
 // that produced the output ("metro-high", "metro-low", "metro-high+low"); `tiers` holds bit
 // (1 << tier) for each.
-std::string system_fingerprint(uint8_t tiers);
+// A served variant (`name@variant`) adds "@variant" after "metro".
+std::string system_fingerprint(uint8_t tiers, const std::string& variant = {});
 
 }  // namespace metro::server

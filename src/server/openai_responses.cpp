@@ -251,7 +251,7 @@ OJson ResponseFormatter::responses_object(const char* status) const {
   }
   r["user"] = echo["user"];
   r["metadata"] = echo["metadata"];
-  r["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers));
+  r["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers), spec_.variant);
   return r;
 }
 

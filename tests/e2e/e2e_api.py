@@ -449,4 +449,60 @@ def t_request_ids_and_json_logs(ctx):
         srv.kill()
 
 
-SEPARATE_SERVER_TESTS = [t_served_model_names, t_request_ids_and_json_logs]
+def t_variants_split_and_stickiness(ctx):
+    """Several models and a variant with -m NAME=FILE / NAME@VARIANT=FILE, and --split: the
+    variant's share of 400 users within binomial bounds, the same user on the same variant
+    every time, every response naming its variant (header and system_fingerprint), per-variant
+    engine series that add up, and the flags' refusals."""
+    import concurrent.futures
+    srv = MetroServer(ctx.metro, ctx.model_path, [
+        "-m", f"chat@canary={ctx.model_path}", "-m", f"other={ctx.model_path}", "--served-model-name", "chat",
+        "--split", "chat:canary=25", "--admission", "off", "--ctx", "256", "--ctx-total", "2048",
+        "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        st, _, data = request(srv.port, "GET", "/v1/models")
+        assert [m["id"] for m in json.loads(data)["data"]] == ["chat", "other"], data
+        before = metrics(srv.port)
+
+        def ask(user, model="chat"):
+            st, h, data = request(srv.port, "POST", "/v1/completions",
+                                  {"model": model, "prompt": "Hi", "max_tokens": 1, "user": user})
+            assert st == 200, data[:200]
+            variant = h["x-metro-variant"]
+            fp = json.loads(data)["system_fingerprint"]
+            assert fp == ("metro" if variant == "primary" else "metro@" + variant), (variant, fp)
+            return variant
+
+        n = 400
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            first = list(pool.map(ask, [f"user-{i}" for i in range(n)]))
+        canary = first.count("canary")
+        # Binomial(400, 0.25): mean 100, sd 8.7; 4.5 sd either side.
+        assert 61 <= canary <= 139 and set(first) == {"primary", "canary"}, canary
+        for i in range(0, 40, 2):
+            assert ask(f"user-{i}") == first[i], i
+        assert ask("anyone", model="other") == "primary"
+        after = metrics(srv.port)
+        assert after['metro_variant_share{model="chat",variant="canary"}'] == 0.25
+        grew = {m: after[f'metro_requests_finished_total{{model="{m}"}}'] -
+                before[f'metro_requests_finished_total{{model="{m}"}}'] for m in ("chat", "chat@canary")}
+        assert grew["chat@canary"] == canary + first[0:40:2].count("canary"), grew
+        assert grew["chat"] + grew["chat@canary"] == n + 20, grew
+        ctx.note(f"split: {canary} of {n} users on the 25% canary")
+    finally:
+        srv.kill()
+    m = ctx.model_path
+    for args, want in ((["-m", m, "--split", "x:nope=5"], "no variant 'nope'"),
+                       (["-m", m, "-m", f"lone@v={m}"], "needs 'lone' itself"),
+                       (["-m", m, "-m", m], "only one model may go without a name"),
+                       (["-m", m, "--served-model-name", "c", "-m", f"c@a={m}", "-m", f"c@b={m}",
+                         "--split", "c:a=60", "--split", "c:b=50"], "more than 100%"),
+                       (["-m", m, "--served-model-name", "c", "-m", f"c@a={m}", "--split", "c:a=x"],
+                        "a number from 0 to 100")):
+        p = subprocess.run([ctx.metro, "serve", "--port", "0"] + args, capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
+
+
+SEPARATE_SERVER_TESTS = [t_served_model_names, t_request_ids_and_json_logs, t_variants_split_and_stickiness]

@@ -1,0 +1,137 @@
+#include "cli/model_specs.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+namespace metro::cli {
+
+namespace {
+
+bool name_ok(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.' || c == '/' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool variant_ok(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool is_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+std::string default_model_name(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  return name;
+}
+
+Expected<std::vector<ServeModelSpec>> parse_model_specs(const std::vector<std::string>& args,
+                                                        const std::string& model_name,
+                                                        const std::vector<std::string>& names) {
+  std::vector<ServeModelSpec> out;
+  bool unnamed = false;
+  for (const std::string& a : args) {
+    ServeModelSpec s;
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos || is_file(a)) {
+      if (unnamed) {
+        return invalid_argument("-m '" + a + "': only one model may go without a name; give the others as NAME=FILE");
+      }
+      unnamed = true;
+      s.path = a;
+      s.name = !names.empty() ? names.front() : model_name.empty() ? default_model_name(a) : model_name;
+      if (!names.empty()) s.aliases.assign(names.begin() + 1, names.end());
+    } else {
+      const std::string lhs = a.substr(0, eq);
+      s.path = a.substr(eq + 1);
+      const size_t at = lhs.find('@');
+      s.name = lhs.substr(0, at);
+      if (at != std::string::npos) s.variant = lhs.substr(at + 1);
+      if (!name_ok(s.name)) {
+        return invalid_argument("-m '" + a + "': a model name is 1 to 128 letters, digits or -_./:");
+      }
+      if (at != std::string::npos && !variant_ok(s.variant)) {
+        return invalid_argument("-m '" + a + "': a variant name is 1 to 64 letters, digits or -_.");
+      }
+      if (s.path.empty()) return invalid_argument("-m '" + a + "': no file after '='");
+    }
+    for (const ServeModelSpec& o : out) {
+      if (o.name == s.name && o.variant == s.variant) {
+        return invalid_argument("-m '" + a + "': the model '" + s.name + (s.variant.empty() ? "" : "@" + s.variant) +
+                                "' is given twice");
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  if (!unnamed && (!model_name.empty() || !names.empty())) {
+    return invalid_argument("--model-name and --served-model-name name the model given as -m FILE; every -m here "
+                            "names its own");
+  }
+  for (const ServeModelSpec& s : out) {
+    if (s.variant.empty()) continue;
+    bool primary = false;
+    for (const ServeModelSpec& o : out) primary = primary || (o.name == s.name && o.variant.empty());
+    if (!primary) {
+      return invalid_argument("-m " + s.name + "@" + s.variant + ": the variant needs '" + s.name +
+                              "' itself served too (-m " + s.name + "=FILE)");
+    }
+  }
+  return out;
+}
+
+Expected<std::vector<SplitSpec>> parse_splits(const std::vector<std::string>& args,
+                                              const std::vector<ServeModelSpec>& models) {
+  std::vector<SplitSpec> out;
+  std::map<std::string, double> total;
+  for (const std::string& a : args) {
+    const size_t colon = a.find(':'), eq = a.rfind('=');
+    if (colon == std::string::npos || eq == std::string::npos || eq < colon) {
+      return invalid_argument("--split '" + a + "': write NAME:VARIANT=PERCENT");
+    }
+    SplitSpec s;
+    s.name = a.substr(0, colon);
+    s.variant = a.substr(colon + 1, eq - colon - 1);
+    const std::string pct = a.substr(eq + 1);
+    char* end = nullptr;
+    const double v = std::strtod(pct.c_str(), &end);
+    if (pct.empty() || end != pct.c_str() + pct.size() || !std::isfinite(v) || v < 0 || v > 100) {
+      return invalid_argument("--split '" + a + "': the percent must be a number from 0 to 100");
+    }
+    bool served = false;
+    for (const ServeModelSpec& m : models) served = served || (m.name == s.name && m.variant == s.variant);
+    if (s.variant.empty() || !served) {
+      return invalid_argument("--split '" + a + "': no variant '" + s.variant + "' of '" + s.name +
+                              "' is served (-m " + s.name + "@VARIANT=FILE)");
+    }
+    for (const SplitSpec& o : out) {
+      if (o.name == s.name && o.variant == s.variant) return invalid_argument("--split '" + a + "' is given twice");
+    }
+    s.share = v / 100.0;
+    total[s.name] += s.share;
+    if (total[s.name] > 1.0 + 1e-9) {
+      return invalid_argument("--split: the variants of '" + s.name + "' take more than 100% of its traffic");
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace metro::cli

@@ -1,0 +1,40 @@
+// What `metro serve -m` and `--split` name: the models a server loads and how a name's
+// traffic divides between its variants.
+//
+//   -m FILE                 one model, named by --served-model-name / --model-name / the file
+//   -m NAME=FILE            another model under its own name (repeatable)
+//   -m NAME@VARIANT=FILE    a variant of NAME (a canary, say); NAME itself must be served
+//   --split NAME:VARIANT=PCT   PCT percent of NAME's requests go to VARIANT (sticky per user)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace metro::cli {
+
+struct ServeModelSpec {
+  std::string name;
+  std::vector<std::string> aliases;  // --served-model-name's others (the unnamed model only)
+  std::string variant;               // "" for the primary
+  std::string path;
+};
+
+// `names`: --served-model-name's values (the first names the unnamed model), `model_name`:
+// --model-name. Errors name the value.
+Expected<std::vector<ServeModelSpec>> parse_model_specs(const std::vector<std::string>& args,
+                                                        const std::string& model_name,
+                                                        const std::vector<std::string>& names);
+
+struct SplitSpec {
+  std::string name, variant;
+  double share = 0.0;  // 0 to 1
+};
+Expected<std::vector<SplitSpec>> parse_splits(const std::vector<std::string>& args,
+                                              const std::vector<ServeModelSpec>& models);
+
+// The file name without its directory and `.gguf`.
+std::string default_model_name(const std::string& path);
+
+}  // namespace metro::cli
