@@ -235,10 +235,7 @@ int cmd_inspect(int argc, char** argv) {
     return app.exit(e);
   }
   auto file = gguf::File::open(path);
-  if (!file.ok()) {
-    std::fprintf(stderr, "metro inspect: %s\n", file.status().message().c_str());
-    return 1;
-  }
+  if (!file.ok()) return fail("inspect", with_path(path, file.status()));
   json j = summarize(*file, path);
   if (device != "cpu") {
     if (device != "cuda") return fail("inspect", invalid_argument("--device must be " + backends::device_names()));

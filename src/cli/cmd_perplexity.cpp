@@ -83,7 +83,7 @@ int cmd_perplexity(int argc, char** argv) {
   auto kv_dtype = parse_kv_type(kv_type);
   if (!kv_dtype.ok()) return fail("perplexity", kv_dtype.status());
   std::ifstream in(text_file, std::ios::binary);
-  if (!in) return fail("perplexity", io_error("cannot read the text file"));
+  if (!in) return fail("perplexity", io_error("cannot read the text file '" + text_file + "'"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto lm = load_model(model_path);
   if (!lm.ok()) return fail("perplexity", lm.status());

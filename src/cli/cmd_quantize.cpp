@@ -87,7 +87,7 @@ int cmd_quantize(int argc, char** argv) {
     return fail("quantize", invalid_argument("the output '" + out_path + "' is the input file; write another file"));
   }
   auto in = gguf::File::open(in_path);
-  if (!in.ok()) return fail("quantize", in.status());
+  if (!in.ok()) return fail("quantize", with_path(in_path, in.status()));
   model::Importance importance;
   if (!imatrix_path.empty()) {
     std::ifstream text_in(imatrix_path, std::ios::binary);

@@ -69,7 +69,7 @@ int cmd_run(int argc, char** argv) {
     Expected<tokenizer::ChatTemplate> tmpl = tokenizer::ChatTemplate::from_gguf(lm->model->file());
     if (!chat_template_file.empty()) {
       std::ifstream tin(chat_template_file, std::ios::binary);
-      if (!tin) return fail("run", io_error("cannot read the chat template file"));
+      if (!tin) return fail("run", io_error("cannot read the chat template file '" + chat_template_file + "'"));
       tmpl = tokenizer::ChatTemplate::parse(
           std::string(std::istreambuf_iterator<char>(tin), std::istreambuf_iterator<char>()));
     }
@@ -104,7 +104,7 @@ int cmd_run(int argc, char** argv) {
   req.prompt = ids;
   if (!prediction_file.empty()) {
     std::ifstream pin(prediction_file, std::ios::binary);
-    if (!pin) return fail("run", io_error("cannot read the prediction file"));
+    if (!pin) return fail("run", io_error("cannot read the prediction file '" + prediction_file + "'"));
     const std::string text((std::istreambuf_iterator<char>(pin)), std::istreambuf_iterator<char>());
     req.prediction = tok.encode(text, /*add_special=*/false, /*parse_special=*/false);
   }

@@ -156,7 +156,7 @@ int cmd_sensitivity(int argc, char** argv) {
     }
   }
   std::ifstream in(text_file, std::ios::binary);
-  if (!in) return fail("sensitivity", io_error("cannot read the text file"));
+  if (!in) return fail("sensitivity", io_error("cannot read the text file '" + text_file + "'"));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto lm = load_model(model_path);
   if (!lm.ok()) return fail("sensitivity", lm.status());

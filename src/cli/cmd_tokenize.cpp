@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -91,10 +92,7 @@ int cmd_tokenize(int argc, char** argv) {
     return 1;
   }
   auto file = gguf::File::open(model_path);
-  if (!file.ok()) {
-    std::fprintf(stderr, "metro tokenize: %s\n", file.status().message().c_str());
-    return 1;
-  }
+  if (!file.ok()) return fail("tokenize", with_path(model_path, file.status()));
   auto tok = tokenizer::Tokenizer::from_gguf(*file);
   if (!tok.ok()) {
     std::fprintf(stderr, "metro tokenize: %s\n", tok.status().message().c_str());

@@ -16,6 +16,11 @@
 
 namespace metro::cli {
 
+Status with_path(const std::string& path, const Status& s) {
+  if (s.ok()) return s;
+  return Status(s.code(), "'" + path + "': " + s.message());
+}
+
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device,
                                  std::chrono::milliseconds watch_period) {
   Stopwatch sw;
@@ -24,8 +29,12 @@ Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, con
   opts.allow_repack = allow_repack;
   METRO_ASSIGN_OR_RETURN(opts.backend, backends::make_backend(device));
   opts.watch_period = watch_period;
-  METRO_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::load(path, opts));
-  METRO_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(m->file()));
+  auto loaded = model::Model::load(path, opts);
+  if (!loaded.ok()) return with_path(path, loaded.status());
+  std::unique_ptr<model::Model> m = std::move(*loaded);
+  auto tok_or = tokenizer::Tokenizer::from_gguf(m->file());
+  if (!tok_or.ok()) return with_path(path, tok_or.status());
+  tokenizer::Tokenizer tok = std::move(*tok_or);
   lm.model = std::move(m);
   lm.tokenizer = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   lm.load_seconds = sw.elapsed_s();

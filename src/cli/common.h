@@ -55,6 +55,10 @@ Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
 // "metro <cmd>: <message>" on stderr; returns 1.
 int fail(const char* cmd, const Status& s);
 
+// The error of opening or loading `path`, prefixed with the path as the user typed it (the
+// library names files by their base name only, as its errors may reach HTTP clients).
+Status with_path(const std::string& path, const Status& s);
+
 // Whether two paths name one file (same device and inode); false when either does not exist.
 bool same_file(const std::string& a, const std::string& b);
 // Writes `data` to a temporary file beside `path` and renames it into place, so a failure
