@@ -93,6 +93,7 @@ void HttpSession::begin_request() {
   request_method_.clear();
   request_tenant_.clear();
   response_variant_.clear();
+  response_model_.clear();
   access_fields_ = nullptr;
   parse_buffered();
 }
@@ -403,6 +404,10 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
     metrics.inflight_requests.fetch_sub(1);
     return;  // p.admitted ends here (not completed)
   }
+  if (p.model && !p.direct) {
+    response_model_ = p.model->name;
+    response_variant_ = p.model->variant.empty() ? "primary" : p.model->variant;
+  }
   if (p.direct) {
     metrics.inflight_requests.fetch_sub(1);
     respond(*p.direct, label);
@@ -414,7 +419,6 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
     return;
   }
   PreparedCall& pc = *p.result;
-  if (p.model) response_variant_ = p.model->variant.empty() ? "primary" : p.model->variant;
   auto call = std::make_unique<Call>();
   call->model = std::move(p.model);
   call->admitted = std::move(p.admitted);
@@ -546,6 +550,7 @@ void HttpSession::complete_call() {
     note_call_for_log();
     end_call(false);
     phase_ = Phase::kRespondDone;
+    core_.metrics().count_variant_request(response_model_, response_variant_, 200);
     access_log(200, label);
     flush();
     return;
@@ -601,6 +606,7 @@ void HttpSession::respond(const HttpResponse& r, const std::string& endpoint_lab
   o += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (!head_request_) o += r.body;
   core_.metrics().count_request(endpoint_label, r.status);
+  if (!response_variant_.empty()) core_.metrics().count_variant_request(response_model_, response_variant_, r.status);
   access_log(r.status, endpoint_label);
   phase_ = Phase::kRespondDone;
   read_timer_.cancel();

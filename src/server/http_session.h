@@ -136,7 +136,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<TraceContext> trace_;
   std::string request_method_;
   std::string request_tenant_;
-  std::string response_variant_;  // x-metro-variant: the variant that served it, once known
+  std::string response_model_;    // the name and variant (x-metro-variant) that served it,
+  std::string response_variant_;  // once known
   Json access_fields_;
   int64_t last_read_ns_ = 0;
   boost::asio::steady_timer read_timer_;

@@ -101,6 +101,11 @@ ServerMetrics::ServerMetrics()
                                             .count()) *
                     1e-3) {}
 
+void ServerMetrics::count_variant_request(const std::string& model, const std::string& variant, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++variant_requests_[{model, variant, status}];
+}
+
 void ServerMetrics::observe_call(int prompt_tokens, int completion_tokens, double queue_seconds,
                                  const std::vector<std::string>& finish_reasons) {
   prompt_tokens_.observe(prompt_tokens);
@@ -153,6 +158,17 @@ void ServerMetrics::collect(metrics::Exposition& e) const {
        "Time a model call's requests waited in the engine's queue before a step first computed them.");
   hist(prompt_tokens_, "metro_request_prompt_tokens", "Prompt tokens of a model call (all its prompts).");
   hist(generation_tokens_, "metro_request_generation_tokens", "Tokens a model call generated (all its choices).");
+  const char* variant_help = "Model requests answered, by model name, variant (primary or the variant) and status.";
+  e.declare("metro_variant_requests_total", metrics::Type::kCounter, variant_help);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, n] : variant_requests_) {
+      const auto& [model, variant, status] = key;
+      e.counter("metro_variant_requests_total", variant_help,
+                metrics::labels({{"model", model}, {"variant", variant}, {"status", std::to_string(status)}}),
+                static_cast<double>(n));
+    }
+  }
   const char* finish_help = "Choices of model calls that ended, by finish reason.";
   e.declare("metro_choices_finished_total", metrics::Type::kCounter, finish_help);
   {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,8 @@ class ServerMetrics {
   // Endpoint labels are route paths metro knows (others count as "other"), so clients
   // cannot grow the label set.
   void count_request(std::string_view endpoint, int status);
+  // A model request answered by `variant` ("primary" or a variant's name) of `model`.
+  void count_variant_request(const std::string& model, const std::string& variant, int status);
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
   void observe_tpot(double seconds) { tpot_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
@@ -64,6 +67,7 @@ class ServerMetrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> finished_choices_;  // by finish reason
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> variant_requests_;  // (model, variant, status)
   Histogram ttft_;
   Histogram tpot_;
   Histogram e2e_;

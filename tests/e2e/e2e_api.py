@@ -484,7 +484,17 @@ def t_variants_split_and_stickiness(ctx):
         for i in range(0, 40, 2):
             assert ask(f"user-{i}") == first[i], i
         assert ask("anyone", model="other") == "primary"
+        # An error is counted under the variant that would have served it.
+        canary_user = f"user-{first.index('canary')}"
+        st, h, _ = request(srv.port, "POST", "/v1/completions",
+                           {"model": "chat", "prompt": "Hi", "max_tokens": 0, "user": canary_user})
+        assert st == 400 and h["x-metro-variant"] == "canary", (st, h)
         after = metrics(srv.port)
+        answered = {(v, s): after.get(f'metro_variant_requests_total{{model="chat",variant="{v}",status="{s}"}}', 0)
+                    for v in ("primary", "canary") for s in (200, 400)}
+        again = first[0:40:2].count("canary")
+        assert answered == {("canary", 200): canary + again, ("primary", 200): n + 20 - canary - again,
+                            ("canary", 400): 1, ("primary", 400): 0}, answered
         assert after['metro_variant_share{model="chat",variant="canary"}'] == 0.25
         grew = {m: after[f'metro_requests_finished_total{{model="{m}"}}'] -
                 before[f'metro_requests_finished_total{{model="{m}"}}'] for m in ("chat", "chat@canary")}
