@@ -134,6 +134,41 @@ Expected<std::optional<PatternScanner::Repeat>> PatternScanner::quantifier(bool 
   return std::optional<Repeat>(r);
 }
 
+Expected<CharSet> PatternScanner::literal_escape() {
+  ++pos_;  // the backslash
+  if (at_end()) return bad("the " + what_ + " may not end with a backslash");
+  const char e = peek();
+  ++pos_;
+  CharSet s;
+  switch (e) {
+    case 'n':
+      s.ascii.add('\n');
+      return s;
+    case 't':
+      s.ascii.add('\t');
+      return s;
+    case 'r':
+      s.ascii.add('\r');
+      return s;
+    case 'f':
+      s.ascii.add('\f');
+      return s;
+    case 'x':
+    case 'u': {
+      METRO_ASSIGN_OR_RETURN(int v, hex_escape(e == 'x' ? 2 : 4));
+      s.ascii.add(static_cast<uint8_t>(v));
+      return s;
+    }
+    default:
+      if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9') ||
+          static_cast<uint8_t>(e) >= 0x80) {
+        return bad(std::string("the escape \\") + e + " is not supported");
+      }
+      s.ascii.add(static_cast<uint8_t>(e));
+      return s;
+  }
+}
+
 Expected<CharSet> PatternScanner::char_class() {
   ++pos_;  // '['
   bool negate = false;

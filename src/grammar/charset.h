@@ -53,6 +53,10 @@ class PatternScanner {
   Expected<CharSet> char_class();
   // The escape at pos_ (a backslash): what it stands for.
   virtual Expected<CharSet> escape_set() = 0;
+  // The escape at pos_ as grammar literals write it (GBNF, Lark): \n \t \r \f, \xHH and
+  // \uHHHH of ASCII characters, any escaped punctuation; letters and digits otherwise are
+  // refused by name.
+  Expected<CharSet> literal_escape();
 
   struct Repeat {
     int min = 1, max = 1;  // max < 0: unbounded

@@ -7,7 +7,7 @@
 //   item     := NAME | "literal" | [class] | "." | "(" alts ")"
 //   quantifier := "*" | "+" | "?" | "{m}" | "{m,}" | "{m,n}"   (n at most 4096)
 //
-// Names are letters, digits, '-' and '_'. Literals are any UTF-8 text with the escapes \n \t
+// Names are letters, digits, '-' and '_'. Literals are any UTF-8 text with the escapes \n \t \f
 // \r \\ \" \xHH \uHHHH (ASCII); classes hold ASCII characters and ranges, negated with a
 // leading ^ (matching every other character, multi-byte ones included), with the same
 // escapes; '.' is any character. '#' starts a comment to the end of the line; whitespace

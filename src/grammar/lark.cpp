@@ -519,40 +519,7 @@ class LarkParser final : public PatternScanner {
     return as_token(*e);
   }
 
-  Expected<CharSet> escape_set() override {
-    ++pos_;  // the backslash
-    if (at_end()) return bad("the grammar may not end with a backslash");
-    const char e = peek();
-    ++pos_;
-    CharSet s;
-    switch (e) {
-      case 'n':
-        s.ascii.add('\n');
-        return s;
-      case 't':
-        s.ascii.add('\t');
-        return s;
-      case 'r':
-        s.ascii.add('\r');
-        return s;
-      case 'f':
-        s.ascii.add('\f');
-        return s;
-      case 'x':
-      case 'u': {
-        METRO_ASSIGN_OR_RETURN(int v, hex_escape(e == 'x' ? 2 : 4));
-        s.ascii.add(static_cast<uint8_t>(v));
-        return s;
-      }
-      default:
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9') ||
-            static_cast<uint8_t>(e) >= 0x80) {
-          return bad(std::string("the escape \\") + e + " is not supported");
-        }
-        s.ascii.add(static_cast<uint8_t>(e));
-        return s;
-    }
-  }
+  Expected<CharSet> escape_set() override { return literal_escape(); }
 
   Builder b_;
   std::map<std::string, uint32_t> rules_;

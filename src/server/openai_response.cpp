@@ -2,9 +2,9 @@
 
 #include <bit>
 #include <cstring>
-#include <random>
 
 #include "server/json_util.h"
+#include "server/request_id.h"
 
 namespace metro::server {
 
@@ -17,15 +17,10 @@ ApiError abort_error(const engine::Event& e) {
 }  // namespace
 
 std::string make_response_id(Endpoint endpoint) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::random_device rd;
-  std::mt19937_64 rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  std::string id = endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
+  return random_id(endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
                    : endpoint == Endpoint::kCompletions   ? "cmpl-"
                    : endpoint == Endpoint::kResponses     ? "resp_"
-                                                          : "embd-";
-  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
-  return id;
+                                                          : "embd-");
 }
 
 std::string sse_event(const std::string& json_text) { return "data: " + json_text + "\n\n"; }

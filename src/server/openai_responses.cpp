@@ -1,9 +1,8 @@
 #include "server/openai_responses.h"
 
-#include <random>
-
 #include "server/json_util.h"
 #include "server/openai_response.h"
+#include "server/request_id.h"
 #include "server/response_store.h"
 
 namespace metro::server {
@@ -84,14 +83,6 @@ std::string responses_param(const std::string& chat_param) {
   return chat_param;
 }
 
-std::string random_id(const char* prefix) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::random_device rd;
-  std::mt19937_64 rng((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  std::string id = prefix;
-  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
-  return id;
-}
 
 }  // namespace
 

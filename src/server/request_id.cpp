@@ -25,10 +25,13 @@ bool all_zero(std::string_view s) { return s.find_first_not_of('0') == std::stri
 std::string request_id_for(std::string_view incoming) {
   bool usable = !incoming.empty() && incoming.size() <= 128;
   for (char c : incoming) usable = usable && id_char(c);
-  if (usable) return std::string(incoming);
+  return usable ? std::string(incoming) : random_id("req_");
+}
+
+std::string random_id(std::string_view prefix) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()};
-  std::string id = "req_";
+  std::string id(prefix);
   for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
   return id;
 }

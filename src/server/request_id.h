@@ -15,6 +15,9 @@ namespace metro::server {
 
 std::string request_id_for(std::string_view incoming);
 
+// `prefix` and 24 random alphanumerics (response, message, tool-call and request ids).
+std::string random_id(std::string_view prefix);
+
 struct TraceContext {
   std::string trace_id;   // 32 lower-case hex digits
   std::string parent_id;  // 16 lower-case hex digits

@@ -1,10 +1,10 @@
 #include "server/tool_calls.h"
 
 #include <algorithm>
-#include <random>
 #include <set>
 
 #include "grammar/json_schema.h"
+#include "server/request_id.h"
 #include "server/tool_call_text.h"
 
 namespace metro::server {
@@ -737,12 +737,6 @@ ParsedToolOutput parse_tool_output(ToolFormat f, std::string_view text) {
   return parse_generic(text);
 }
 
-std::string make_tool_call_id() {
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
-  return id;
-}
+std::string make_tool_call_id() { return random_id("call_"); }
 
 }  // namespace metro::server
