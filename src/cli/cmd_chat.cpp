@@ -136,13 +136,7 @@ int cmd_chat(int argc, char** argv) {
   auto lm = load_model(model_path);
   if (!lm.ok()) return fail("chat", lm.status());
   const tokenizer::Tokenizer& tok = *lm->tokenizer;
-  Expected<tokenizer::ChatTemplate> tmpl = tokenizer::ChatTemplate::from_gguf(lm->model->file());
-  if (!chat_template_file.empty()) {
-    std::ifstream tin(chat_template_file, std::ios::binary);
-    if (!tin) return fail("chat", io_error("cannot read the chat template file '" + chat_template_file + "'"));
-    tmpl = tokenizer::ChatTemplate::parse(
-        std::string(std::istreambuf_iterator<char>(tin), std::istreambuf_iterator<char>()));
-  }
+  Expected<tokenizer::ChatTemplate> tmpl = chat_template_of(*lm->model, chat_template_file);
   if (!tmpl.ok()) return fail("chat", tmpl.status());
 
   engine::EngineConfig ec;

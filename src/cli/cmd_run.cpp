@@ -66,13 +66,7 @@ int cmd_run(int argc, char** argv) {
 
   std::vector<int32_t> ids;
   if (chat) {
-    Expected<tokenizer::ChatTemplate> tmpl = tokenizer::ChatTemplate::from_gguf(lm->model->file());
-    if (!chat_template_file.empty()) {
-      std::ifstream tin(chat_template_file, std::ios::binary);
-      if (!tin) return fail("run", io_error("cannot read the chat template file '" + chat_template_file + "'"));
-      tmpl = tokenizer::ChatTemplate::parse(
-          std::string(std::istreambuf_iterator<char>(tin), std::istreambuf_iterator<char>()));
-    }
+    Expected<tokenizer::ChatTemplate> tmpl = chat_template_of(*lm->model, chat_template_file);
     if (!tmpl.ok()) return fail("run", tmpl.status());
     nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
     tokenizer::ChatTemplateOptions opts;

@@ -360,10 +360,7 @@ int cmd_serve(int argc, char** argv) {
 
   std::optional<tokenizer::ChatTemplate> template_override;
   if (!chat_template_file.empty()) {
-    std::ifstream in(chat_template_file, std::ios::binary);
-    if (!in) return fail("serve", io_error("cannot read the chat template file '" + chat_template_file + "'"));
-    std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto t = tokenizer::ChatTemplate::parse(std::move(source));
+    auto t = read_chat_template(chat_template_file);
     if (!t.ok()) return fail("serve", t.status());
     template_override = std::move(*t);
   }

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "backends/registry.h"
 #include "base/clock.h"
@@ -15,6 +17,19 @@
 #include "engine/speculative/ngram.h"
 
 namespace metro::cli {
+
+Expected<tokenizer::ChatTemplate> read_chat_template(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return io_error("cannot read the chat template file '" + file + "'");
+  std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto t = tokenizer::ChatTemplate::parse(std::move(source));
+  if (!t.ok()) return with_path(file, t.status());
+  return t;
+}
+
+Expected<tokenizer::ChatTemplate> chat_template_of(const model::Model& m, const std::string& file) {
+  return file.empty() ? tokenizer::ChatTemplate::from_gguf(m.file()) : read_chat_template(file);
+}
 
 Status with_path(const std::string& path, const Status& s) {
   if (s.ok()) return s;

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "kernels/dtype.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace metro::cli {
@@ -54,6 +55,11 @@ Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
 
 // "metro <cmd>: <message>" on stderr; returns 1.
 int fail(const char* cmd, const Status& s);
+
+// --chat-template FILE: the file read and parsed (errors name the path).
+Expected<tokenizer::ChatTemplate> read_chat_template(const std::string& file);
+// The model's own chat template, or FILE's when one is given.
+Expected<tokenizer::ChatTemplate> chat_template_of(const model::Model& m, const std::string& file);
 
 // The error of opening or loading `path`, prefixed with the path as the user typed it (the
 // library names files by their base name only, as its errors may reach HTTP clients).
