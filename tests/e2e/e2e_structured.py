@@ -244,15 +244,12 @@ def t_structured_regex(t):
     assert err["param"] == "metro.regex" and "backreferences" in err["message"], err
 
 
-def t_structured_gbnf(t):
-    """metro.grammar (GBNF, then Lark): every finished output is a sentence of the grammar,
-    checked with Python's `re` against the same language written as a regular expression."""
-    grammar = ('root ::= colour (", " colour){0,3} "."\n'
-               'colour ::= "red" | "green" | "blue" | "dark " colour  # recursion\n')
-    same = r"((dark )*(red|green|blue))(, (dark )*(red|green|blue)){0,3}\."
+def _finished_sentences(t, grammar, same, runs, first_seed):
+    """Greedy, then sampled runs (the second streamed) under `grammar`: every finished output
+    matches the regular expression `same`; returns how many finished."""
     finished = 0
-    for run in range(4):
-        sampled = {"temperature": 1.0, "seed": run} if run else {"temperature": 0}
+    for run in range(runs):
+        sampled = {"temperature": 1.0, "seed": first_seed + run} if run else {"temperature": 0}
         st, data = _chat(t, dict(sampled, metro={"grammar": grammar}, max_tokens=48), stream=run == 1)
         assert st == 200, data[:300]
         text, finish = _text_and_finish(data, stream=run == 1)
@@ -260,6 +257,16 @@ def t_structured_gbnf(t):
             continue
         assert finish == "stop" and re.fullmatch(same, text), (finish, text)
         finished += 1
+    return finished
+
+
+def t_structured_gbnf(t):
+    """metro.grammar (GBNF, then Lark): every finished output is a sentence of the grammar,
+    checked with Python's `re` against the same language written as a regular expression."""
+    grammar = ('root ::= colour (", " colour){0,3} "."\n'
+               'colour ::= "red" | "green" | "blue" | "dark " colour  # recursion\n')
+    same = r"((dark )*(red|green|blue))(, (dark )*(red|green|blue)){0,3}\."
+    finished = _finished_sentences(t, grammar, same, runs=4, first_seed=0)
     assert finished >= 2, finished
     st, data = _chat(t, {"metro": {"grammar": "root ::= missing\n"}})
     err = check_error(st, data, 400, "unsupported_grammar")
@@ -269,16 +276,7 @@ def t_structured_gbnf(t):
     lark = ('start: colour (", " colour) ~ 0..3 "."\n'
             '?colour: "red" | "green" | "blue" -> plain\n'
             '       | "dark " colour  // recursion\n')
-    finished = 0
-    for run in range(3):
-        sampled = {"temperature": 1.0, "seed": 10 + run} if run else {"temperature": 0}
-        st, data = _chat(t, dict(sampled, metro={"grammar": lark}, max_tokens=48), stream=run == 1)
-        assert st == 200, data[:300]
-        text, finish = _text_and_finish(data, stream=run == 1)
-        if finish == "length":
-            continue
-        assert finish == "stop" and re.fullmatch(same, text), (finish, text)
-        finished += 1
+    finished = _finished_sentences(t, lark, same, runs=3, first_seed=10)
     assert finished >= 1, finished
     st, data = _chat(t, {"metro": {"grammar": "start: colour\ncolour: colour2\n"}})
     err = check_error(st, data, 400, "unsupported_grammar")
