@@ -138,6 +138,10 @@ struct Engine::Impl {
   int last_prefill_tokens = 0;        // prompt tokens of the last step (drafts excluded)
   double last_step_s = 0.0;           // the last step's seconds, a draft model's passes excluded
   double propose_s = 0.0;             // this step's seconds in a draft model's passes
+  // Since when steps have planned nothing while requests wait (0: the last one planned
+  // work), and whether that stretch has been reported.
+  int64_t idle_since_ns = 0;
+  bool idle_reported = false;
   std::vector<speculative::DraftJob> draft_jobs;     // a model proposer's jobs of the step
   std::vector<std::vector<int32_t>> draft_tokens;    // and their drafts, by candidate
   // Speculation counters (engine thread), copied into stats after each step.

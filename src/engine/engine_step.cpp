@@ -13,6 +13,9 @@ namespace metro::engine {
 
 namespace {
 
+// How long steps may plan nothing while requests wait before the engine reports it.
+constexpr int64_t kStuckReportNs = 10'000'000'000;
+
 void observe(std::vector<uint64_t>& buckets, const std::vector<double>& bounds, double v) {
   for (size_t i = 0; i < bounds.size(); ++i) {
     if (v <= bounds[i]) ++buckets[i];
@@ -37,9 +40,18 @@ void Engine::Impl::step() {
   if (plan.empty()) {
     // Nothing fits right now (should not happen: submit() refuses what can never fit).
     for (auto& [id, c] : by_seq) c->seq.draft.clear();
+    if (idle_since_ns == 0) idle_since_ns = t0;
+    if (!idle_reported && t0 - idle_since_ns > kStuckReportNs) {
+      // Requests wait and no step runs: the scheduler's state says why.
+      idle_reported = true;
+      METRO_LOG_ERROR("engine: no step has run for %.0f s while %zu requests wait; scheduler state:\n%s",
+                      static_cast<double>(t0 - idle_since_ns) * 1e-9, active.size(), sched->describe().c_str());
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
+  idle_since_ns = 0;
+  idle_reported = false;
   if (tiers) {
     // High tier first: the two tiers' entries become two contiguous passes.
     std::stable_partition(plan.seqs.begin(), plan.seqs.end(), [&](const sched::ScheduledSeq& ss) {

@@ -110,6 +110,9 @@ class Scheduler {
   // How this policy orders waiting prompts, for admission control's TTFT prediction.
   virtual std::shared_ptr<const QueueOrder> queue_order() const = 0;
   virtual const char* name() const = 0;
+  // The policy's state in a few lines of text, for the engine's report when steps stop
+  // making progress; empty where a policy says nothing.
+  virtual std::string describe() const { return {}; }
 };
 
 // What every policy is built from. `policy` holds the named policy's own options as

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -131,6 +133,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
   }
 
   const char* name() const override { return "sla"; }
+  std::string describe() const override;
 
   double tenant_counter(SlaClass c, const std::string& tenant) const override {
     return vtc_.counter(c, tenant);
@@ -452,6 +455,31 @@ class SlaSchedulerImpl final : public SlaScheduler {
   uint64_t preemptions_ = 0;
 };
 
+std::string SlaSchedulerImpl::describe() const {
+  std::string out;
+  char line[320];
+  const StepCostModel& c = cfg_.cost;
+  std::snprintf(line, sizeof line,
+                "sla: %zu sequences, %zu running, seats %d, budget %d, kv free %d of %d blocks (watermark %d); "
+                "cost fixed %.3g s, prefill %.3g s/token, decode %.3g s + %.3g s/key\n",
+                entries_.size(), running_.size(), seats_, last_budget_, static_cast<int>(kv_.n_free_blocks()),
+                static_cast<int>(kv_.config().n_blocks), watermark_blocks_, c.fixed_s, c.per_prefill_token_s,
+                c.per_decode_seq_s, c.per_decode_ctx_s);
+  out += line;
+  for (const auto& [seq, e] : entries_) {
+    std::snprintf(line, sizeof line,
+                  "  seq %llu class %d tenant '%.32s' %s: computed %d of %d (prompt %d, draft %zu), blocks %zu, "
+                  "preemptions %d, key tier %d rank %d phase %d%s%s%s\n",
+                  static_cast<unsigned long long>(seq->id), static_cast<int>(seq->sla_class), seq->tenant.c_str(),
+                  e.running ? "running" : "waiting", seq->n_computed, static_cast<int>(seq->tokens.size()),
+                  seq->n_prompt, seq->draft.size(), kv_.has(seq->id) ? kv_.table(seq->id).size() : size_t{0},
+                  seq->n_preemptions, e.key.tier, e.key.rank, e.key.phase, e.starving_prefill ? ", starving" : "",
+                  e.tenant_front ? ", tenant front" : "", seq == lane_ ? ", lane" : "");
+    out += line;
+  }
+  return out;
+}
+
 StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   StepPlan plan;
   std::array<double, kNumSlaClasses> decode_allow;
@@ -598,7 +626,10 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
     const double decode_cost = decode ? decode_cost_of(n) : 0.0;
     if (timed) {
       // A paused decode keeps its blocks: its token would push the step past the objective.
-      if (decode && decode_cost > time_left) continue;
+      // Never the step's first work: a step makes progress (time_total covers a decode at
+      // the running decodes' mean cost, which a longer context, or the rounding of a mean of
+      // equal costs, can exceed; with every decode paused nothing would change again).
+      if (decode && decode_cost > time_left && !plan.seqs.empty()) continue;
       if (!decode) {
         // A step makes progress: the first work of a step is never cut below
         // min_step_tokens, even where attention over a long context makes them dear.

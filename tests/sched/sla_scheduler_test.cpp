@@ -412,6 +412,30 @@ TEST(SlaScheduler, DecodeCostFollowsItsContext) {
   }
 }
 
+// Under load the fitted step cost can exceed every objective (a fixed cost above the
+// target): each step then has room for one decode at the running decodes' mean cost. The
+// first work of a step must run even where its own cost is above that mean (a longer
+// context, or equal contexts whose mean rounds a hair below each of them); otherwise every
+// decode pauses, nothing changes, and no step ever runs again.
+TEST(SlaScheduler, EveryStepMakesProgressWhenTheFixedCostExceedsTheObjective) {
+  for (int n : {3, 7, 14, 29, 64}) {
+    for (int prompt : {23, 39, 61}) {
+      SCOPED_TRACE(std::to_string(n) + " sequences of " + std::to_string(prompt) + " tokens");
+      SlaSchedulerConfig cfg = small_cfg(256, 64);
+      cfg.cost = {.fixed_s = 0.154, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.001,
+                  .per_attention_pair_s = 0.0, .per_decode_ctx_s = 0.00204};
+      Harness h(4096, 16, cfg);
+      for (int i = 0; i < n; ++i) h.add(SlaClass::kStandard, prompt, 24);
+      int steps = 0;
+      for (; steps < 20000 && !h.all_finished(); ++steps) {
+        const StepPlan p = h.step();
+        ASSERT_FALSE(p.seqs.empty()) << "step " << steps << " planned nothing";
+      }
+      EXPECT_TRUE(h.all_finished());
+    }
+  }
+}
+
 TEST(StepCostModel, MaxPrefillIsTheLongestChunkThatFits) {
   StepCostModel m{.fixed_s = 0.01, .per_prefill_token_s = 0.001, .per_decode_seq_s = 0.001,
                   .per_attention_pair_s = 1e-6, .per_decode_ctx_s = 0.0};
