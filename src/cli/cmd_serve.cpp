@@ -72,8 +72,9 @@ void raise_fd_limit() {
 
 int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve a model over an OpenAI-compatible HTTP API", "metro serve"};
-  std::vector<std::string> model_args, split_args;
-  std::string model_name, api_key_file, chat_template_file;
+  std::vector<std::string> model_args, split_args, rollout_args, fault_args;
+  gateway::GuardConfig guard_cfg;
+  std::string model_name, api_key_file, admin_key_file, chat_template_file;
   std::string response_store = "64MiB", log_format = "text";
   std::string kv_memory, kv_type = "f16", max_body = "4MiB", prep_bytes = "256MiB", prep_bytes_tenant = "64MiB";
   server::ServerConfig sc;
@@ -88,6 +89,30 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--split", split_args,
                  "NAME:VARIANT=PERCENT: that share of NAME's requests goes to VARIANT, the same user (the `user` "
                  "field, else the API key) always to the same variant (repeatable)");
+  app.add_option("--rollout", rollout_args,
+                 "NAME:VARIANT=P1,P2,...@DURATION: VARIANT's share steps through the percents (e.g. 5,25,50,100@10m), "
+                 "promoted after each DURATION while it is no worse than the primary on error rate, TTFT p99 and "
+                 "TPOT p99, rolled back to 0 as soon as it is (repeatable)");
+  app.add_option("--rollout-alpha", guard_cfg.alpha,
+                 "false-alarm bound of the rollout tests: about 1/alpha canary requests pass on average before a "
+                 "healthy canary is rolled back by chance")
+      ->check(CLI::Range(1e-9, 0.5))
+      ->capture_default_str();
+  app.add_option("--rollout-min-requests", guard_cfg.min_step_requests,
+                 "canary requests a rollout step must see before it is promoted")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--fault", fault_args,
+                 "TARGET:error=SHARE,status=CODE,latency=DURATION,latency_share=SHARE: inject faults into TARGET "
+                 "(NAME, NAME@VARIANT or VARIANT) to rehearse rollbacks; off by default (repeatable)");
+  app.add_option("--breaker-failures", guard_cfg.breaker.failures,
+                 "failed requests in a row that open a variant's circuit breaker (0: no breaker)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--breaker-open", guard_cfg.breaker.open_s,
+                 "seconds an open breaker stays open before one probe request is let through")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->capture_default_str();
   app.add_option("--host", sc.host, "address to listen on")->capture_default_str();
   app.add_option("--port", port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
@@ -109,6 +134,9 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   app.add_option("--api-key-file", api_key_file, "file of API keys, one per line: `key [tenant]`");
+  app.add_option("--admin-key-file", admin_key_file,
+                 "file whose first line is the admin API's key (/admin/models: splits, rollouts, rollbacks); "
+                 "without it there is no admin API");
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
   app.add_option("--kv-memory", kv_memory, "KV cache budget in bytes (e.g. 4GiB); overrides --ctx-total");
@@ -265,6 +293,18 @@ int cmd_serve(int argc, char** argv) {
   if (!specs.ok()) return fail("serve", specs.status());
   auto splits = parse_splits(split_args, *specs);
   if (!splits.ok()) return fail("serve", splits.status());
+  auto rollouts = parse_rollouts(rollout_args, *specs);
+  if (!rollouts.ok()) return fail("serve", rollouts.status());
+  for (const gateway::RolloutPlan& r : *rollouts) {
+    for (const SplitSpec& sp : *splits) {
+      if (sp.name == r.name && sp.variant == r.variant) {
+        return fail("serve", invalid_argument("--rollout and --split both set the share of " + r.name + "@" +
+                                              r.variant + "; give one"));
+      }
+    }
+  }
+  auto faults = parse_faults(fault_args, *specs);
+  if (!faults.ok()) return fail("serve", faults.status());
   std::string names;
   for (const ServeModelSpec& m : *specs) {
     names += (names.empty() ? "" : ", ") + m.name + (m.variant.empty() ? "" : "@" + m.variant);
@@ -333,6 +373,19 @@ int cmd_serve(int argc, char** argv) {
     if (!keys.ok()) return fail("serve", keys.status());
     sc.api_keys = std::move(*keys);
   }
+  if (!admin_key_file.empty()) {
+    std::ifstream in(admin_key_file);
+    std::string line;
+    if (!in || !std::getline(in, line)) {
+      return fail("serve", invalid_argument("--admin-key-file " + admin_key_file + ": cannot read it"));
+    }
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (line.size() < 16) {
+      return fail("serve", invalid_argument("--admin-key-file " + admin_key_file +
+                                            ": the key on its first line needs at least 16 characters"));
+    }
+    sc.admin_key = line;
+  }
   std::shared_ptr<engine::StepTraceWriter> trace;
   if (!step_trace.empty()) {
     auto t = engine::StepTraceWriter::open(step_trace);
@@ -348,6 +401,7 @@ int cmd_serve(int argc, char** argv) {
   fd.admission_cfg.ttft_margin = ttft_margin;
   fd.admission_cfg.shed_after = shed_after;
   fd.max_inflight_choices = max_inflight_choices;
+  fd.guard = guard_cfg;
   for (const auto& [tenant, ts] : sc.api_keys.tenants()) {
     gateway::TenantQuota q;
     q.tokens_per_minute = ts.tokens_per_minute;
@@ -401,9 +455,17 @@ int cmd_serve(int argc, char** argv) {
     served->load_seconds = static_cast<double>(now_ns() - t_start) * 1e-9;
     return Status();
   };
-  auto loader = [=, models = *specs, shares = *splits](gateway::FrontDoor& door) -> Status {
+  auto loader = [=, models = *specs, shares = *splits, plans = *rollouts,
+                 injected = *faults](gateway::FrontDoor& door) -> Status {
     for (const ServeModelSpec& ms : models) METRO_RETURN_IF_ERROR(load_one(door, ms));
     for (const SplitSpec& s : shares) METRO_RETURN_IF_ERROR(door.set_split(s.name, s.variant, s.share));
+    for (const FaultTarget& f : injected) {
+      METRO_RETURN_IF_ERROR(door.guard().set_fault(f.name, f.variant, f.spec));
+      METRO_LOG_WARN("fault injection on %s%s: error %.2f (status %d), latency %.3f s to %.2f of its requests",
+                     f.name.c_str(), f.variant.empty() ? "" : ("@" + f.variant).c_str(), f.spec.error, f.spec.status,
+                     f.spec.latency_s, f.spec.latency_share);
+    }
+    for (const gateway::RolloutPlan& r : plans) METRO_RETURN_IF_ERROR(door.guard().start_rollout(r));
     return Status();
   };
   auto door = std::make_shared<gateway::FrontDoor>(fd);

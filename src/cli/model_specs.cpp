@@ -2,8 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 
 namespace metro::cli {
@@ -130,6 +132,103 @@ Expected<std::vector<SplitSpec>> parse_splits(const std::vector<std::string>& ar
       return invalid_argument("--split: the variants of '" + s.name + "' take more than 100% of its traffic");
     }
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+
+bool serves(const std::vector<ServeModelSpec>& models, const std::string& name, const std::string& variant) {
+  for (const ServeModelSpec& m : models) {
+    if (m.name == name && m.variant == variant) return true;
+  }
+  return false;
+}
+
+std::optional<double> parse_share(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < 0 || v > 1) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+Expected<std::vector<gateway::RolloutPlan>> parse_rollouts(const std::vector<std::string>& args,
+                                                           const std::vector<ServeModelSpec>& models) {
+  std::vector<gateway::RolloutPlan> out;
+  for (const std::string& a : args) {
+    METRO_ASSIGN_OR_RETURN(gateway::RolloutPlan p, gateway::parse_rollout(a));
+    if (!serves(models, p.name, p.variant)) {
+      return invalid_argument("--rollout '" + a + "': no variant '" + p.variant + "' of '" + p.name +
+                              "' is served (-m " + p.name + "@VARIANT=FILE)");
+    }
+    for (const auto& o : out) {
+      if (o.name == p.name && o.variant == p.variant) return invalid_argument("--rollout '" + a + "' is given twice");
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Expected<std::vector<FaultTarget>> parse_faults(const std::vector<std::string>& args,
+                                                const std::vector<ServeModelSpec>& models) {
+  std::vector<FaultTarget> out;
+  for (const std::string& a : args) {
+    const auto bad = [&](const std::string& why) { return invalid_argument("--fault '" + a + "': " + why); };
+    const size_t colon = a.find(':');
+    if (colon == std::string::npos || colon == 0) return bad("write TARGET:error=SHARE,latency=DURATION,...");
+    FaultTarget f;
+    const std::string target = a.substr(0, colon);
+    if (const size_t at = target.find('@'); at != std::string::npos) {
+      f.name = target.substr(0, at);
+      f.variant = target.substr(at + 1);
+    } else if (serves(models, target, "")) {
+      f.name = target;
+    } else {
+      // A bare variant: the one name that has it.
+      int found = 0;
+      for (const ServeModelSpec& m : models) {
+        if (m.variant == target) {
+          f.name = m.name;
+          f.variant = target;
+          ++found;
+        }
+      }
+      if (found > 1) return bad("several names have a variant '" + target + "'; write NAME@" + target);
+    }
+    if (f.name.empty() || !serves(models, f.name, f.variant)) return bad("no model '" + target + "' is served");
+    size_t start = colon + 1;
+    bool any = false;
+    while (start <= a.size()) {
+      const size_t comma = std::min(a.find(',', start), a.size());
+      const std::string kv = a.substr(start, comma - start);
+      start = comma + 1;
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) return bad("'" + kv + "' is not KEY=VALUE");
+      const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+      if (key == "error" || key == "latency_share") {
+        const auto v = parse_share(value);
+        if (!v) return bad(key + " is a share from 0 to 1");
+        (key == "error" ? f.spec.error : f.spec.latency_share) = *v;
+      } else if (key == "status") {
+        char* end = nullptr;
+        const long v = std::strtol(value.c_str(), &end, 10);
+        if (value.empty() || end != value.c_str() + value.size() || v < 400 || v > 599) {
+          return bad("status is an HTTP error status from 400 to 599");
+        }
+        f.spec.status = static_cast<int>(v);
+      } else if (key == "latency") {
+        const auto d = gateway::parse_duration_s(value);
+        if (!d || *d > 3600.0) return bad("latency is a time such as 300ms or 2s (at most 1h)");
+        f.spec.latency_s = *d;
+      } else {
+        return bad("unknown key '" + key + "' (error, status, latency, latency_share)");
+      }
+      any = true;
+    }
+    if (!any) return bad("no fault given");
+    out.push_back(std::move(f));
   }
   return out;
 }

@@ -5,12 +5,19 @@
 //   -m NAME=FILE            another model under its own name (repeatable)
 //   -m NAME@VARIANT=FILE    a variant of NAME (a canary, say); NAME itself must be served
 //   --split NAME:VARIANT=PCT   PCT percent of NAME's requests go to VARIANT (sticky per user)
+//   --rollout NAME:VARIANT=P1,P2,...@DURATION   VARIANT's share steps through the percents,
+//                           each step at least DURATION (30s, 10m, 1h), rolled back on a regression
+//   --fault TARGET:error=SHARE,status=CODE,latency=DURATION,latency_share=SHARE
+//                           faults injected into TARGET (NAME, NAME@VARIANT, or a VARIANT that
+//                           only one name has) for rehearsals
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "gateway/variant_guard.h"
 
 namespace metro::cli {
 
@@ -33,6 +40,16 @@ struct SplitSpec {
 };
 Expected<std::vector<SplitSpec>> parse_splits(const std::vector<std::string>& args,
                                               const std::vector<ServeModelSpec>& models);
+
+Expected<std::vector<gateway::RolloutPlan>> parse_rollouts(const std::vector<std::string>& args,
+                                                           const std::vector<ServeModelSpec>& models);
+
+struct FaultTarget {
+  std::string name, variant;
+  gateway::FaultSpec spec;
+};
+Expected<std::vector<FaultTarget>> parse_faults(const std::vector<std::string>& args,
+                                                const std::vector<ServeModelSpec>& models);
 
 // The file name without its directory and `.gguf`.
 std::string default_model_name(const std::string& path);

@@ -206,6 +206,7 @@ FrontDoor::FrontDoor(const FrontDoorConfig& cfg, std::shared_ptr<metrics::Regist
             static_cast<double>(inflight_choices_.load()));
     e.gauge("metro_model_loaded", "1 once a model is loaded and requests are served.", "",
             registry_.empty() ? 0.0 : 1.0);
+    guard_.export_metrics(e);
     for (const auto& [key, share] : registry_.splits()) {
       e.gauge("metro_variant_share", "Share of a model name's requests its variant gets (0 to 1).",
               metrics::labels({{"model", key.first}, {"variant", key.second}}), share);

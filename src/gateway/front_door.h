@@ -34,6 +34,7 @@
 #include "gateway/embed_batcher.h"
 #include "gateway/model_registry.h"
 #include "gateway/quota.h"
+#include "gateway/variant_guard.h"
 
 namespace metro::gateway {
 
@@ -53,6 +54,8 @@ struct FrontDoorConfig {
   std::optional<BatchWindowConfig> embed_window;
   // Measure each model with a timed prefill when it is added (admission starts from it).
   bool calibrate = true;
+  // The variants' circuit breakers and rollout tests.
+  GuardConfig guard;
 };
 
 Status validate(const FrontDoorConfig& cfg);
@@ -163,6 +166,8 @@ class FrontDoor {
   // gives `sticky_key` (ModelRegistry::pick); null when not served.
   std::shared_ptr<const ServedModel> resolve(const std::string& name, std::string_view sticky_key = {}) const;
   const ModelRegistry& models() const { return registry_; }
+  // Faults, breakers and rollouts of the served variants.
+  VariantGuard& guard() { return guard_; }
   // ModelRegistry::set_split.
   Status set_split(const std::string& name, const std::string& variant, double share) {
     return registry_.set_split(name, variant, share);
@@ -196,6 +201,7 @@ class FrontDoor {
   FrontDoorConfig cfg_;
   std::shared_ptr<metrics::Registry> metrics_;
   ModelRegistry registry_;
+  VariantGuard guard_{registry_, cfg_.guard};
   QuotaManager quota_;
   std::shared_ptr<EmbedBatcher> window_;
   std::atomic<int64_t> inflight_choices_{0};

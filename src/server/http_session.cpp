@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/framing.h"
+#include "server/guarded_pick.h"
 
 namespace metro::server {
 
@@ -48,7 +49,8 @@ HttpSession::HttpSession(Socket socket, ServerCore& core)
       strand_(socket_.get_executor()),
       core_(core),
       read_timer_(strand_),
-      write_timer_(strand_) {
+      write_timer_(strand_),
+      fault_timer_(strand_) {
   core_.metrics().connections.fetch_add(1);
 }
 
@@ -93,7 +95,11 @@ void HttpSession::begin_request() {
   request_method_.clear();
   request_tenant_.clear();
   response_variant_.clear();
+  response_variant_key_.clear();
   response_model_.clear();
+  injected_fault_ = false;
+  outcome_ttft_s_ = -1.0;
+  outcome_tpot_s_ = -1.0;
   access_fields_ = nullptr;
   parse_buffered();
 }
@@ -348,6 +354,17 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
     sticky = "user:" + u->get<std::string>();
   }
   p.model = door.resolve(*name, sticky);
+  if (p.model) {
+    // The variants' breakers and injected faults.
+    GuardedPick g = guarded_pick(door, std::move(p.model));
+    p.model = std::move(g.model);
+    p.injected = g.injected;
+    p.delay_s = g.delay_s;
+    if (g.error) {
+      p.result = std::move(*g.error);
+      return p;
+    }
+  }
   if (!p.model) {
     std::vector<std::string> served;
     for (const auto& m : door.models().all()) {
@@ -398,6 +415,19 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
 }
 
 void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
+  if (p.delay_s > 0.0 && phase_ == Phase::kPrepare) {
+    // Injected latency (--fault): the request goes on after the delay, unless its client
+    // leaves meanwhile (the admitted call then ends with the held Prepared).
+    const double d = p.delay_s;
+    p.delay_s = 0.0;
+    auto held = std::make_shared<Prepared>(std::move(p));
+    fault_timer_.expires_after(std::chrono::microseconds(static_cast<int64_t>(d * 1e6)));
+    fault_timer_.async_wait([self = shared_from_this(), held, label = std::move(label), start_ns](
+                                boost::system::error_code) mutable {
+      self->on_prepared(std::move(*held), std::move(label), start_ns);
+    });
+    return;
+  }
   preparing_ = false;
   ServerMetrics& metrics = core_.metrics();
   if (phase_ != Phase::kPrepare) {  // the client left meanwhile; nothing was submitted
@@ -407,6 +437,8 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
   if (p.model && !p.direct) {
     response_model_ = p.model->name;
     response_variant_ = p.model->variant.empty() ? "primary" : p.model->variant;
+    response_variant_key_ = p.model->variant;
+    injected_fault_ = p.injected;
   }
   if (p.direct) {
     metrics.inflight_requests.fetch_sub(1);
@@ -536,10 +568,12 @@ void HttpSession::complete_call() {
                          fmt.finish_reasons());
   }
   if (fmt.first_token_ns() > 0) {
-    metrics.observe_ttft(static_cast<double>(fmt.first_token_ns() - call_->start_ns) * 1e-9);
+    outcome_ttft_s_ = static_cast<double>(fmt.first_token_ns() - call_->start_ns) * 1e-9;
+    metrics.observe_ttft(outcome_ttft_s_);
     const int per_choice = fmt.generated_tokens() / std::max(1, call_->n_choices);
     if (per_choice > 1) {
-      metrics.observe_tpot(static_cast<double>(fmt.last_token_ns() - fmt.first_token_ns()) * 1e-9 / (per_choice - 1));
+      outcome_tpot_s_ = static_cast<double>(fmt.last_token_ns() - fmt.first_token_ns()) * 1e-9 / (per_choice - 1);
+      metrics.observe_tpot(outcome_tpot_s_);
     }
   }
   const std::string label = call_->endpoint;
@@ -550,7 +584,7 @@ void HttpSession::complete_call() {
     note_call_for_log();
     end_call(false);
     phase_ = Phase::kRespondDone;
-    core_.metrics().count_variant_request(response_model_, response_variant_, 200);
+    count_variant(200, fmt.failure() && fmt.failure()->status >= 500);
     access_log(200, label);
     flush();
     return;
@@ -606,11 +640,21 @@ void HttpSession::respond(const HttpResponse& r, const std::string& endpoint_lab
   o += close_after_response_ ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (!head_request_) o += r.body;
   core_.metrics().count_request(endpoint_label, r.status);
-  if (!response_variant_.empty()) core_.metrics().count_variant_request(response_model_, response_variant_, r.status);
+  count_variant(r.status);
   access_log(r.status, endpoint_label);
   phase_ = Phase::kRespondDone;
   read_timer_.cancel();
   flush();
+}
+
+void HttpSession::count_variant(int status, bool failed_midway) {
+  if (response_variant_.empty()) return;
+  core_.metrics().count_variant_request(response_model_, response_variant_, status);
+  // A 503 is a load refusal (admission, draining), not the variant failing; an injected
+  // fault counts whatever its status.
+  const bool failed = injected_fault_ || failed_midway || (status >= 500 && status != 503);
+  core_.front_door().guard().observe(response_model_, response_variant_key_, failed, outcome_ttft_s_,
+                                     outcome_tpot_s_);
 }
 
 void HttpSession::note_call_for_log() {

@@ -69,6 +69,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::shared_ptr<const gateway::ServedModel> model;
     std::shared_ptr<gateway::Call> admitted;
     std::optional<HttpResponse> direct;  // the whole answer (tokenize, detokenize): no engine call
+    bool injected = false;   // `result` is a fault injected into the variant (--fault)
+    double delay_s = 0.0;    // injected latency before it goes on
   };
 
   // Reading and parsing.
@@ -102,6 +104,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void access_log(int status, const std::string& endpoint_label);
   // What the access record tells of a model call: taken before the call ends.
   void note_call_for_log();
+  // Counts the answer under its variant and tells the variant guard how it went.
+  void count_variant(int status, bool failed_midway = false);
   void append_chunk(const std::string& data);
   void flush();
   void on_write(boost::system::error_code ec);
@@ -137,11 +141,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::string request_method_;
   std::string request_tenant_;
   std::string response_model_;    // the name and variant (x-metro-variant) that served it,
-  std::string response_variant_;  // once known
+  std::string response_variant_;  // once known ("primary" for the primary)
+  std::string response_variant_key_;  // the variant as the registry names it ("" the primary)
+  // What the variant guard learns from this request: an injected fault, TTFT and TPOT (-1:
+  // none measured).
+  bool injected_fault_ = false;
+  double outcome_ttft_s_ = -1.0;
+  double outcome_tpot_s_ = -1.0;
   Json access_fields_;
   int64_t last_read_ns_ = 0;
   boost::asio::steady_timer read_timer_;
   boost::asio::steady_timer write_timer_;
+  boost::asio::steady_timer fault_timer_;  // injected latency (--fault)
 
   bool keep_alive_ = true;
   bool close_after_response_ = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "server/admin_routes.h"
 #include "server/json_util.h"
 #include "server/web_ui.h"
 
@@ -70,22 +71,6 @@ HttpResponse models_list(const gateway::ModelRegistry& registry) {
   return HttpResponse::json(200, dump_json(j));
 }
 
-// %XX escapes of a path segment decoded (clients escape '/' and spaces in model ids); a
-// malformed escape stays as it is.
-std::string percent_decode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
 // GET /v1/models/{id}: one served name, as listed.
 HttpResponse model_one(const gateway::ModelRegistry& registry, const std::string& id) {
   auto m = registry.find(id);
@@ -116,6 +101,20 @@ HttpResponse stored_response(ResponseStore& store, const std::string& tenant, co
 }
 
 }  // namespace
+
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
 
 RouteDecision route_request(const RequestHead& head, ServerCore& core) {
   RouteDecision d;
@@ -166,6 +165,13 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = core.front_door().metrics().render();
     d.response = std::move(r);
+    return d;
+  }
+
+  if (is_admin_path(path)) {
+    // Behind the admin key, not the API keys.
+    d.endpoint = "/admin";
+    d.response = admin_response(head, core);
     return d;
   }
 

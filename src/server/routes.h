@@ -50,4 +50,8 @@ struct RouteDecision {
 
 RouteDecision route_request(const RequestHead& head, ServerCore& core);
 
+// %XX escapes of a path segment or query value decoded (clients escape '/' and spaces in
+// model ids); a malformed escape stays as it is.
+std::string percent_decode(const std::string& s);
+
 }  // namespace metro::server

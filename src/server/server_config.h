@@ -50,6 +50,8 @@ struct ServerConfig {
   // Bytes of stored /v1/responses answers (least recently used dropped first; 0: none kept).
   size_t response_store_bytes = size_t{64} << 20;
   ApiKeys api_keys;                     // empty: no authentication
+  // The admin API's key (/admin/...; server/admin_routes.h); empty: no admin API.
+  std::string admin_key;
   // One JSON record per answered request on stderr (`--log-format json`): id, trace, method,
   // path, status, tenant, and for model calls model, class, tokens, TTFT, end-to-end time.
   bool access_log = false;

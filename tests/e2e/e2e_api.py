@@ -484,6 +484,8 @@ def t_variants_split_and_stickiness(ctx):
         for i in range(0, 40, 2):
             assert ask(f"user-{i}") == first[i], i
         assert ask("anyone", model="other") == "primary"
+        # No --admin-key-file: no admin API at all.
+        assert request(srv.port, "GET", "/admin/models")[0] == 404
         # An error is counted under the variant that would have served it.
         canary_user = f"user-{first.index('canary')}"
         st, h, _ = request(srv.port, "POST", "/v1/completions",

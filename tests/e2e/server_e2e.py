@@ -29,6 +29,7 @@ import e2e_spec  # noqa: E402
 import e2e_structured  # noqa: E402
 import e2e_tiers  # noqa: E402
 import e2e_tools  # noqa: E402
+import e2e_variants  # noqa: E402
 from e2e_util import Harness, MetroServer, env_int, metrics, request  # noqa: E402
 
 
@@ -162,7 +163,7 @@ def main():
         finally:
             t.server.kill()
         for fn in (e2e_api.SEPARATE_SERVER_TESTS + e2e_sla.TESTS + e2e_spec.TESTS + e2e_tiers.TESTS +
-                   e2e_tools.SEPARATE_SERVER_TESTS):
+                   e2e_tools.SEPARATE_SERVER_TESTS + e2e_variants.TESTS):
             if only and fn.__name__ not in only:
                 continue
             h.run(fn.__name__, fn, t)

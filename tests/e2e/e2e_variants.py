@@ -1,0 +1,192 @@
+"""Variants under guard on live servers: rollouts that promote a healthy canary and roll a
+failing one back, injected faults, the circuit breaker, and the admin API."""
+import concurrent.futures
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+
+from e2e_util import MetroServer, env_int, metrics, request
+
+ADMIN_KEY = "admin-key-for-the-e2e-tests-0123"
+
+
+def admin_key_file():
+    f = tempfile.NamedTemporaryFile("w", suffix=".key", delete=False)
+    f.write(ADMIN_KEY + "\n")
+    f.close()
+    return f.name
+
+
+def admin(port, method, path, key=ADMIN_KEY):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    st, _, data = request(port, method, path, headers=headers, timeout=30)
+    return st, (json.loads(data) if data else None)
+
+
+def ask(port, model, user, max_tokens=2):
+    """One completion: (status, variant header, error code or None)."""
+    st, h, data = request(port, "POST", "/v1/completions",
+                          {"model": model, "prompt": "Hi", "max_tokens": max_tokens, "user": user})
+    code = None
+    if st != 200:
+        code = json.loads(data)["error"].get("code")
+    return st, h.get("x-metro-variant"), code
+
+
+def rollout_state(port, model):
+    st, j = admin(port, "GET", "/admin/models")
+    assert st == 200, j
+    return [r for r in j["rollouts"] if r["model"] == model][0]
+
+
+def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
+    """Two names under rollout at once, each 5%, 50%, 100% with 2 s steps: `chat`'s canary has
+    20% injected errors (--fault) and must be rolled back on its error rate alone, within a few
+    dozen of its requests; `docs`'s canary is as healthy as its primary and must reach 100%.
+    Every request gets an answer (200, or the injected 500) and nothing is lost."""
+    m = ctx.model_path
+    key = admin_key_file()
+    srv = MetroServer(ctx.metro, m, [
+        "--served-model-name", "chat", "-m", f"chat@bad={m}", "-m", f"docs={m}", "-m", f"docs@good={m}",
+        "--rollout", "chat:bad=5,50,100@2s", "--rollout", "docs:good=5,50,100@2s", "--rollout-min-requests", "10",
+        "--fault", "chat@bad:error=0.2", "--breaker-failures", "0", "--admin-key-file", key,
+        "--admission", "off", "--ctx", "256", "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        assert rollout_state(srv.port, "chat")["state"] == "running"
+        before = metrics(srv.port)
+        assert before['metro_variant_share{model="chat",variant="bad"}'] == 0.05, before
+        counts = {}
+        lost = []
+        lock = threading.Lock()
+        users = iter(range(10 ** 9))
+
+        def one(model):
+            with lock:
+                u = next(users)
+            try:
+                st, variant, code = ask(srv.port, model, f"user-{u}")
+            except OSError as e:
+                with lock:
+                    lost.append(repr(e))
+                return
+            k = (model, variant, st, code)
+            with lock:
+                counts[k] = counts.get(k, 0) + 1
+
+        deadline = time.time() + 240
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            while time.time() < deadline:
+                list(pool.map(one, ["chat", "docs"] * 8))
+                if (rollout_state(srv.port, "chat")["state"] != "running" and
+                        rollout_state(srv.port, "docs")["state"] != "running"):
+                    break
+        chat, docs = rollout_state(srv.port, "chat"), rollout_state(srv.port, "docs")
+        assert not lost, lost[:3]
+        assert chat["state"] == "rolled_back" and chat["cause"] == "error_rate", chat
+        assert docs["state"] == "promoted" and docs["step"] == 3, docs
+        for (model, variant, st, code), n in counts.items():
+            assert st == 200 or (model, variant, st, code) == ("chat", "bad", 500, "fault_injected"), counts
+        bad_requests = sum(n for (mo, v, _, _), n in counts.items() if mo == "chat" and v == "bad")
+        # Detection: the CUSUM needs about 25 canary requests at these rates; a rollout that
+        # had run all three steps would have sent it hundreds.
+        assert bad_requests <= 120, (bad_requests, counts)
+        after = metrics(srv.port)
+        assert after.get('metro_variant_share{model="chat",variant="bad"}', 0.0) == 0.0, after
+        assert after['metro_variant_share{model="docs",variant="good"}'] == 1.0
+        assert after['metro_variant_rollbacks_total{model="chat",variant="bad",cause="error_rate"}'] == 1
+        assert after['metro_variant_promotions_total{model="docs",variant="good"}'] == 3
+        injected = after['metro_fault_injected_total{model="chat",variant="bad",kind="error"}']
+        assert injected == counts.get(("chat", "bad", 500, "fault_injected"), 0), (injected, counts)
+        # After the rollback every chat request is the primary's; after the promotion every docs
+        # request is the canary's.
+        for i in range(20):
+            assert ask(srv.port, "chat", f"after-{i}")[1] == "primary"
+            assert ask(srv.port, "docs", f"after-{i}")[1] == "good"
+        # Caught at the share it started at: a step waits for the requests the test needs.
+        assert "rolled back at step 1 (5%): error_rate" in srv.output(), srv.output()[-2000:]
+        ctx.note(f"rollout: the 20%-error canary rolled back after {bad_requests} of its requests; "
+                 f"the healthy one promoted to 100%")
+    finally:
+        srv.kill()
+        os.unlink(key)
+
+
+def t_breaker_faults_and_admin_api(ctx):
+    """A canary that fails every request (--fault error=1) opens its breaker after 3 failures
+    in a row; its users are then served by the primary. Injected latency delays a model's
+    answers. The admin API: refused without its key, lists models with share and breaker, sets
+    a split, rolls back (counted "manual"), starts a rollout, refuses bad actions."""
+    m = ctx.model_path
+    key = admin_key_file()
+    srv = MetroServer(ctx.metro, m, [
+        "--served-model-name", "chat", "-m", f"chat@canary={m}", "-m", f"slow={m}", "--split", "chat:canary=50",
+        "--fault", "canary:error=1,status=502", "--fault", "slow:latency=400ms",
+        "--breaker-failures", "3", "--breaker-open", "60", "--admin-key-file", key,
+        "--admission", "off", "--ctx", "256", "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        seen = []
+        for i in range(60):
+            seen.append(ask(srv.port, "chat", f"user-{i}"))
+        failed = [s for s in seen if s[0] != 200]
+        assert len(failed) == 3 and all(s == (502, "canary", "fault_injected") for s in failed), seen
+        # After the third failure, users whom the split gives the canary get the primary.
+        third = [i for i, s in enumerate(seen) if s[0] != 200][-1]
+        assert all(s == (200, "primary", None) for s in seen[third + 1:]), seen
+        mt = metrics(srv.port)
+        assert mt['metro_breaker_state{model="chat",variant="canary"}'] == 2, mt
+        assert mt['metro_breaker_state{model="chat",variant="primary"}'] == 0, mt
+
+        t0 = time.time()
+        st, _, _ = ask(srv.port, "slow", "u")
+        assert st == 200 and time.time() - t0 >= 0.4, time.time() - t0
+
+        assert admin(srv.port, "GET", "/admin/models", key=None)[0] == 401
+        assert admin(srv.port, "GET", "/admin/models", key="wrong-key-wrong-key")[0] == 401
+        st, j = admin(srv.port, "GET", "/admin/models")
+        assert st == 200, j
+        by_id = {x["id"]: x for x in j["models"]}
+        assert by_id["chat@canary"]["breaker"] == "open" and by_id["chat@canary"]["share"] == 0.5, j
+        assert by_id["chat"]["share"] == 0.5 and by_id["slow"]["share"] == 1.0, j
+        st, j = admin(srv.port, "POST", "/admin/models/chat/split?variant=canary&share=20")
+        assert st == 200 and {x["id"]: x["share"] for x in j["models"]}["chat@canary"] == 0.2, j
+        st, j = admin(srv.port, "POST", "/admin/models/chat/rollback?variant=canary")
+        assert st == 200 and {x["id"]: x["share"] for x in j["models"]}["chat@canary"] == 0.0, j
+        assert metrics(srv.port)['metro_variant_rollbacks_total{model="chat",variant="canary",cause="manual"}'] == 1
+        st, j = admin(srv.port, "POST", "/admin/models/chat/rollout?variant=canary&steps=10,100&step=1m")
+        assert st == 200 and j["rollouts"][0]["state"] == "running" and j["rollouts"][0]["steps"] == [10, 100], j
+        st, j = admin(srv.port, "POST", "/admin/models/chat/promote?variant=canary")
+        assert st == 200 and j["rollouts"][0]["state"] == "promoted", j
+        assert {x["id"]: x["share"] for x in j["models"]}["chat@canary"] == 1.0, j
+        for path, want in (("/admin/models/chat/split?variant=nope&share=5", 400),
+                           ("/admin/models/chat/split?variant=canary&share=500", 400),
+                           ("/admin/models/chat/split?variant=canary", 400),
+                           ("/admin/models/chat/explode?variant=canary", 404),
+                           ("/admin/models/chat/rollout?variant=canary&steps=50,10&step=1m", 400)):
+            st, j = admin(srv.port, "POST", path)
+            assert st == want, (path, st, j)
+        assert admin(srv.port, "GET", "/admin/models/chat/split?variant=canary&share=5")[0] == 405
+    finally:
+        srv.kill()
+        os.unlink(key)
+    for args, want in ((["--rollout", "x:y=5@1m"], "no variant 'y'"),
+                       (["-m", f"c@v={m}", "--served-model-name", "c", "--rollout", "c:v=50,10@1m"], "must increase"),
+                       (["-m", f"c@v={m}", "--served-model-name", "c", "--rollout", "c:v=5,50"], "NAME:VARIANT="),
+                       (["-m", f"c@v={m}", "--served-model-name", "c", "--rollout", "c:v=5@1m", "--split", "c:v=5"],
+                        "give one"),
+                       (["--fault", "nope:error=0.5"], "no model 'nope'"),
+                       (["-m", f"c@v={m}", "--served-model-name", "c", "--fault", "v:error=2"], "share from 0 to 1"),
+                       (["-m", f"c@v={m}", "--served-model-name", "c", "--fault", "v:boom=1"], "unknown key"),
+                       (["--admin-key-file", "/nonexistent/key"], "cannot read it")):
+        p = subprocess.run([ctx.metro, "serve", "--port", "0", "-m", m] + args, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
+
+
+TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_breaker_faults_and_admin_api]
