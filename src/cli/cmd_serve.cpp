@@ -468,6 +468,15 @@ int cmd_serve(int argc, char** argv) {
     for (const gateway::RolloutPlan& r : plans) METRO_RETURN_IF_ERROR(door.guard().start_rollout(r));
     return Status();
   };
+  // The admin API's `load`: the same load as at start, while serving.
+  sc.load_model = [load_one](gateway::FrontDoor& door, const std::string& name, const std::string& variant,
+                             const std::string& path) {
+    ServeModelSpec ms;
+    ms.name = name;
+    ms.variant = variant;
+    ms.path = path;
+    return load_one(door, ms);
+  };
   auto door = std::make_shared<gateway::FrontDoor>(fd);
   sc.front_door = door;
   server::Server::Callbacks cb;

@@ -260,6 +260,12 @@ Status FrontDoor::add_model(std::shared_ptr<ServedModel> model) {
   return registry_.add(std::move(model));
 }
 
+Status FrontDoor::remove_model(const std::string& name, const std::string& variant) {
+  METRO_RETURN_IF_ERROR(registry_.remove(name, variant));
+  guard_.forget(name, variant);
+  return Status();
+}
+
 std::shared_ptr<const ServedModel> FrontDoor::resolve(const std::string& name, std::string_view sticky_key) const {
   return registry_.pick(name, sticky_key);
 }

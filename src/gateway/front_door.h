@@ -162,6 +162,9 @@ class FrontDoor {
   // Serves `model` from now on: registers it, its metrics and, with admission on, its
   // admission control (calibrated by a timed prefill unless the config says not to).
   Status add_model(std::shared_ptr<ServedModel> model);
+  // Stops serving a model or variant (ModelRegistry::remove; the guard forgets it). Its
+  // engine stops when the last request using it has ended.
+  Status remove_model(const std::string& name, const std::string& variant);
   // The model a request names ("" or absent: the default model), the variant the split
   // gives `sticky_key` (ModelRegistry::pick); null when not served.
   std::shared_ptr<const ServedModel> resolve(const std::string& name, std::string_view sticky_key = {}) const;

@@ -148,6 +148,26 @@ size_t ModelRegistry::size() const {
   return models_.size();
 }
 
+Status ModelRegistry::remove(const std::string& name, const std::string& variant) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(models_.begin(), models_.end(),
+                         [&](const auto& m) { return m->name == name && m->variant == variant; });
+  if (it == models_.end()) {
+    return not_found(std::string("no model '") + (variant.empty() ? name : name + "@" + variant) + "' is served");
+  }
+  if (variant.empty()) {
+    for (const auto& m : models_) {
+      if (m->name == name && !m->variant.empty()) {
+        return invalid_argument("'" + name + "' still has the variant '" + m->variant + "'; unload it first");
+      }
+    }
+  }
+  if (models_.size() == 1) return invalid_argument("'" + (*it)->id() + "' is the only model served");
+  models_.erase(it);
+  splits_.erase({name, variant});
+  return Status();
+}
+
 void ModelRegistry::clear() {
   std::lock_guard lock(mu_);
   models_.clear();

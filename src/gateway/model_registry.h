@@ -75,6 +75,10 @@ class ModelRegistry {
   std::vector<std::shared_ptr<const ServedModel>> all() const;
   size_t size() const;
   bool empty() const { return size() == 0; }
+  // Stops serving `name`'s `variant` ("" the primary) and drops its split; requests that
+  // hold it finish on it, and its engine stops once the last of them ends. Errors: not
+  // served, a primary whose variants are still served, the only model.
+  Status remove(const std::string& name, const std::string& variant);
   // Drops every model (their engines stop once the last request using them ends).
   void clear();
 

@@ -192,6 +192,15 @@ Status VariantGuard::promote(const std::string& name, const std::string& variant
   return Status();
 }
 
+void VariantGuard::forget(const std::string& name, const std::string& variant) {
+  std::lock_guard lock(mu_);
+  faults_.erase({name, variant});
+  breakers_.erase({name, variant});
+  auto it = rollouts_.find({name, variant});
+  if (it != rollouts_.end() && it->second.st.state == "running") it->second.st.state = "unloaded";
+  if (variant.empty()) reference_.erase(name);
+}
+
 GuardRoute VariantGuard::route(std::shared_ptr<const ServedModel> picked) {
   GuardRoute out;
   if (!picked) return out;

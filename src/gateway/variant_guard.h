@@ -114,6 +114,9 @@ class VariantGuard {
   Status roll_back(const std::string& name, const std::string& variant, const std::string& cause);
   Status promote(const std::string& name, const std::string& variant, double share);
 
+  // A variant no longer served: its rollout ends ("unloaded"), its breaker and faults go.
+  void forget(const std::string& name, const std::string& variant);
+
   // The breaker and faults for a request the split sent to `picked`.
   GuardRoute route(std::shared_ptr<const ServedModel> picked);
   // A request answered by `name`'s `variant`: `failed` for a server failure (not a client

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "base/log.h"
 #include "server/auth.h"
 #include "server/json_util.h"
 
@@ -41,7 +42,8 @@ std::optional<double> percent_param(const std::map<std::string, std::string>& q,
   return v / 100.0;
 }
 
-HttpResponse state_json(gateway::FrontDoor& door) {
+HttpResponse state_json(ServerCore& core) {
+  gateway::FrontDoor& door = core.front_door();
   gateway::VariantGuard& guard = door.guard();
   const auto splits = door.models().splits();
   Json models = Json::array();
@@ -85,9 +87,20 @@ HttpResponse state_json(gateway::FrontDoor& door) {
     j["threshold"] = r.threshold;
     rollouts.push_back(std::move(j));
   }
+  Json loads = Json::array();
+  for (const ModelLoad& l : core.model_loads()) {
+    Json j = Json::object();
+    j["id"] = l.id;
+    j["path"] = l.path;
+    j["state"] = l.state;
+    if (!l.error.empty()) j["error"] = l.error;
+    if (l.state != "loading") j["seconds"] = l.seconds;
+    loads.push_back(std::move(j));
+  }
   Json out = Json::object();
   out["models"] = std::move(models);
   out["rollouts"] = std::move(rollouts);
+  out["loads"] = std::move(loads);
   return HttpResponse::json(200, dump_json(out));
 }
 
@@ -125,7 +138,7 @@ HttpResponse admin_response(const RequestHead& head, ServerCore& core) {
   gateway::FrontDoor& door = core.front_door();
   if (path == kPrefix) {
     if (head.method != "GET" && head.method != "HEAD") return error_response(405, "GET only", "method_not_allowed");
-    return state_json(door);
+    return state_json(core);
   }
   if (path.rfind(std::string(kPrefix) + "/", 0) != 0) {
     return error_response(404, "no admin route " + sanitize_utf8(path.substr(0, 128)), "unknown_route");
@@ -138,19 +151,48 @@ HttpResponse admin_response(const RequestHead& head, ServerCore& core) {
   }
   const std::string name = percent_decode(rest.substr(0, slash));
   const std::string action = rest.substr(slash + 1);
-  if (action != "split" && action != "promote" && action != "rollback" && action != "rollout") {
+  if (action != "split" && action != "promote" && action != "rollback" && action != "rollout" && action != "load" &&
+      action != "unload") {
     return error_response(404, "unknown admin action '" + sanitize_utf8(action.substr(0, 64)) + "'", "unknown_route");
   }
   if (head.method != "POST") return error_response(405, "POST only", "method_not_allowed");
   const auto q = query_of(head.target);
   const auto variant = q.find("variant");
-  if (variant == q.end() || variant->second.empty()) {
-    return error_response(400, "name the variant: ?variant=NAME", "missing_variant");
-  }
-  const std::string& v = variant->second;
+  const std::string v = variant == q.end() ? "" : variant->second;
   gateway::VariantGuard& guard = door.guard();
   Status st;
-  if (action == "split" || action == "promote") {
+  if (action == "load" || action == "unload") {
+    // v may be empty: the primary (unload) or a new name (load).
+    if (action == "unload") {
+      st = door.remove_model(name, v);
+      if (st.ok()) METRO_LOG_INFO("admin: %s%s%s unloaded; its requests in flight finish on it", name.c_str(),
+                                  v.empty() ? "" : "@", v.c_str());
+    } else {
+      const auto file = q.find("path");
+      if (file == q.end() || file->second.empty()) {
+        return error_response(400, "give the file: &path=FILE", "missing_path");
+      }
+      bool named = false, taken = false;
+      for (const auto& m : door.models().all()) {
+        named = named || m->answers_to(name);
+        taken = taken || (m->name == name && m->variant == v);
+      }
+      if (taken) {
+        st = invalid_argument("'" + name + (v.empty() ? "" : "@" + v) + "' is served already");
+      } else if (!v.empty() && !named) {
+        st = invalid_argument("a variant of '" + name + "' needs '" + name + "' itself served");
+      } else {
+        st = core.start_model_load(name, v, file->second);
+        if (st.ok()) {
+          HttpResponse r = state_json(core);
+          r.status = 202;  // loading: GET /admin/models says when it is done
+          return r;
+        }
+      }
+    }
+  } else if (v.empty()) {
+    return error_response(400, "name the variant: ?variant=NAME", "missing_variant");
+  } else if (action == "split" || action == "promote") {
     std::optional<double> share = percent_param(q, "share");
     if (action == "split" && !share) return error_response(400, "give the share: &share=PERCENT", "missing_share");
     if (share && *share < 0) return error_response(400, "share is a percent from 0 to 100", "invalid_share");
@@ -168,7 +210,7 @@ HttpResponse admin_response(const RequestHead& head, ServerCore& core) {
     st = guard.start_rollout(*parsed);
   }
   if (!st.ok()) return error_response(400, st.message(), "invalid_admin_request");
-  return state_json(door);
+  return state_json(core);
 }
 
 }  // namespace metro::server

@@ -6,6 +6,9 @@
 //   POST /admin/models/{name}/promote?variant=V[&share=PCT]  end its rollout at PCT (100)
 //   POST /admin/models/{name}/rollback?variant=V             share 0, counted as "manual"
 //   POST /admin/models/{name}/rollout?variant=V&steps=5,25,100&step=10m   start a rollout
+//   POST /admin/models/{name}/load?path=FILE[&variant=V]   load a file while serving (202;
+//                                                  GET /admin/models shows when it is done)
+//   POST /admin/models/{name}/unload[?variant=V]   stop serving it; requests in flight finish
 //
 // Parameters travel in the query string (no body). Answers are JSON; a change answers the
 // state after it.

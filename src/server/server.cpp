@@ -55,6 +55,46 @@ ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
   metrics_registration_ = front_door_->metrics().add([this](metrics::Exposition& e) { metrics_.collect(e); });
 }
 
+ServerCore::~ServerCore() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(loads_mu_);
+    threads.swap(load_threads_);
+  }
+  for (auto& t : threads) t.join();
+}
+
+Status ServerCore::start_model_load(const std::string& name, const std::string& variant, const std::string& path) {
+  if (!config_.load_model) return unimplemented("this server cannot load models while serving");
+  const std::string id = variant.empty() ? name : name + "@" + variant;
+  std::lock_guard lock(loads_mu_);
+  for (const ModelLoad& l : loads_) {
+    if (l.id == id && l.state == "loading") return invalid_argument("'" + id + "' is loading already");
+  }
+  loads_.push_back(ModelLoad{id, path, "loading", "", 0.0});
+  const size_t index = loads_.size() - 1;
+  load_threads_.emplace_back([this, name, variant, path, index] {
+    const int64_t t0 = now_ns();
+    const Status st = config_.load_model(*front_door_, name, variant, path);
+    std::lock_guard done(loads_mu_);
+    ModelLoad& l = loads_[index];
+    l.state = st.ok() ? "loaded" : "failed";
+    l.error = st.ok() ? "" : st.message();
+    l.seconds = static_cast<double>(now_ns() - t0) * 1e-9;
+    if (st.ok()) {
+      METRO_LOG_INFO("admin: loaded %s from %s in %.2f s", l.id.c_str(), path.c_str(), l.seconds);
+    } else {
+      METRO_LOG_WARN("admin: loading %s from %s failed: %s", l.id.c_str(), path.c_str(), st.message().c_str());
+    }
+  });
+  return Status();
+}
+
+std::vector<ModelLoad> ServerCore::model_loads() const {
+  std::lock_guard lock(loads_mu_);
+  return loads_;
+}
+
 struct Server::Impl {
   explicit Impl(const PrepQueueLimits& prep_limits)
       : prep(prep_limits),

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,11 @@ struct ServerConfig {
   ApiKeys api_keys;                     // empty: no authentication
   // The admin API's key (/admin/...; server/admin_routes.h); empty: no admin API.
   std::string admin_key;
+  // Loads a model file and adds it to the front door as `name` (`variant`, "" for a new
+  // name) while serving: the admin API's `load`. Null: the admin API cannot load.
+  std::function<Status(gateway::FrontDoor&, const std::string& name, const std::string& variant,
+                       const std::string& path)>
+      load_model;
   // One JSON record per answered request on stderr (`--log-format json`): id, trace, method,
   // path, status, tenant, and for model calls model, class, tokens, TTFT, end-to-end time.
   bool access_log = false;

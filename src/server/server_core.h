@@ -5,7 +5,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "gateway/front_door.h"
 #include "server/metrics.h"
@@ -15,9 +18,27 @@
 
 namespace metro::server {
 
+// A model file the admin API loads while serving.
+struct ModelLoad {
+  std::string id;     // name or name@variant
+  std::string path;
+  std::string state;  // "loading", "loaded", "failed"
+  std::string error;
+  double seconds = 0.0;
+};
+
 class ServerCore {
  public:
   ServerCore(ServerConfig config, PrepQueue* prep_pool);
+  ~ServerCore();  // waits for model loads in progress
+  ServerCore(const ServerCore&) = delete;
+  ServerCore& operator=(const ServerCore&) = delete;
+
+  // Loads `path` as `name` (`variant`) on a thread of its own, through config().load_model.
+  // Errors: no loader, a load of the same id in progress.
+  Status start_model_load(const std::string& name, const std::string& variant, const std::string& path);
+  // Every load started, the latest last.
+  std::vector<ModelLoad> model_loads() const;
 
   const ServerConfig& config() const { return config_; }
   ServerMetrics& metrics() { return metrics_; }
@@ -68,6 +89,9 @@ class ServerCore {
   mutable std::mutex mu_;
   uint64_t next_connection_id_ = 1;
   std::unordered_map<uint64_t, std::function<void()>> connections_;
+  mutable std::mutex loads_mu_;
+  std::vector<ModelLoad> loads_;
+  std::vector<std::thread> load_threads_;
 };
 
 }  // namespace metro::server

@@ -189,4 +189,123 @@ def t_breaker_faults_and_admin_api(ctx):
         assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
 
 
-TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_breaker_faults_and_admin_api]
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("no VmRSS")
+
+
+def t_hot_load_and_unload_under_load(ctx):
+    """While clients keep asking `chat`, the admin API loads the model file again as `extra`
+    and as the variant `chat@v2` (202, then listed as loaded), both serve, a rollout of the
+    variant starts; then `extra` is unloaded while requests to it are in flight (they finish
+    with 200) and the variant too. No request of the steady load fails, no KV block is left
+    in use, and the process's memory returns near its level before the loads."""
+    m = ctx.model_path
+    key = admin_key_file()
+    srv = MetroServer(ctx.metro, m, [
+        "--served-model-name", "chat", "--admin-key-file", key, "--admission", "off", "--ctx", "256",
+        "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        for i in range(4):
+            assert ask(srv.port, "chat", f"warm-{i}")[0] == 200
+        rss_before = rss_mib(srv.proc.pid)
+        stop = threading.Event()
+        results = []
+        lock = threading.Lock()
+
+        def steady(i):
+            n = 0
+            while not stop.is_set():
+                try:
+                    r = ask(srv.port, "chat", f"steady-{i}-{n}", max_tokens=4)
+                except OSError as e:
+                    r = (repr(e), None, None)
+                with lock:
+                    results.append(r)
+                n += 1
+
+        threads = [threading.Thread(target=steady, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+
+        def wait_loaded(ident):
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                st, j = admin(srv.port, "GET", "/admin/models")
+                loads = [x for x in j["loads"] if x["id"] == ident]
+                if loads and loads[-1]["state"] != "loading":
+                    assert loads[-1]["state"] == "loaded", loads
+                    return
+                time.sleep(0.1)
+            raise AssertionError(f"{ident} not loaded in time")
+
+        st, j = admin(srv.port, "POST", f"/admin/models/extra/load?path={m}")
+        assert st == 202 and j["loads"][-1]["state"] == "loading", (st, j)
+        st, j = admin(srv.port, "POST", f"/admin/models/chat/load?variant=v2&path={m}")
+        assert st == 202, (st, j)
+        wait_loaded("extra")
+        wait_loaded("chat@v2")
+        rss_loaded = rss_mib(srv.proc.pid)
+        st, _, data = request(srv.port, "GET", "/v1/models")
+        assert [x["id"] for x in json.loads(data)["data"]] == ["chat", "extra"], data
+        assert ask(srv.port, "extra", "u")[0:2] == (200, "primary")
+        st, j = admin(srv.port, "POST", "/admin/models/chat/rollout?variant=v2&steps=50,100&step=1h")
+        assert st == 200, j
+        variants = set()
+        for i in range(40):
+            variants.add(ask(srv.port, "chat", f"split-{i}")[1])
+        assert variants == {"primary", "v2"}, variants
+        # In flight while unloaded: they finish on the engine they started on.
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            inflight = [pool.submit(ask, srv.port, "extra", f"inflight-{i}", 48) for i in range(4)]
+            time.sleep(0.3)
+            st, j = admin(srv.port, "POST", "/admin/models/extra/unload")
+            assert st == 200 and "extra" not in {x["id"] for x in j["models"]}, (st, j)
+            assert [f.result()[0] for f in inflight] == [200] * 4
+        st, _, data = request(srv.port, "POST", "/v1/completions", {"model": "extra", "prompt": "Hi", "max_tokens": 1})
+        assert st == 404, (st, data[:200])
+        # A primary with a variant is not unloaded; the variant is, and its rollout ends.
+        assert admin(srv.port, "POST", "/admin/models/chat/unload")[0] == 400
+        st, j = admin(srv.port, "POST", "/admin/models/chat/unload?variant=v2")
+        assert st == 200 and j["rollouts"][0]["state"] == "unloaded", j
+        assert admin(srv.port, "POST", "/admin/models/chat/unload")[0] == 400  # the only model
+        assert admin(srv.port, "POST", "/admin/models/nope/load?variant=x&path=" + m)[0] == 400
+        assert admin(srv.port, "POST", "/admin/models/chat/load?path=" + m)[0] == 400  # served already
+        st, j = admin(srv.port, "POST", "/admin/models/broken/load?path=/nonexistent.gguf")
+        assert st == 202, j
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            load = [x for x in admin(srv.port, "GET", "/admin/models")[1]["loads"] if x["id"] == "broken"][-1]
+            if load["state"] != "loading":
+                break
+            time.sleep(0.1)
+        assert load["state"] == "failed" and "nonexistent" in load["error"], load
+        stop.set()
+        for t in threads:
+            t.join()
+        bad = [r for r in results if r[0] != 200]
+        assert not bad and len(results) > 20, (len(results), bad[:3])
+        for i in range(3):  # engines of unloaded models stop once their last request ends
+            time.sleep(0.5)
+        mt = metrics(srv.port)
+        assert mt['metro_kv_blocks_used{model="chat"}'] == 0, mt.get('metro_kv_blocks_used{model="chat"}')
+        assert not any('model="extra"' in k or 'model="chat@v2"' in k for k in mt if k.startswith("metro_kv_")), \
+            [k for k in mt if "extra" in k][:5]
+        rss_after = rss_mib(srv.proc.pid)
+        # Two more copies of the model (weights and KV) came and went.
+        assert rss_loaded - rss_before > 100, (rss_before, rss_loaded)
+        assert rss_after - rss_before < 0.4 * (rss_loaded - rss_before), (rss_before, rss_loaded, rss_after)
+        ctx.note(f"hot load/unload: {len(results)} steady requests, 0 failed; RSS {rss_before:.0f} -> "
+                 f"{rss_loaded:.0f} -> {rss_after:.0f} MiB")
+    finally:
+        srv.kill()
+        os.unlink(key)
+
+
+TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_breaker_faults_and_admin_api,
+         t_hot_load_and_unload_under_load]

@@ -310,6 +310,19 @@ EngineStats run_and_compare(const EngineConfig& cfg, const std::vector<std::vect
   return eng->stats();
 }
 
+// Objectives no step can miss: the SLA policy then plans by tokens and memory alone, so that
+// how many sequences run and whether memory runs short (preemption) do not depend on how
+// fast a loaded machine runs the steps (its fitted step cost can leave room for a single
+// decode per step, and then nothing is ever preempted).
+void untimed(EngineConfig& c) {
+  for (SlaClassConfig& k : c.sla.classes) {
+    k.ttft_s = 1e5;
+    k.tpot_s = 1e4;
+    k.starve_s = 1e6;
+    k.starve_explicit = true;
+  }
+}
+
 TEST(Speculative, GreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
   const int n_out = sanitized() ? 12 : 40;
   std::vector<int> levels = {1, 4, 16, 64};
@@ -318,6 +331,7 @@ TEST(Speculative, GreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
     SCOPED_TRACE("concurrency " + std::to_string(n));
     const auto ps = repetitive_prompts(n);
     EngineConfig base;
+    untimed(base);
     base.max_seqs = 64;
     base.max_batch_tokens = 256;
     // A KV budget that cannot hold every sequence at 16 and 64: preemption in the mix.
@@ -374,6 +388,7 @@ TEST(Speculative, DraftModelGreedyOutputsEqualThoseWithoutAtEveryConcurrency) {
     SCOPED_TRACE("concurrency " + std::to_string(n));
     const auto ps = repetitive_prompts(n);
     EngineConfig base;
+    untimed(base);
     base.max_seqs = 64;
     base.max_batch_tokens = 256;
     base.ctx_total = n >= 16 ? 96 * 16 : 0;  // preemption at 16 and 64

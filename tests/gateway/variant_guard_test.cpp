@@ -284,6 +284,25 @@ TEST(VariantGuard, AHealthyCanaryIsRarelyRolledBackByChance) {
   EXPECT_LE(alarms, 8) << alarms << " of " << runs << " healthy canaries rolled back";
 }
 
+TEST(VariantGuard, AnUnloadedVariantLeavesTheRegistryItsSplitAndItsRollout) {
+  Fixture f;
+  VariantGuard g(f.registry);
+  ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.3, 1.0}, 3600.0}).ok());
+  g.observe("chat", "canary", true, -1, -1);
+  // The primary goes only after its variants, and the last model never.
+  EXPECT_FALSE(f.registry.remove("chat", "").ok());
+  EXPECT_FALSE(f.registry.remove("chat", "nope").ok());
+  ASSERT_TRUE(f.registry.remove("chat", "canary").ok());
+  g.forget("chat", "canary");
+  EXPECT_EQ(g.rollouts().front().state, "unloaded");
+  EXPECT_TRUE(f.registry.splits().empty());
+  EXPECT_EQ(f.registry.variants("chat").size(), 1u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(f.registry.pick("chat", "user-" + std::to_string(i)), f.primary);
+  EXPECT_FALSE(f.registry.remove("chat", "").ok());
+  // What a request still holds keeps working.
+  EXPECT_EQ(f.canary->variant, "canary");
+}
+
 TEST(VariantGuard, RolloutTextsAndDurationsParse) {
   auto p = parse_rollout("chat:canary=5,25,50,100@10m");
   ASSERT_TRUE(p.ok()) << p.status().message();
