@@ -86,6 +86,11 @@ int cmd_serve(int argc, char** argv) {
                  "GGUF model file; NAME=FILE serves another model under NAME, NAME@VARIANT=FILE a variant of NAME "
                  "(repeatable)")
       ->required();
+  app.set_config("--config", "",
+                 "read options from a TOML file: a key per long option, named as on the command line "
+                 "(model = [\"a.gguf\", \"chat@canary=b.gguf\"], served-model-name = [\"chat\"], port = 8080, "
+                 "rollout = [\"chat:canary=5,25,100@10m\"]); what the command line gives wins");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
   app.add_option("--split", split_args,
                  "NAME:VARIANT=PERCENT: that share of NAME's requests goes to VARIANT, the same user (the `user` "
                  "field, else the API key) always to the same variant (repeatable)");

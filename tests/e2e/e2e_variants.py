@@ -11,6 +11,9 @@ import time
 from e2e_util import MetroServer, env_int, metrics, request
 
 ADMIN_KEY = "admin-key-for-the-e2e-tests-0123"
+# Under the sanitizers requests are several times slower: two steps and a looser alpha
+# (fewer requests per step) keep the rollout test to the same few thousand requests or less.
+SANITIZED = bool(os.environ.get("METRO_SANITIZED"))
 
 
 def admin_key_file():
@@ -42,6 +45,9 @@ def rollout_state(port, model):
     return [r for r in j["rollouts"] if r["model"] == model][0]
 
 
+STEPS = "5,100" if SANITIZED else "5,50,100"
+
+
 def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
     """Two names under rollout at once, each 5%, 50%, 100% with 2 s steps: `chat`'s canary has
     20% injected errors (--fault) and must be rolled back on its error rate alone, within a few
@@ -51,7 +57,8 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
     key = admin_key_file()
     srv = MetroServer(ctx.metro, m, [
         "--served-model-name", "chat", "-m", f"chat@bad={m}", "-m", f"docs={m}", "-m", f"docs@good={m}",
-        "--rollout", "chat:bad=5,50,100@2s", "--rollout", "docs:good=5,50,100@2s", "--rollout-min-requests", "10",
+        "--rollout", f"chat:bad={STEPS}@2s", "--rollout", f"docs:good={STEPS}@2s", "--rollout-min-requests", "10",
+        "--rollout-alpha", "0.05" if SANITIZED else "0.001",
         "--fault", "chat@bad:error=0.2", "--breaker-failures", "0", "--admin-key-file", key,
         "--admission", "off", "--ctx", "256", "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
     srv.start()
@@ -88,7 +95,7 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
         chat, docs = rollout_state(srv.port, "chat"), rollout_state(srv.port, "docs")
         assert not lost, lost[:3]
         assert chat["state"] == "rolled_back" and chat["cause"] == "error_rate", chat
-        assert docs["state"] == "promoted" and docs["step"] == 3, docs
+        assert docs["state"] == "promoted" and docs["step"] == len(STEPS.split(",")), docs
         for (model, variant, st, code), n in counts.items():
             assert st == 200 or (model, variant, st, code) == ("chat", "bad", 500, "fault_injected"), counts
         bad_requests = sum(n for (mo, v, _, _), n in counts.items() if mo == "chat" and v == "bad")
@@ -99,7 +106,7 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
         assert after.get('metro_variant_share{model="chat",variant="bad"}', 0.0) == 0.0, after
         assert after['metro_variant_share{model="docs",variant="good"}'] == 1.0
         assert after['metro_variant_rollbacks_total{model="chat",variant="bad",cause="error_rate"}'] == 1
-        assert after['metro_variant_promotions_total{model="docs",variant="good"}'] == 3
+        assert after['metro_variant_promotions_total{model="docs",variant="good"}'] == len(STEPS.split(","))
         injected = after['metro_fault_injected_total{model="chat",variant="bad",kind="error"}']
         assert injected == counts.get(("chat", "bad", 500, "fault_injected"), 0), (injected, counts)
         # After the rollback every chat request is the primary's; after the promotion every docs
@@ -307,5 +314,43 @@ def t_hot_load_and_unload_under_load(ctx):
         os.unlink(key)
 
 
+def t_config_file(ctx):
+    """`metro serve --config FILE`: a deployment in one TOML file (models, a variant, its
+    split, limits), every key a long option's name; the command line wins over the file; a
+    misspelt key and a bad value are refused by name."""
+    m = ctx.model_path
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write("# one deployment\n"
+                f'model = ["{m}", "chat@canary={m}"]\n'
+                'served-model-name = ["chat"]\n'
+                'split = ["chat:canary=50"]\n'
+                'admission = "off"\n'
+                "ctx = 256\n"
+                "ctx-total = 2048\n"
+                f"threads = {env_int('METRO_E2E_THREADS', 2)}\n")
+        path = f.name
+    try:
+        for extra, want in (([], {"primary", "canary"}), (["--split", "chat:canary=100"], {"canary"})):
+            srv = MetroServer(ctx.metro, m, [])
+            srv.cmd = [ctx.metro, "serve", "--config", path, "--host", "127.0.0.1", "--port", "0"] + extra
+            srv.start()
+            try:
+                srv.wait_ready()
+                st, _, data = request(srv.port, "GET", "/v1/models")
+                assert [x["id"] for x in json.loads(data)["data"]] == ["chat"], data
+                seen = {ask(srv.port, "chat", f"user-{i}")[1] for i in range(30)}
+                assert seen == want, (extra, seen)
+                assert "context 256 tokens" in srv.output() and "KV capacity 2048 tokens" in srv.output()
+            finally:
+                srv.kill()
+        for text, want in (("modle = 1\n", "modle"), (f'model = "{m}"\nport = "x"\n', "--port")):
+            with open(path, "w") as f:
+                f.write(text)
+            p = subprocess.run([ctx.metro, "serve", "--config", path], capture_output=True, text=True, timeout=60)
+            assert p.returncode != 0 and want in p.stderr, (text, p.returncode, p.stderr[-300:])
+    finally:
+        os.unlink(path)
+
+
 TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_breaker_faults_and_admin_api,
-         t_hot_load_and_unload_under_load]
+         t_hot_load_and_unload_under_load, t_config_file]
