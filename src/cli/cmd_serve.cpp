@@ -114,6 +114,10 @@ int cmd_serve(int argc, char** argv) {
                  "failed requests in a row that open a variant's circuit breaker (0: no breaker)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  app.add_option("--breaker-stuck", guard_cfg.breaker.stuck_s,
+                 "seconds an engine with requests may make no progress before its breaker opens (0: never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--breaker-open", guard_cfg.breaker.open_s,
                  "seconds an open breaker stays open before one probe request is let through")
       ->check(CLI::Range(0.01, 86400.0))

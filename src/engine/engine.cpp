@@ -291,6 +291,11 @@ void Engine::abort(uint64_t id) {
 
 void Engine::note_overload(int64_t now_ns) { impl_->last_overload_ns.store(now_ns, std::memory_order_relaxed); }
 
+double Engine::seconds_without_progress() const {
+  if (!impl_->has_requests.load(std::memory_order_relaxed)) return 0.0;
+  return std::max(0.0, static_cast<double>(now_ns() - impl_->progress_ns.load(std::memory_order_relaxed)) * 1e-9);
+}
+
 EngineStats Engine::stats() const {
   EngineStats st;
   {
@@ -312,12 +317,18 @@ void Engine::Impl::loop() {
     bool stop_now = false;
     {
       std::unique_lock<std::mutex> lock(mu);
+      if (active.empty()) {
+        has_requests.store(false, std::memory_order_relaxed);
+        progress_ns.store(now_ns(), std::memory_order_relaxed);
+      }
       cv.wait(lock, [&] { return stopping || !intake.empty() || !abort_ids.empty() || !active.empty(); });
+      if (active.empty()) progress_ns.store(now_ns(), std::memory_order_relaxed);  // idle until now
       fresh.swap(intake);
       aborts.swap(abort_ids);
       stop_now = stopping;
     }
     for (auto& r : fresh) admit(std::move(r));
+    has_requests.store(!active.empty(), std::memory_order_relaxed);
     for (uint64_t id : aborts) {
       auto it = active.find(id);
       if (it != active.end()) abort_request(*it->second, "aborted");

@@ -164,6 +164,10 @@ class Engine {
   // the engine never sees in its queue; the precision tier controller counts it). Any thread.
   void note_overload(int64_t now_ns);
   EngineStats stats() const;
+  // Seconds since the engine last made progress while it had requests (a step that planned
+  // work ended, or it had none): 0 when idle. Grows while steps plan nothing or a step
+  // hangs; the gateway's circuit breaker reads it. Any thread.
+  double seconds_without_progress() const;
 
   // Stops taking requests; in-flight ones finish with reason abort. Joins the thread.
   void shutdown();

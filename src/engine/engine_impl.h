@@ -98,6 +98,10 @@ struct Engine::Impl {
   adaptive::TierDecision decision;
   uint64_t shadow_seen = 0;     // the scorer's generation last acted on
   std::atomic<int64_t> last_overload_ns{0};  // Engine::note_overload(); 0: never
+  // Engine::seconds_without_progress(): when the last step with work ended, or the engine
+  // was last seen without requests; whether it has requests now.
+  std::atomic<int64_t> progress_ns{0};
+  std::atomic<bool> has_requests{false};
   double tpot_ewma_s = 0.0;     // smoothed seconds of steps with decodes
   std::array<uint64_t, adaptive::kNumTiers> tier_steps{};
   std::array<uint64_t, adaptive::kNumTiers> tier_tokens{};

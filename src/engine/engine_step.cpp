@@ -86,6 +86,7 @@ void Engine::Impl::step() {
   pool_embeddings(plan, *out);
   emit(plan, *out);
   report(plan, *out, profile, t0);
+  progress_ns.store(now_ns(), std::memory_order_relaxed);
 }
 
 // Drafts for every decoding sequence, from the proposer (none without one); the controller

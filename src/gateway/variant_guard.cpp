@@ -206,8 +206,22 @@ GuardRoute VariantGuard::route(std::shared_ptr<const ServedModel> picked) {
   if (!picked) return out;
   const int64_t now = now_ns();
   std::lock_guard lock(mu_);
-  // Whether the breaker lets a request through to k (taking the half-open probe if so).
-  auto passes = [&](const Key& k, int64_t* retry_ns) {
+  // Whether the breaker lets a request through to m (taking the half-open probe if so).
+  auto passes = [&](const ServedModel& m, int64_t* retry_ns) {
+    const Key k{m.name, m.variant};
+    if (cfg_.breaker.stuck_s > 0) {
+      const double stalled = cfg_.breaker.stalled_s ? cfg_.breaker.stalled_s(m) : m.engine->seconds_without_progress();
+      if (stalled > cfg_.breaker.stuck_s) {
+        Breaker& b = breakers_[k];
+        if (b.state != BreakerState::kOpen) {
+          METRO_LOG_WARN("circuit breaker of %s open: its engine has made no progress for %.0f s",
+                         m.id().c_str(), stalled);
+        }
+        b.state = BreakerState::kOpen;
+        b.open_until_ns = now + static_cast<int64_t>(cfg_.breaker.open_s * kNsPerS);
+        b.probe_ns = 0;
+      }
+    }
     auto it = breakers_.find(k);
     if (it == breakers_.end()) return true;
     Breaker& b = it->second;
@@ -227,12 +241,12 @@ GuardRoute VariantGuard::route(std::shared_ptr<const ServedModel> picked) {
   };
   int64_t retry_ns = 0;
   std::shared_ptr<const ServedModel> chosen = picked;
-  if (!passes({picked->name, picked->variant}, &retry_ns)) {
+  if (!passes(*picked, &retry_ns)) {
     chosen = nullptr;
     if (!picked->variant.empty()) {
       // An open variant's traffic goes to the primary, when the primary's breaker lets it.
       for (const auto& m : registry_.variants(picked->name)) {
-        if (m->variant.empty() && passes({m->name, m->variant}, &retry_ns)) chosen = m;
+        if (m->variant.empty() && passes(*m, &retry_ns)) chosen = m;
       }
       out.redirected = chosen != nullptr;
     }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,11 @@ struct FaultSpec {
 struct BreakerConfig {
   int failures = 5;     // consecutive failed requests that open the breaker (0: no breaker)
   double open_s = 10.0; // how long it stays open before a half-open probe
+  // An engine that has had requests but made no progress this long is stuck: its breaker
+  // opens (0: never), and stays open while it is.
+  double stuck_s = 30.0;
+  // How long a model's engine has made no progress; null: Engine::seconds_without_progress.
+  std::function<double(const ServedModel&)> stalled_s;
 };
 
 struct RolloutPlan {

@@ -316,9 +316,9 @@ EngineStats run_and_compare(const EngineConfig& cfg, const std::vector<std::vect
 // decode per step, and then nothing is ever preempted).
 void untimed(EngineConfig& c) {
   for (SlaClassConfig& k : c.sla.classes) {
-    k.ttft_s = 1e5;
-    k.tpot_s = 1e4;
-    k.starve_s = 1e6;
+    k.ttft_s = 3600.0;
+    k.tpot_s = 3600.0;
+    k.starve_s = 86400.0;
     k.starve_explicit = true;
   }
 }

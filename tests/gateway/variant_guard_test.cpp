@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -89,6 +90,56 @@ TEST(VariantGuard, ABreakerOpensOnFailuresSendsTrafficToThePrimaryAndAProbeClose
   EXPECT_EQ(g.breaker_state("chat", "canary"), BreakerState::kClosed);
   EXPECT_EQ(g.route(f.canary).model, f.canary);
   EXPECT_EQ(g.route(f.canary).model, f.canary);
+}
+
+TEST(VariantGuard, AStuckEngineOpensItsBreakerForAsLongAsItIsStuck) {
+  Fixture f;
+  std::map<std::string, double> stalled{{"chat", 0.0}, {"chat@canary", 0.0}};
+  GuardConfig cfg;
+  cfg.breaker.stuck_s = 30.0;
+  cfg.breaker.open_s = 0.1;
+  cfg.breaker.stalled_s = [&](const ServedModel& m) { return stalled.at(m.id()); };
+  VariantGuard g(f.registry, cfg);
+  EXPECT_EQ(g.route(f.canary).model, f.canary);
+  stalled["chat@canary"] = 31.0;
+  GuardRoute r = g.route(f.canary);
+  EXPECT_EQ(r.model, f.primary);
+  EXPECT_TRUE(r.redirected);
+  EXPECT_EQ(g.breaker_state("chat", "canary"), BreakerState::kOpen);
+  // Past open_s but still stuck: no probe goes to it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(g.route(f.canary).model, f.primary);
+  // Unstuck: after open_s one probe, and its success closes the breaker.
+  stalled["chat@canary"] = 0.0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(g.route(f.canary).model, f.canary);
+  g.observe("chat", "canary", false, 0.1, 0.01);
+  EXPECT_EQ(g.breaker_state("chat", "canary"), BreakerState::kClosed);
+  // A stuck primary is refused.
+  stalled["chat"] = 40.0;
+  EXPECT_EQ(g.route(f.primary).model, nullptr);
+}
+
+TEST(VariantGuard, AnEngineShowsNoStallWhileIdleOrWorking) {
+  Fixture f;
+  engine::Engine& eng = *f.primary->engine;
+  EXPECT_EQ(eng.seconds_without_progress(), 0.0);
+  engine::Request r = testing::greedy_request(std::vector<int32_t>(40, 600), 24);
+  r.stop.ignore_eos = true;
+  auto h = eng.submit(r);
+  ASSERT_TRUE(h.ok());
+  double most = 0.0;
+  for (;;) {
+    most = std::max(most, eng.seconds_without_progress());
+    auto e = h->stream->pop(std::chrono::milliseconds(60000));
+    ASSERT_TRUE(e.has_value());
+    if (e->kind == engine::Event::Kind::kDone) break;
+  }
+  EXPECT_LT(most, 5.0);
+  for (int i = 0; i < 100 && eng.seconds_without_progress() > 0.0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(eng.seconds_without_progress(), 0.0);
 }
 
 TEST(VariantGuard, AnOpenPrimaryIsRefusedAtOnceWithARetryAfter) {
