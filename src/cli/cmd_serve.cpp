@@ -107,6 +107,16 @@ int cmd_serve(int argc, char** argv) {
                  "canary requests a rollout step must see before it is promoted")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
+  app.add_option("--rollout-shadow-every", guard_cfg.shadow_every,
+                 "shadow-score one of every N completed canary requests under rollout with both models, at the "
+                 "lowest priority (0: no shadow scoring)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--rollout-shadow-kl", guard_cfg.shadow_kl,
+                 "mean KL (nats per output token) from the primary above which a shadow-scored answer counts against "
+                 "the canary")
+      ->check(CLI::Range(1e-6, 100.0))
+      ->capture_default_str();
   app.add_option("--fault", fault_args,
                  "TARGET:error=SHARE,status=CODE,latency=DURATION,latency_share=SHARE: inject faults into TARGET "
                  "(NAME, NAME@VARIANT or VARIANT) to rehearse rollbacks; off by default (repeatable)");

@@ -291,6 +291,11 @@ void Engine::abort(uint64_t id) {
 
 void Engine::note_overload(int64_t now_ns) { impl_->last_overload_ns.store(now_ns, std::memory_order_relaxed); }
 
+void Engine::set_output_sink(OutputSink sink) {
+  std::lock_guard<std::mutex> lock(impl_->sink_mu);
+  impl_->output_sink = std::move(sink);
+}
+
 double Engine::seconds_without_progress() const {
   if (!impl_->has_requests.load(std::memory_order_relaxed)) return 0.0;
   return std::max(0.0, static_cast<double>(now_ns() - impl_->progress_ns.load(std::memory_order_relaxed)) * 1e-9);

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -181,6 +182,12 @@ class Engine {
   [[nodiscard]] metrics::Registration export_metrics(metrics::Registry& registry, const std::string& model_label) const;
 
   const model::Model& model() const { return *model_; }
+  std::shared_ptr<const model::Model> shared_model() const { return model_; }
+  // Called on the engine thread with the tokens (prompt, then the first choice's output) of
+  // every generate request that completes (not aborted, not failed); keep it cheap. Null
+  // removes it. Any thread.
+  using OutputSink = std::function<void(const std::vector<int32_t>& tokens, int n_prompt)>;
+  void set_output_sink(OutputSink sink);
   const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
   const EngineConfig& config() const { return cfg_; }
   int n_ctx() const { return n_ctx_; }

@@ -123,6 +123,8 @@ struct Engine::Impl {
   // Observers: added from any thread, called on the engine thread from a copy refreshed
   // when the version moves.
   std::mutex observers_mu;
+  std::mutex sink_mu;
+  Engine::OutputSink output_sink;  // under sink_mu
   std::vector<std::shared_ptr<StepObserver>> observers;
   std::atomic<uint64_t> observers_version{0};
   std::vector<std::shared_ptr<StepObserver>> observers_seen;

@@ -661,6 +661,10 @@ void Engine::Impl::maybe_complete(ActiveRequest& r) {
     r.usage.queue_ns = std::max<int64_t>(0, first - r.arrival_ns);
   }
   if (shadow) offer_shadow(r);
+  if (!r.aborting && r.req.kind == RequestKind::kGenerate && r.first_token_ns > 0) {
+    std::lock_guard<std::mutex> lock(sink_mu);
+    if (output_sink) output_sink(r.choices[0]->seq.tokens, r.choices[0]->seq.n_prompt);
+  }
   const int64_t end_ns = now_ns();
   // Counters and metrics first, then the final event: a client that reads stats() after its
   // stream ends must see its own request counted and its blocks back in the pool.

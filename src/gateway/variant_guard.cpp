@@ -19,6 +19,9 @@ constexpr double kNsPerS = 1e9;
 constexpr double kLatencyTolerance = 1.1;
 constexpr double kLatencyP0 = 0.02;
 constexpr double kLatencyP1 = 0.10;
+// The shadow test: a sample above GuardConfig::shadow_kl.
+constexpr double kShadowP0 = 0.05;
+constexpr double kShadowP1 = 0.5;
 // The primary's latencies needed before the latency tests run.
 constexpr size_t kMinReference = 50;
 // A half-open probe that never reported (its client left) lets another one go after this.
@@ -147,20 +150,49 @@ Status VariantGuard::start_rollout(const RolloutPlan& plan) {
     }
   }
   METRO_RETURN_IF_ERROR(registry_.set_split(plan.name, plan.variant, plan.shares.front()));
-  std::lock_guard lock(mu_);
   Rollout r;
   r.st.plan = plan;
   r.st.state = "running";
   r.st.threshold = std::log(1.0 / cfg_.alpha);
   r.step_start_ns = now_ns();
+  if (cfg_.shadow_every > 0) {
+    std::shared_ptr<const ServedModel> primary, canary;
+    for (const auto& m : registry_.variants(plan.name)) {
+      if (m->variant.empty()) primary = m;
+      if (m->variant == plan.variant) canary = m;
+    }
+    if (primary && canary && primary->tokenizer().n_vocab() == canary->tokenizer().n_vocab()) {
+      engine::adaptive::ShadowConfig sc;
+      sc.every = cfg_.shadow_every;
+      sc.window = 16;
+      sc.min_samples = 1;
+      sc.layer_drift = false;
+      r.shadow = std::make_shared<engine::adaptive::ShadowScorer>(primary->engine->shared_model(),
+                                                                   canary->engine->shared_model(), sc);
+      r.canary_engine = canary->engine;
+      r.st.shadow = true;
+      std::weak_ptr<engine::adaptive::ShadowScorer> weak = r.shadow;
+      r.canary_engine->set_output_sink([weak](const std::vector<int32_t>& tokens, int n_prompt) {
+        auto s = weak.lock();
+        if (s && s->wants_next()) s->offer(tokens, n_prompt);
+      });
+    }
+  }
+  std::lock_guard lock(mu_);
   rollouts_[{plan.name, plan.variant}] = r;
   METRO_LOG_INFO("rollout of %s: step 1 of %zu, %.0f%% of '%s'", id_of(plan.name, plan.variant).c_str(),
                  plan.shares.size(), plan.shares.front() * 100.0, plan.name.c_str());
   return Status();
 }
 
+void VariantGuard::stop_shadow(Rollout& r) {
+  if (r.canary_engine) r.canary_engine->set_output_sink(nullptr);
+  r.canary_engine.reset();
+}
+
 void VariantGuard::end_rollout(Rollout& r, const std::string& cause, const char* detail) {
   const RolloutPlan& p = r.st.plan;
+  stop_shadow(r);
   (void)registry_.set_split(p.name, p.variant, 0.0);
   r.st.state = "rolled_back";
   r.st.cause = cause;
@@ -186,18 +218,28 @@ Status VariantGuard::promote(const std::string& name, const std::string& variant
   std::lock_guard lock(mu_);
   METRO_RETURN_IF_ERROR(registry_.set_split(name, variant, share));
   auto it = rollouts_.find({name, variant});
-  if (it != rollouts_.end() && it->second.st.state == "running") it->second.st.state = "promoted";
+  if (it != rollouts_.end() && it->second.st.state == "running") {
+    it->second.st.state = "promoted";
+    stop_shadow(it->second);
+  }
   ++promotions_[{name, variant}];
   METRO_LOG_INFO("%s promoted by hand to %.0f%%", id_of(name, variant).c_str(), share * 100.0);
   return Status();
 }
 
 void VariantGuard::forget(const std::string& name, const std::string& variant) {
+  std::shared_ptr<engine::adaptive::ShadowScorer> scorer;  // joined outside the lock
   std::lock_guard lock(mu_);
   faults_.erase({name, variant});
   breakers_.erase({name, variant});
-  auto it = rollouts_.find({name, variant});
-  if (it != rollouts_.end() && it->second.st.state == "running") it->second.st.state = "unloaded";
+  for (auto& [key, r] : rollouts_) {
+    // The scorer holds both models' weights: a rollout of or against an unloaded model lets
+    // them go.
+    if (key.first != name || (!variant.empty() && key.second != variant)) continue;
+    if (r.st.state == "running") r.st.state = "unloaded";
+    stop_shadow(r);
+    scorer = std::move(r.shadow);
+  }
   if (variant.empty()) reference_.erase(name);
 }
 
@@ -303,7 +345,10 @@ void VariantGuard::observe(const std::string& name, const std::string& variant, 
   }
   for (auto& [key, r] : rollouts_) {
     if (r.st.state != "running" || key.first != name) continue;
-    if (key.second == variant) test_canary(r, failed, ttft_s, tpot_s);
+    if (key.second == variant) {
+      test_shadow(r);
+      if (r.st.state == "running") test_canary(r, failed, ttft_s, tpot_s);
+    }
     advance(r, now);
   }
 }
@@ -351,6 +396,26 @@ void VariantGuard::test_canary(Rollout& r, bool failed, double ttft_s, double tp
   }
 }
 
+void VariantGuard::test_shadow(Rollout& r) {
+  if (!r.shadow) return;
+  const engine::adaptive::ShadowSnapshot snap = r.shadow->snapshot();
+  r.st.shadow_scored = snap.scored;
+  r.st.shadow_kl_mean = snap.kl_mean;
+  if (snap.generation == r.shadow_seen) return;
+  const auto fresh = r.shadow->recent(static_cast<size_t>(snap.generation - r.shadow_seen));
+  r.shadow_seen = snap.generation;
+  for (const engine::adaptive::ShadowSample& s : fresh) {
+    r.st.cusum_kl = std::max(0.0, r.st.cusum_kl + llr(s.kl > cfg_.shadow_kl, kShadowP0, kShadowP1));
+    if (r.st.cusum_kl >= r.st.threshold) {
+      char detail[96];
+      std::snprintf(detail, sizeof detail, " (mean KL %.3f nats per token over %zu recent answers)", snap.kl_mean,
+                    snap.in_window);
+      end_rollout(r, "shadow_kl", detail);
+      return;
+    }
+  }
+}
+
 void VariantGuard::advance(Rollout& r, int64_t now_ns) {
   RolloutStatus& st = r.st;
   st.step_elapsed_s = static_cast<double>(now_ns - r.step_start_ns) / kNsPerS;
@@ -365,6 +430,7 @@ void VariantGuard::advance(Rollout& r, int64_t now_ns) {
   ++promotions_[{p.name, p.variant}];
   if (st.step + 1 >= p.shares.size()) {
     st.state = "promoted";
+    stop_shadow(r);
     METRO_LOG_INFO("rollout of %s done: %.0f%% of '%s'", id_of(p.name, p.variant).c_str(), p.shares.back() * 100.0,
                    p.name.c_str());
     return;
@@ -394,6 +460,11 @@ std::vector<RolloutStatus> VariantGuard::rollouts() const {
   for (const auto& [key, r] : rollouts_) {
     out.push_back(r.st);
     if (r.st.state == "running") out.back().step_elapsed_s = static_cast<double>(now - r.step_start_ns) / kNsPerS;
+    if (r.shadow) {
+      const engine::adaptive::ShadowSnapshot snap = r.shadow->snapshot();
+      out.back().shadow_scored = snap.scored;
+      out.back().shadow_kl_mean = snap.kl_mean;
+    }
   }
   return out;
 }
@@ -425,6 +496,14 @@ void VariantGuard::export_metrics(metrics::Exposition& e) const {
   for (const auto& [k, n] : promotions_) {
     e.counter("metro_variant_promotions_total", pr_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
               static_cast<double>(n));
+  }
+  const char* kl_help = "Mean KL (nats per output token) of a rolled-out variant's shadow-scored answers from its "
+                        "primary's model, over the recent window.";
+  e.declare("metro_variant_shadow_kl", metrics::Type::kGauge, kl_help);
+  for (const auto& [k, r] : rollouts_) {
+    if (!r.st.shadow) continue;
+    e.gauge("metro_variant_shadow_kl", kl_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
+            r.shadow ? r.shadow->snapshot().kl_mean : r.st.shadow_kl_mean);
   }
   const char* f_help = "Faults injected into a variant's requests (--fault), by kind.";
   e.declare("metro_fault_injected_total", metrics::Type::kCounter, f_help);

@@ -13,6 +13,9 @@
 //               primary's recent failure rate, p1 = max(2 p0, p0 + 0.05)
 //   ttft_p99    a canary request's TTFT above the primary's recent p99 (x 1.1): p0 = 0.02,
 //   tpot_p99    p1 = 0.10 (by construction about 1% of the primary's are above it); TPOT alike
+//   shadow_kl   a shadow-scored canary answer's mean KL from the primary's model above
+//               GuardConfig::shadow_kl: p0 = 0.05, p1 = 0.5 (a damaged or wrong canary
+//               model; the canary's own answers, scored by both models, off the hot path)
 // A test alarms when its sum reaches ln(1 / alpha): under the null hypothesis the mean number
 // of canary requests before a false alarm is at least 1 / alpha (Wald's bound on the
 // sequential probability ratio test), 1000 at the default alpha of 0.001. An alarm rolls the
@@ -74,6 +77,12 @@ std::optional<double> parse_duration_s(const std::string& text);
 
 struct GuardConfig {
   BreakerConfig breaker;
+  // Shadow scoring of a rollout's canary: one of `shadow_every` completed canary requests
+  // is scored again, teacher-forced, by the primary's model and the canary's on a thread of
+  // their own at the lowest priority; a sample counts against the canary when its mean KL
+  // (nats per output token, primary || canary) passes `shadow_kl`. 0: off.
+  int shadow_every = 4;
+  double shadow_kl = 0.5;
   double alpha = 0.001;        // the rollout tests' false-alarm bound (see above)
   int min_step_requests = 20;  // canary requests a step must see before it is promoted
   int reference_window = 1000; // the primary's recent outcomes the tests compare against
@@ -100,7 +109,10 @@ struct RolloutStatus {
   int step_requests = 0;        // canary requests seen in this step
   int step_requests_needed = 0; // before it may be promoted (see advance())
   double step_elapsed_s = 0.0;
-  double cusum_error = 0.0, cusum_ttft = 0.0, cusum_tpot = 0.0;
+  double cusum_error = 0.0, cusum_ttft = 0.0, cusum_tpot = 0.0, cusum_kl = 0.0;
+  bool shadow = false;          // the canary's answers are shadow-scored
+  uint64_t shadow_scored = 0;   // samples scored
+  double shadow_kl_mean = 0.0;  // over the scorer's recent window
   double threshold = 0.0;       // ln(1 / alpha)
 };
 
@@ -149,6 +161,9 @@ class VariantGuard {
   struct Rollout {
     RolloutStatus st;
     int64_t step_start_ns = 0;
+    std::shared_ptr<engine::adaptive::ShadowScorer> shadow;  // null: not shadow-scored
+    std::shared_ptr<engine::Engine> canary_engine;            // whose output feeds it
+    uint64_t shadow_seen = 0;                                 // scorer generation read
   };
   using Key = std::pair<std::string, std::string>;  // (name, variant)
 
@@ -156,6 +171,10 @@ class VariantGuard {
   void advance(Rollout& r, int64_t now_ns);
   void end_rollout(Rollout& r, const std::string& cause, const char* detail = "");
   void test_canary(Rollout& r, bool failed, double ttft_s, double tpot_s);
+  // Reads the shadow samples scored since the last read into the KL test.
+  void test_shadow(Rollout& r);
+  // Stops feeding a rollout's scorer (the rollout ended).
+  static void stop_shadow(Rollout& r);
   // The error test's p0 (the primary's recent failure rate) and p1 for `name`.
   std::pair<double, double> error_hypotheses(const std::string& name);
   // Canary requests the error test needs on average to alarm when the canary fails at p1.

@@ -83,7 +83,9 @@ HttpResponse state_json(ServerCore& core) {
     j["step_elapsed_seconds"] = r.step_elapsed_s;
     j["step_requests"] = r.step_requests;
     j["step_requests_needed"] = r.step_requests_needed;
-    j["cusum"] = Json{{"error_rate", r.cusum_error}, {"ttft_p99", r.cusum_ttft}, {"tpot_p99", r.cusum_tpot}};
+    j["cusum"] = Json{{"error_rate", r.cusum_error}, {"ttft_p99", r.cusum_ttft}, {"tpot_p99", r.cusum_tpot},
+                      {"shadow_kl", r.cusum_kl}};
+    if (r.shadow) j["shadow"] = Json{{"scored", r.shadow_scored}, {"kl_mean", r.shadow_kl_mean}};
     j["threshold"] = r.threshold;
     rollouts.push_back(std::move(j));
   }

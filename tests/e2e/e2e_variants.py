@@ -123,6 +123,46 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
         os.unlink(key)
 
 
+def t_rollout_rolls_back_damaged_weights(ctx):
+    """A canary whose file is valid but whose weights are damaged (5% of the file's tensor
+    bytes zeroed) answers without errors and about as fast: only its output is wrong. Its
+    shadow-scored answers (KL from the primary's model) roll it back; no request fails."""
+    m = ctx.model_path
+    damaged = os.path.join(ctx.tmp, "damaged.gguf")
+    with open(m, "rb") as f:
+        data = bytearray(f.read())
+    lo, hi = int(len(data) * 0.55), int(len(data) * 0.60)
+    data[lo:hi] = bytes(hi - lo)
+    with open(damaged, "wb") as f:
+        f.write(data)
+    key = admin_key_file()
+    srv = MetroServer(ctx.metro, m, [
+        "--served-model-name", "chat", "-m", f"chat@broken={damaged}", "--rollout", "chat:broken=50,100@1h",
+        "--rollout-shadow-every", "1", "--admin-key-file", key, "--admission", "off", "--ctx", "256",
+        "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        statuses = {}
+        deadline = time.time() + (600 if SANITIZED else 180)
+        i = 0
+        while time.time() < deadline and rollout_state(srv.port, "chat")["state"] == "running":
+            st, variant, _ = ask(srv.port, "chat", f"user-{i}", max_tokens=12)
+            statuses[(variant, st)] = statuses.get((variant, st), 0) + 1
+            i += 1
+        r = rollout_state(srv.port, "chat")
+        assert r["state"] == "rolled_back" and r["cause"] == "shadow_kl", (r, statuses)
+        assert r["shadow"]["kl_mean"] > 0.5, r
+        assert all(st == 200 for (_, st) in statuses), statuses
+        assert ask(srv.port, "chat", "after")[1] == "primary"
+        assert metrics(srv.port)['metro_variant_rollbacks_total{model="chat",variant="broken",cause="shadow_kl"}'] == 1
+        ctx.note(f"damaged canary rolled back on shadow KL {r['shadow']['kl_mean']:.2f} after "
+                 f"{statuses.get(('broken', 200), 0)} of its answers ({r['shadow']['scored']} scored)")
+    finally:
+        srv.kill()
+        os.unlink(key)
+
+
 def t_breaker_faults_and_admin_api(ctx):
     """A canary that fails every request (--fault error=1) opens its breaker after 3 failures
     in a row; its users are then served by the primary. Injected latency delays a model's
@@ -352,5 +392,6 @@ def t_config_file(ctx):
         os.unlink(path)
 
 
-TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_breaker_faults_and_admin_api,
+TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_rollout_rolls_back_damaged_weights,
+         t_breaker_faults_and_admin_api,
          t_hot_load_and_unload_under_load, t_config_file]

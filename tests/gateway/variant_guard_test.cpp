@@ -5,24 +5,29 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
 
+#include "base/fp16.h"
 #include "engine/engine_test_util.h"
+#include "gguf/gguf.h"
+#include "model/requantize.h"
 
 namespace metro::gateway {
 namespace {
 
 using testing::default_model;
 
-std::shared_ptr<ServedModel> served(const std::string& name, const std::string& variant) {
+std::shared_ptr<ServedModel> served(const std::string& name, const std::string& variant,
+                                    std::shared_ptr<const model::Model> weights = nullptr) {
   const auto& sm = default_model();
   engine::EngineConfig ec;
   ec.n_threads = 1;
   ec.ctx_total = 1024;
   ec.n_ctx = 512;
-  auto e = engine::Engine::create(sm.model, *sm.tokenizer, ec);
+  auto e = engine::Engine::create(weights ? weights : sm.model, *sm.tokenizer, ec);
   EXPECT_TRUE(e.ok()) << e.status().message();
   auto m = std::make_shared<ServedModel>();
   m->name = name;
@@ -352,6 +357,88 @@ TEST(VariantGuard, AnUnloadedVariantLeavesTheRegistryItsSplitAndItsRollout) {
   EXPECT_FALSE(f.registry.remove("chat", "").ok());
   // What a request still holds keeps working.
   EXPECT_EQ(f.canary->variant, "canary");
+}
+
+// The default model as Q8_0 with one layer's down projection scaled 16x: a valid file whose
+// answers have gone wrong.
+std::shared_ptr<const model::Model> damaged_model() {
+  model::QuantPlan plan;
+  plan.type = kernels::DType::kQ8_0;
+  auto bytes = model::requantize(default_model().model->file(), plan);
+  EXPECT_TRUE(bytes.ok());
+  auto f = gguf::File::parse(*bytes);
+  EXPECT_TRUE(f.ok());
+  const gguf::TensorInfo* t = f->find_tensor("blk.1.ffn_down.weight");
+  EXPECT_NE(t, nullptr);
+  const size_t off = static_cast<size_t>(t->data - f->bytes().data());
+  for (size_t b = 0; b < t->n_bytes; b += 34) {
+    uint16_t h;
+    std::memcpy(&h, &(*bytes)[off + b], 2);
+    h = fp32_to_fp16(fp16_to_fp32(h) * 16.0f);
+    std::memcpy(&(*bytes)[off + b], &h, 2);
+  }
+  auto file = gguf::File::copy_of(*bytes);
+  EXPECT_TRUE(file.ok());
+  auto m = model::Model::from_file(std::move(*file));
+  EXPECT_TRUE(m.ok());
+  return std::shared_ptr<const model::Model>(std::move(*m));
+}
+
+// Greedy requests straight to the canary's engine until the rollout ends or `n` are done;
+// each completion is reported to the guard as the server would (a success).
+void serve_canary(VariantGuard& g, const ServedModel& canary, int n) {
+  const auto& tok = *default_model().tokenizer;
+  const char* prompts[] = {"The capital of France is", "Write a haiku about rain:", "List three colours:",
+                           "Once upon a time", "The best way to learn is"};
+  for (int i = 0; i < n && g.rollouts().front().state == "running"; ++i) {
+    engine::Request r = testing::greedy_request(tok.encode(prompts[i % 5], true, false), 16);
+    auto h = canary.engine->submit(r);
+    ASSERT_TRUE(h.ok());
+    testing::collect(*h);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the scorer runs at the lowest priority
+    g.observe("chat", "canary", false, 0.1, 0.01);
+  }
+}
+
+TEST(VariantGuard, ACanaryWithDamagedWeightsIsRolledBackOnItsShadowScores) {
+  ModelRegistry registry;
+  auto p = served("chat", "");
+  auto c = served("chat", "canary", damaged_model());
+  ASSERT_TRUE(registry.add(p).ok());
+  ASSERT_TRUE(registry.add(c).ok());
+  GuardConfig cfg;
+  cfg.shadow_every = 1;
+  VariantGuard g(registry, cfg);
+  ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.05, 1.0}, 3600.0}).ok());
+  ASSERT_TRUE(g.rollouts().front().shadow);
+  serve_canary(g, *c, 40);
+  const RolloutStatus st = g.rollouts().front();
+  EXPECT_EQ(st.state, "rolled_back");
+  EXPECT_EQ(st.cause, "shadow_kl");
+  EXPECT_GT(st.shadow_kl_mean, cfg.shadow_kl);
+  EXPECT_EQ(registry.splits().count({"chat", "canary"}), 0u);
+}
+
+TEST(VariantGuard, AHealthyCanaryPassesItsShadowScores) {
+  ModelRegistry registry;
+  auto p = served("chat", "");
+  auto c = served("chat", "canary");
+  ASSERT_TRUE(registry.add(p).ok());
+  ASSERT_TRUE(registry.add(c).ok());
+  GuardConfig cfg;
+  cfg.shadow_every = 1;
+  VariantGuard g(registry, cfg);
+  ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.05, 1.0}, 3600.0}).ok());
+  serve_canary(g, *c, 8);
+  for (int i = 0; i < 100 && g.rollouts().front().shadow_scored < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    g.observe("chat", "canary", false, 0.1, 0.01);
+  }
+  const RolloutStatus st = g.rollouts().front();
+  EXPECT_EQ(st.state, "running");
+  EXPECT_GE(st.shadow_scored, 4u);
+  EXPECT_LT(st.shadow_kl_mean, 1e-3);  // the same weights: the same distributions
+  EXPECT_EQ(st.cusum_kl, 0.0);
 }
 
 TEST(VariantGuard, RolloutTextsAndDurationsParse) {

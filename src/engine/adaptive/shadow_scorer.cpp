@@ -169,6 +169,12 @@ ShadowSnapshot ShadowScorer::snapshot() const {
   return snap_;
 }
 
+std::vector<ShadowSample> ShadowScorer::recent(size_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t k = std::min(n, window_.size());
+  return std::vector<ShadowSample>(window_.end() - static_cast<long>(k), window_.end());
+}
+
 void ShadowScorer::reset_window() {
   std::lock_guard<std::mutex> lock(mu_);
   window_.clear();

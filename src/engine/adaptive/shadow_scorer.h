@@ -77,6 +77,8 @@ class ShadowScorer {
   // Queues a sequence (prompt then output) for scoring; false when it was dropped.
   bool offer(std::vector<int32_t> tokens, int n_prompt);
   ShadowSnapshot snapshot() const;
+  // The newest min(n, window) samples of the window, oldest first.
+  std::vector<ShadowSample> recent(size_t n) const;
   // Empties the window (after a rollback: the next decision needs fresh samples).
   void reset_window();
   const ShadowConfig& config() const { return cfg_; }
