@@ -444,6 +444,48 @@ void VariantGuard::advance(Rollout& r, int64_t now_ns) {
                  p.shares.size(), p.shares[st.step] * 100.0, p.name.c_str());
 }
 
+void VariantGuard::remember(const std::string& id, const std::string& tenant, const std::string& name,
+                            const std::string& variant) {
+  if (id.empty()) return;
+  std::lock_guard lock(mu_);
+  auto [it, fresh] = answers_.insert_or_assign(id, Answer{tenant, name, variant});
+  if (!fresh) return;
+  answer_order_.push_back(id);
+  while (answer_order_.size() > kFeedbackMemory) {
+    answers_.erase(answer_order_.front());
+    answer_order_.pop_front();
+  }
+}
+
+bool VariantGuard::feedback(const std::string& id, const std::string& tenant, bool good) {
+  const int64_t now = now_ns();
+  std::lock_guard lock(mu_);
+  auto it = answers_.find(id);
+  if (it == answers_.end() || it->second.tenant != tenant) return false;
+  const Answer a = it->second;
+  ++ratings_[{a.name, a.variant, good}];
+  Reference& ref = reference_[a.name];
+  if (a.variant.empty()) {
+    push_bounded<uint8_t>(ref.bad_feedback, good ? 0 : 1, static_cast<size_t>(std::max(1, cfg_.reference_window)));
+    return true;
+  }
+  auto r = rollouts_.find({a.name, a.variant});
+  if (r == rollouts_.end() || r->second.st.state != "running") return true;
+  double bad = 0;
+  for (uint8_t b : ref.bad_feedback) bad += b;
+  const double p0 = std::clamp((bad + 0.5) / (static_cast<double>(ref.bad_feedback.size()) + 1.0), 0.02, 0.5);
+  const double p1 = std::min(0.95, std::max(2.0 * p0, p0 + 0.1));
+  RolloutStatus& st = r->second.st;
+  st.cusum_feedback = std::max(0.0, st.cusum_feedback + llr(!good, p0, p1));
+  if (st.cusum_feedback >= st.threshold) {
+    char detail[96];
+    std::snprintf(detail, sizeof detail, " (the primary's answers are rated bad %.1f%% of the time)", p0 * 100.0);
+    end_rollout(r->second, "feedback", detail);
+  }
+  advance(r->second, now);
+  return true;
+}
+
 BreakerState VariantGuard::breaker_state(const std::string& name, const std::string& variant) {
   std::lock_guard lock(mu_);
   auto it = breakers_.find({name, variant});
@@ -504,6 +546,15 @@ void VariantGuard::export_metrics(metrics::Exposition& e) const {
     if (!r.st.shadow) continue;
     e.gauge("metro_variant_shadow_kl", kl_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
             r.shadow ? r.shadow->snapshot().kl_mean : r.st.shadow_kl_mean);
+  }
+  const char* fb_help = "Ratings of a variant's answers sent to /v1/feedback.";
+  e.declare("metro_variant_feedback_total", metrics::Type::kCounter, fb_help);
+  for (const auto& [k, n] : ratings_) {
+    const auto& [name, variant, good] = k;
+    e.counter("metro_variant_feedback_total", fb_help,
+              metrics::labels({{"model", name}, {"variant", variant.empty() ? "primary" : variant},
+                               {"rating", good ? "good" : "bad"}}),
+              static_cast<double>(n));
   }
   const char* f_help = "Faults injected into a variant's requests (--fault), by kind.";
   e.declare("metro_fault_injected_total", metrics::Type::kCounter, f_help);

@@ -13,6 +13,8 @@
 //               primary's recent failure rate, p1 = max(2 p0, p0 + 0.05)
 //   ttft_p99    a canary request's TTFT above the primary's recent p99 (x 1.1): p0 = 0.02,
 //   tpot_p99    p1 = 0.10 (by construction about 1% of the primary's are above it); TPOT alike
+//   feedback    a user rated a canary answer bad (POST /v1/feedback): p0 is the primary's
+//               recent share of bad ratings (at least 0.02), p1 = max(2 p0, p0 + 0.1)
 //   shadow_kl   a shadow-scored canary answer's mean KL from the primary's model above
 //               GuardConfig::shadow_kl: p0 = 0.05, p1 = 0.5 (a damaged or wrong canary
 //               model; the canary's own answers, scored by both models, off the hot path)
@@ -35,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -109,7 +112,7 @@ struct RolloutStatus {
   int step_requests = 0;        // canary requests seen in this step
   int step_requests_needed = 0; // before it may be promoted (see advance())
   double step_elapsed_s = 0.0;
-  double cusum_error = 0.0, cusum_ttft = 0.0, cusum_tpot = 0.0, cusum_kl = 0.0;
+  double cusum_error = 0.0, cusum_ttft = 0.0, cusum_tpot = 0.0, cusum_kl = 0.0, cusum_feedback = 0.0;
   bool shadow = false;          // the canary's answers are shadow-scored
   uint64_t shadow_scored = 0;   // samples scored
   double shadow_kl_mean = 0.0;  // over the scorer's recent window
@@ -141,6 +144,15 @@ class VariantGuard {
   // error, not a load refusal); ttft_s / tpot_s < 0 when not measured.
   void observe(const std::string& name, const std::string& variant, bool failed, double ttft_s, double tpot_s);
 
+  // Remembers which variant answered `id` (a response id or x-request-id) for `tenant`, so
+  // that feedback on it counts there (the last kFeedbackMemory answers).
+  void remember(const std::string& id, const std::string& tenant, const std::string& name,
+                const std::string& variant);
+  // A user's rating of an answer it received. False when `id` is unknown, forgotten, or
+  // another tenant's (a tenant learns nothing of other tenants' answers).
+  bool feedback(const std::string& id, const std::string& tenant, bool good);
+  static constexpr size_t kFeedbackMemory = 65536;
+
   BreakerState breaker_state(const std::string& name, const std::string& variant);
   std::vector<RolloutStatus> rollouts() const;
   // Gauges and counters: metro_breaker_state, metro_variant_rollbacks_total,
@@ -157,6 +169,10 @@ class VariantGuard {
   struct Reference {  // the primary's recent outcomes
     std::deque<uint8_t> failed;
     std::deque<double> ttft, tpot;
+    std::deque<uint8_t> bad_feedback;  // per rated answer: 1 when rated bad
+  };
+  struct Answer {
+    std::string tenant, name, variant;
   };
   struct Rollout {
     RolloutStatus st;
@@ -190,6 +206,9 @@ class VariantGuard {
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> rollbacks_;  // (name, variant, cause)
   std::map<Key, uint64_t> promotions_;
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> injected_;  // (name, variant, kind)
+  std::map<std::tuple<std::string, std::string, bool>, uint64_t> ratings_;  // (name, variant, good)
+  std::unordered_map<std::string, Answer> answers_;
+  std::deque<std::string> answer_order_;  // oldest first
 };
 
 }  // namespace metro::gateway

@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "server/feedback.h"
 #include "server/framing.h"
 #include "server/guarded_pick.h"
 
@@ -98,6 +99,7 @@ void HttpSession::begin_request() {
   response_variant_key_.clear();
   response_model_.clear();
   injected_fault_ = false;
+  outcome_response_id_.clear();
   outcome_ttft_s_ = -1.0;
   outcome_tpot_s_ = -1.0;
   access_fields_ = nullptr;
@@ -342,6 +344,15 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
     p.result = json.error();
     return p;
   }
+  if (endpoint == Endpoint::kFeedback) {
+    auto answer = feedback_response(*json, call.tenant, door.guard());
+    if (!answer.ok()) {
+      p.result = answer.error();
+    } else {
+      p.direct = HttpResponse::json(200, std::move(*answer));
+    }
+    return p;
+  }
   auto name = requested_model(*json);
   if (!name.ok()) {
     p.result = name.error();
@@ -567,6 +578,7 @@ void HttpSession::complete_call() {
                          q > 0 || fmt.first_token_ns() > 0 ? static_cast<double>(q) * 1e-9 : -1.0,
                          fmt.finish_reasons());
   }
+  outcome_response_id_ = fmt.id();
   if (fmt.first_token_ns() > 0) {
     outcome_ttft_s_ = static_cast<double>(fmt.first_token_ns() - call_->start_ns) * 1e-9;
     metrics.observe_ttft(outcome_ttft_s_);
@@ -653,8 +665,13 @@ void HttpSession::count_variant(int status, bool failed_midway) {
   // A 503 is a load refusal (admission, draining), not the variant failing; an injected
   // fault counts whatever its status.
   const bool failed = injected_fault_ || failed_midway || (status >= 500 && status != 503);
-  core_.front_door().guard().observe(response_model_, response_variant_key_, failed, outcome_ttft_s_,
-                                     outcome_tpot_s_);
+  gateway::VariantGuard& guard = core_.front_door().guard();
+  guard.observe(response_model_, response_variant_key_, failed, outcome_ttft_s_, outcome_tpot_s_);
+  if (status == 200 && !failed) {
+    // Feedback may name the answer by its body's id or its x-request-id.
+    guard.remember(outcome_response_id_, request_tenant_, response_model_, response_variant_key_);
+    guard.remember(request_id_, request_tenant_, response_model_, response_variant_key_);
+  }
 }
 
 void HttpSession::note_call_for_log() {

@@ -146,6 +146,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // What the variant guard learns from this request: an injected fault, TTFT and TPOT (-1:
   // none measured).
   bool injected_fault_ = false;
+  std::string outcome_response_id_;  // the answer's id in its body (feedback names it)
   double outcome_ttft_s_ = -1.0;
   double outcome_tpot_s_ = -1.0;
   Json access_fields_;

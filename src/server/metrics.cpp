@@ -56,7 +56,9 @@ constexpr const char* kKnownEndpoints[] = {"/",
                                            "/v1/responses",
                                            "/v1/responses/{id}",
                                            "/tokenize",
-                                           "/detokenize"};
+                                           "/detokenize",
+                                           "/v1/feedback",
+                                           "/admin"};
 
 constexpr const char* kFinishReasons[] = {"stop", "length", "tool_calls", "abort"};
 

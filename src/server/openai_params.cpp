@@ -28,6 +28,8 @@ const char* endpoint_path(Endpoint e) {
       return "/detokenize";
     case Endpoint::kResponses:
       return "/v1/responses";
+    case Endpoint::kFeedback:
+      return "/v1/feedback";
   }
   return "?";
 }

@@ -405,7 +405,8 @@ ApiResult<PreparedCall> prepare_parsed_request(Endpoint endpoint, const nlohmann
         return prepare_responses(nlohmann::ordered_json::parse(j->dump()), ctx, call);
       case Endpoint::kTokenize:
       case Endpoint::kDetokenize:
-        break;  // answered without the engine: tokenize_response() / detokenize_response()
+      case Endpoint::kFeedback:
+        break;  // answered without the engine: tokenize_response() / detokenize_response() / feedback
     }
     return bad_request("unknown endpoint");
   }();

@@ -34,7 +34,15 @@ struct ResponsesCall;
 
 // The model endpoints: those that run the engine, and the tokenizer's (answered on the
 // prep thread, no engine step).
-enum class Endpoint : uint8_t { kCompletions, kChatCompletions, kEmbeddings, kTokenize, kDetokenize, kResponses };
+enum class Endpoint : uint8_t {
+  kCompletions,
+  kChatCompletions,
+  kEmbeddings,
+  kTokenize,
+  kDetokenize,
+  kResponses,
+  kFeedback
+};
 const char* endpoint_path(Endpoint e);
 
 // What preparing a request needs of the loaded model.

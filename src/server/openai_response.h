@@ -53,6 +53,7 @@ class ResponseFormatter {
   int64_t first_token_ns() const { return first_token_ns_; }
   int64_t last_token_ns() const { return last_token_ns_; }
   int generated_tokens() const { return generated_tokens_; }
+  const std::string& id() const { return id_; }
 
  private:
   struct ChoiceState {

@@ -189,7 +189,7 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
       e.code = "invalid_api_key";
       if (path != "/v1/completions" && path != "/v1/chat/completions" && path != "/v1/embeddings" &&
           path != "/v1/models" && path.rfind("/v1/models/", 0) != 0 && path != "/tokenize" && path != "/detokenize" &&
-          path != "/v1/responses" && path.rfind("/v1/responses/", 0) != 0) {
+          path != "/v1/responses" && path.rfind("/v1/responses/", 0) != 0 && path != "/v1/feedback") {
         d.endpoint = "other";  // unknown routes share one label
       }
       d.response = HttpResponse::error(e);
@@ -211,6 +211,8 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
     endpoint = Endpoint::kDetokenize;
   else if (path == "/v1/responses")
     endpoint = Endpoint::kResponses;
+  else if (path == "/v1/feedback")
+    endpoint = Endpoint::kFeedback;
   const bool models = path == "/v1/models";
   // The id may hold '/' (names such as "org/model"): everything after the prefix.
   const bool one_model = path.rfind("/v1/models/", 0) == 0 && path.size() > 11;

@@ -5,6 +5,8 @@
 //   GET  /v1/models             POST /v1/completions, /v1/chat/completions, /v1/embeddings
 //   GET  /v1/models/{id}        POST /v1/responses, /tokenize, /detokenize
 //   GET, DELETE /v1/responses/{id}   a stored response of the caller's tenant
+//   POST /v1/feedback           a rating of an answer (server/feedback.h)
+//   /admin/...                  the admin API, behind its own key (server/admin_routes.h)
 //
 // Cheap routes are answered at once on the I/O thread; model routes pass auth, loading,
 // draining and content-type checks here and are then prepared on a worker thread.

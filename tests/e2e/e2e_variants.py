@@ -354,6 +354,49 @@ def t_hot_load_and_unload_under_load(ctx):
         os.unlink(key)
 
 
+def t_feedback_rolls_back_a_disliked_canary(ctx):
+    """POST /v1/feedback rates answers by their body id or x-request-id: counted per variant,
+    refused for unknown ids, and a canary whose answers users rate bad (the primary's good)
+    is rolled back with cause `feedback`."""
+    m = ctx.model_path
+    key = admin_key_file()
+    srv = MetroServer(ctx.metro, m, [
+        "--served-model-name", "chat", "-m", f"chat@canary={m}", "--rollout", "chat:canary=50,100@1h",
+        "--rollout-shadow-every", "0", "--admin-key-file", key, "--admission", "off", "--ctx", "256",
+        "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        rated = {"primary": 0, "canary": 0}
+        i = 0
+        while rollout_state(srv.port, "chat")["state"] == "running" and i < 200:
+            st, h, data = request(srv.port, "POST", "/v1/chat/completions",
+                                  {"model": "chat", "messages": [{"role": "user", "content": "Hi"}],
+                                   "max_tokens": 2, "user": f"user-{i}"})
+            assert st == 200, data[:200]
+            variant = h["x-metro-variant"]
+            # Canary answers rated by their body id, primary ones by x-request-id.
+            ident = json.loads(data)["id"] if variant == "canary" else h["x-request-id"]
+            rating = -1 if variant == "canary" else (1 if i % 10 else -1)
+            st, _, fb = request(srv.port, "POST", "/v1/feedback", {"id": ident, "rating": rating})
+            assert st == 200 and json.loads(fb)["rating"] == ("good" if rating == 1 else "bad"), fb
+            rated[variant] += 1
+            i += 1
+        r = rollout_state(srv.port, "chat")
+        assert r["state"] == "rolled_back" and r["cause"] == "feedback", (r, rated)
+        assert rated["canary"] <= 30, rated
+        mt = metrics(srv.port)
+        assert mt['metro_variant_feedback_total{model="chat",variant="canary",rating="bad"}'] == rated["canary"], mt
+        for body, want in (({"id": "chatcmpl-nope", "rating": 1}, 404), ({"id": "x", "rating": 2}, 400),
+                           ({"rating": 1}, 400), ({"id": "x", "rating": 1, "extra": 1}, 400)):
+            st, _, data = request(srv.port, "POST", "/v1/feedback", body)
+            assert st == want, (body, st, data[:200])
+        ctx.note(f"feedback: canary rolled back after {rated['canary']} bad ratings")
+    finally:
+        srv.kill()
+        os.unlink(key)
+
+
 def t_config_file(ctx):
     """`metro serve --config FILE`: a deployment in one TOML file (models, a variant, its
     split, limits), every key a long option's name; the command line wins over the file; a
@@ -394,4 +437,4 @@ def t_config_file(ctx):
 
 TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_rollout_rolls_back_damaged_weights,
          t_breaker_faults_and_admin_api,
-         t_hot_load_and_unload_under_load, t_config_file]
+         t_hot_load_and_unload_under_load, t_feedback_rolls_back_a_disliked_canary, t_config_file]

@@ -441,6 +441,40 @@ TEST(VariantGuard, AHealthyCanaryPassesItsShadowScores) {
   EXPECT_EQ(st.cusum_kl, 0.0);
 }
 
+TEST(VariantGuard, FeedbackCountsForTheVariantThatAnsweredAndOnlyFromItsTenant) {
+  Fixture f;
+  VariantGuard g(f.registry);
+  ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.5, 1.0}, 3600.0}).ok());
+  EXPECT_FALSE(g.feedback("nope", "", true));
+  // The primary's answers are rated good 19 times in 20; the canary's bad every time.
+  for (int i = 0; i < 200; ++i) {
+    const std::string id = "p-" + std::to_string(i);
+    g.remember(id, "alice", "chat", "");
+    EXPECT_FALSE(g.feedback(id, "bob", false)) << "another tenant's answer";
+    EXPECT_TRUE(g.feedback(id, "alice", i % 20 != 0));
+  }
+  int rated = 0;
+  for (int i = 0; i < 50 && g.rollouts().front().state == "running"; ++i) {
+    const std::string id = "c-" + std::to_string(i);
+    g.remember(id, "alice", "chat", "canary");
+    EXPECT_TRUE(g.feedback(id, "alice", false));
+    ++rated;
+  }
+  const RolloutStatus st = g.rollouts().front();
+  EXPECT_EQ(st.state, "rolled_back");
+  EXPECT_EQ(st.cause, "feedback");
+  EXPECT_LE(rated, 10);  // ln(1000) / ln(p1 / p0) with p0 = 0.05, p1 = 0.15: 7 bad ratings
+  const std::string m = render(g);
+  EXPECT_NE(m.find("metro_variant_feedback_total{model=\"chat\",variant=\"primary\",rating=\"bad\"} 10"),
+            std::string::npos)
+      << m;
+  // Old answers are forgotten past the memory.
+  g.remember("first", "alice", "chat", "");
+  for (size_t i = 0; i < VariantGuard::kFeedbackMemory; ++i) g.remember("x" + std::to_string(i), "a", "chat", "");
+  EXPECT_FALSE(g.feedback("first", "alice", true));
+  EXPECT_TRUE(g.feedback("x5", "a", true));
+}
+
 TEST(VariantGuard, RolloutTextsAndDurationsParse) {
   auto p = parse_rollout("chat:canary=5,25,50,100@10m");
   ASSERT_TRUE(p.ok()) << p.status().message();
