@@ -3,6 +3,7 @@
 import base64
 import json
 import math
+import os
 import struct
 import time
 
@@ -451,8 +452,8 @@ def t_request_ids_and_json_logs(ctx):
 
 def t_variants_split_and_stickiness(ctx):
     """Several models and a variant with -m NAME=FILE / NAME@VARIANT=FILE, and --split: the
-    variant's share of 400 users within binomial bounds, the same user on the same variant
-    every time, every response naming its variant (header and system_fingerprint), per-variant
+    variant's share of 2000 users (400 under the sanitizers) within binomial bounds, the same
+    user on the same variant every time, every response naming its variant (header and system_fingerprint), per-variant
     engine series that add up, and the flags' refusals."""
     import concurrent.futures
     srv = MetroServer(ctx.metro, ctx.model_path, [
@@ -475,12 +476,13 @@ def t_variants_split_and_stickiness(ctx):
             assert fp == ("metro" if variant == "primary" else "metro@" + variant), (variant, fp)
             return variant
 
-        n = 400
+        n = 400 if os.environ.get("METRO_SANITIZED") else 2000
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             first = list(pool.map(ask, [f"user-{i}" for i in range(n)]))
         canary = first.count("canary")
-        # Binomial(400, 0.25): mean 100, sd 8.7; 4.5 sd either side.
-        assert 61 <= canary <= 139 and set(first) == {"primary", "canary"}, canary
+        # Binomial(n, 0.25), 4.5 standard deviations either side (400: 100 +- 39; 2000: 500 +- 87).
+        sd = math.sqrt(n * 0.25 * 0.75)
+        assert abs(canary - n / 4) <= 4.5 * sd and set(first) == {"primary", "canary"}, canary
         for i in range(0, 40, 2):
             assert ask(f"user-{i}") == first[i], i
         assert ask("anyone", model="other") == "primary"
