@@ -1,5 +1,5 @@
 // libFuzzer target: any bytes as the body of /v1/completions, /v1/chat/completions,
-// /v1/embeddings and /v1/responses go through the whole request mapping (JSON, validation, chat template,
+// /v1/embeddings, /v1/responses and /v1/feedback go through the whole request mapping (JSON, validation, chat template,
 // tokenizer) without crashing, and what it accepts the engine accepts too. The same bytes
 // as model output must come out of the response writer as valid UTF-8 JSON (chat and
 // Responses API shapes, streamed or not).
@@ -16,6 +16,8 @@
 
 #include "base/check.h"
 #include "gguf/gguf.h"
+#include "gateway/variant_guard.h"
+#include "server/feedback.h"
 #include "server/json_util.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -123,6 +125,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fmt.on_event(0, done, &out);
     out += fmt.finish();
     METRO_CHECK(server::is_valid_utf8(out));
+  }
+  // The bytes as a /v1/feedback body: a 400 or a 404 (nothing is remembered here), never more.
+  static gateway::ModelRegistry registry;
+  static gateway::VariantGuard guard(registry);
+  if (auto j = server::parse_body(body); j.ok()) {
+    auto fb = server::feedback_response(*j, "", guard);
+    METRO_CHECK(!fb.ok() && (fb.error().status == 400 || fb.error().status == 404));
+    METRO_CHECK(server::is_valid_utf8(fb.error().body()));
   }
   return 0;
 }

@@ -15,8 +15,16 @@ namespace metro::gateway {
 namespace {
 
 constexpr double kNsPerS = 1e9;
-// The latency tests: a canary value counts as "above" past the primary's p99 x this.
-constexpr double kLatencyTolerance = 1.1;
+// The latency tests: a canary value counts as "above" past max(the primary's p99 x this, p99
+// + the slack below). A latency regression worth a rollback is a large one; a canary whose
+// latency matches the primary's but whose samples fall in a busier moment than the
+// reference's (load moves with the split) must not count against it.
+constexpr double kLatencyTolerance = 1.5;
+constexpr double kTtftSlackS = 0.05;
+constexpr double kTpotSlackS = 0.01;
+// The primary's latencies the tests compare with: its most recent ones, close in time to
+// the canary's.
+constexpr size_t kLatencyWindow = 200;
 constexpr double kLatencyP0 = 0.02;
 constexpr double kLatencyP1 = 0.10;
 // The shadow test: a sample above GuardConfig::shadow_kl.
@@ -178,8 +186,11 @@ Status VariantGuard::start_rollout(const RolloutPlan& plan) {
       });
     }
   }
+  std::shared_ptr<engine::adaptive::ShadowScorer> previous;  // an ended rollout's, joined outside the lock
   std::lock_guard lock(mu_);
-  rollouts_[{plan.name, plan.variant}] = r;
+  Rollout& slot = rollouts_[{plan.name, plan.variant}];
+  previous = std::move(slot.shadow);
+  slot = r;
   METRO_LOG_INFO("rollout of %s: step 1 of %zu, %.0f%% of '%s'", id_of(plan.name, plan.variant).c_str(),
                  plan.shares.size(), plan.shares.front() * 100.0, plan.name.c_str());
   return Status();
@@ -340,8 +351,8 @@ void VariantGuard::observe(const std::string& name, const std::string& variant, 
     Reference& ref = reference_[name];
     const size_t cap = static_cast<size_t>(std::max(1, cfg_.reference_window));
     push_bounded<uint8_t>(ref.failed, failed ? 1 : 0, cap);
-    if (ttft_s >= 0) push_bounded(ref.ttft, ttft_s, cap);
-    if (tpot_s >= 0) push_bounded(ref.tpot, tpot_s, cap);
+    if (ttft_s >= 0) push_bounded(ref.ttft, ttft_s, std::min(cap, kLatencyWindow));
+    if (tpot_s >= 0) push_bounded(ref.tpot, tpot_s, std::min(cap, kLatencyWindow));
   }
   for (auto& [key, r] : rollouts_) {
     if (r.st.state != "running" || key.first != name) continue;
@@ -375,11 +386,13 @@ void VariantGuard::test_canary(Rollout& r, bool failed, double ttft_s, double tp
   const auto [p0, p1] = error_hypotheses(r.st.plan.name);
   r.st.cusum_error = std::max(0.0, r.st.cusum_error + llr(failed, p0, p1));
   if (!failed && ttft_s >= 0 && ref.ttft.size() >= kMinReference) {
-    const bool above = ttft_s > p99(ref.ttft) * kLatencyTolerance;
+    const double p = p99(ref.ttft);
+    const bool above = ttft_s > std::max(p * kLatencyTolerance, p + kTtftSlackS);
     r.st.cusum_ttft = std::max(0.0, r.st.cusum_ttft + llr(above, kLatencyP0, kLatencyP1));
   }
   if (!failed && tpot_s >= 0 && ref.tpot.size() >= kMinReference) {
-    const bool above = tpot_s > p99(ref.tpot) * kLatencyTolerance;
+    const double p = p99(ref.tpot);
+    const bool above = tpot_s > std::max(p * kLatencyTolerance, p + kTpotSlackS);
     r.st.cusum_tpot = std::max(0.0, r.st.cusum_tpot + llr(above, kLatencyP0, kLatencyP1));
   }
   const double h = r.st.threshold;

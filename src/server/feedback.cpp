@@ -22,7 +22,10 @@ ApiResult<std::string> feedback_response(const nlohmann::json& body, const std::
     return bad_request("`rating` must be 1 or -1 (or \"good\" or \"bad\")", "rating");
   }
   for (const auto& [key, value] : body.items()) {
-    if (key != "id" && key != "rating" && key != "comment") return bad_request("unknown field `" + key + "`", key);
+    if (key != "id" && key != "rating" && key != "comment") {
+      const std::string name = sanitize_utf8(key.substr(0, 64));
+      return bad_request("unknown field `" + name + "`", name);
+    }
   }
   const std::string& answer = id->get_ref<const std::string&>();
   if (!guard.feedback(answer, tenant, good)) {
