@@ -254,6 +254,18 @@ void VariantGuard::forget(const std::string& name, const std::string& variant) {
   if (variant.empty()) reference_.erase(name);
 }
 
+Status VariantGuard::drain(const std::string& name, const std::string& variant) {
+  std::lock_guard lock(mu_);
+  METRO_RETURN_IF_ERROR(registry_.set_split(name, variant, 0.0));
+  auto it = rollouts_.find({name, variant});
+  if (it != rollouts_.end() && it->second.st.state == "running") {
+    it->second.st.state = "drained";
+    stop_shadow(it->second);
+  }
+  METRO_LOG_INFO("%s drained: no new requests; those in flight finish on it", id_of(name, variant).c_str());
+  return Status();
+}
+
 GuardRoute VariantGuard::route(std::shared_ptr<const ServedModel> picked) {
   GuardRoute out;
   if (!picked) return out;

@@ -108,7 +108,7 @@ struct GuardRoute {
 struct RolloutStatus {
   RolloutPlan plan;
   size_t step = 0;              // index into plan.shares
-  std::string state;            // "running", "promoted", "rolled_back"
+  std::string state;            // "running", "promoted", "rolled_back", "drained", "unloaded"
   std::string cause;            // why it was rolled back
   int step_requests = 0;        // canary requests seen in this step
   int step_requests_needed = 0; // before it may be promoted (see advance())
@@ -135,6 +135,9 @@ class VariantGuard {
   // Ends a variant's rollout by hand: share 0 (cause "manual"), or promoted to `share`.
   Status roll_back(const std::string& name, const std::string& variant, const std::string& cause);
   Status promote(const std::string& name, const std::string& variant, double share);
+  // Sends a variant no new requests (share 0, its rollout ends as "drained"; not counted as
+  // a rollback); those in flight finish on it. Errors: not a served variant.
+  Status drain(const std::string& name, const std::string& variant);
 
   // A variant no longer served: its rollout ends ("unloaded"), its breaker and faults go.
   void forget(const std::string& name, const std::string& variant);

@@ -211,6 +211,14 @@ def t_breaker_faults_and_admin_api(ctx):
         st, j = admin(srv.port, "POST", "/admin/models/chat/promote?variant=canary")
         assert st == 200 and j["rollouts"][0]["state"] == "promoted", j
         assert {x["id"]: x["share"] for x in j["models"]}["chat@canary"] == 1.0, j
+        # Drain: no new requests, not a rollback.
+        st, j = admin(srv.port, "POST", "/admin/models/chat/rollout?variant=canary&steps=30,100&step=1m")
+        assert st == 200 and j["rollouts"][0]["state"] == "running", j
+        st, j = admin(srv.port, "POST", "/admin/models/chat/drain?variant=canary")
+        assert st == 200 and j["rollouts"][0]["state"] == "drained", j
+        assert {x["id"]: x["share"] for x in j["models"]}["chat@canary"] == 0.0, j
+        assert all(ask(srv.port, "chat", f"drained-{i}")[1] == "primary" for i in range(10))
+        assert metrics(srv.port)['metro_variant_rollbacks_total{model="chat",variant="canary",cause="manual"}'] == 1
         for path, want in (("/admin/models/chat/split?variant=nope&share=5", 400),
                            ("/admin/models/chat/split?variant=canary&share=500", 400),
                            ("/admin/models/chat/split?variant=canary", 400),
