@@ -594,9 +594,10 @@ void HttpSession::complete_call() {
     append_chunk(fmt.finish());
     if (chunked_) out_ += "0\r\n\r\n";
     note_call_for_log();
+    const bool failed_midway = fmt.failure() && fmt.failure()->status >= 500;  // fmt dies with the call
     end_call(false);
     phase_ = Phase::kRespondDone;
-    count_variant(200, fmt.failure() && fmt.failure()->status >= 500);
+    count_variant(200, failed_midway);
     access_log(200, label);
     flush();
     return;
