@@ -354,7 +354,9 @@ def t_hot_load_and_unload_under_load(ctx):
         rss_after = rss_mib(srv.proc.pid)
         # Two more copies of the model (weights and KV) came and went.
         assert rss_loaded - rss_before > 100, (rss_before, rss_loaded)
-        assert rss_after - rss_before < 0.4 * (rss_loaded - rss_before), (rss_before, rss_loaded, rss_after)
+        # (AddressSanitizer's allocator holds freed memory in its quarantine: no RSS bound there.)
+        if not SANITIZED:
+            assert rss_after - rss_before < 0.4 * (rss_loaded - rss_before), (rss_before, rss_loaded, rss_after)
         ctx.note(f"hot load/unload: {len(results)} steady requests, 0 failed; RSS {rss_before:.0f} -> "
                  f"{rss_loaded:.0f} -> {rss_after:.0f} MiB")
     finally:
