@@ -207,9 +207,11 @@ FrontDoor::FrontDoor(const FrontDoorConfig& cfg, std::shared_ptr<metrics::Regist
     e.gauge("metro_model_loaded", "1 once a model is loaded and requests are served.", "",
             registry_.empty() ? 0.0 : 1.0);
     guard_.export_metrics(e);
+    const char* share_help = "Share of a model name's requests its variant gets (0 to 1).";
+    e.declare("metro_variant_share", metrics::Type::kGauge, share_help);  // declared with no split too
     for (const auto& [key, share] : registry_.splits()) {
-      e.gauge("metro_variant_share", "Share of a model name's requests its variant gets (0 to 1).",
-              metrics::labels({{"model", key.first}, {"variant", key.second}}), share);
+      e.gauge("metro_variant_share", share_help, metrics::labels({{"model", key.first}, {"variant", key.second}}),
+              share);
     }
     if (window_) {
       const EmbedBatcherStats s = window_->stats();
