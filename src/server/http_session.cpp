@@ -15,9 +15,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "server/feedback.h"
 #include "server/framing.h"
-#include "server/guarded_pick.h"
 
 namespace metro::server {
 
@@ -316,113 +314,6 @@ void HttpSession::prepare(Endpoint endpoint, std::string body, CallContext call,
     return;
   }
   arm_read();  // notice a client that leaves while its request is prepared or generated
-}
-
-// The error a refusal of the gateway is answered with.
-ApiError HttpSession::refusal_error(const gateway::Decision& d) {
-  ApiError e;
-  if (d.http_status == 400) {  // can never be admitted as it is: the client must change it
-    e = bad_request(d.message, "", d.reason);
-  } else {
-    e.status = d.http_status == 429 ? 429 : 503;
-    e.type = d.http_status == 429 ? "rate_limit_error" : "server_error";
-    e.code = d.reason.empty() ? (d.http_status == 429 ? "rate_limit_exceeded" : "overloaded") : d.reason;
-    e.message = d.message.empty() ? "the server cannot take this request now" : d.message;
-    e.retry_after_seconds = std::max(1, static_cast<int>(d.retry_after_s));
-  }
-  return e;
-}
-
-// On a prep thread: parse, pick the model, validate, tokenize, then the front door decides.
-HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::string_view body,
-                                                     const CallContext& call,
-                                                     std::shared_ptr<gateway::TenantSlot> slot) {
-  Prepared p;
-  gateway::FrontDoor& door = core_.front_door();
-  auto json = parse_body(body);
-  if (!json.ok()) {
-    p.result = json.error();
-    return p;
-  }
-  if (endpoint == Endpoint::kFeedback) {
-    auto answer = feedback_response(*json, call.tenant, door.guard());
-    if (!answer.ok()) {
-      p.result = answer.error();
-    } else {
-      p.direct = HttpResponse::json(200, std::move(*answer));
-    }
-    return p;
-  }
-  auto name = requested_model(*json);
-  if (!name.ok()) {
-    p.result = name.error();
-    return p;
-  }
-  // A split sends the same user (the body's `user`, else the API key's tenant) to the same
-  // variant every time.
-  std::string sticky = call.tenant;
-  if (auto u = json->find("user"); u != json->end() && u->is_string() && !u->get<std::string>().empty()) {
-    sticky = "user:" + u->get<std::string>();
-  }
-  p.model = door.resolve(*name, sticky);
-  if (p.model) {
-    // The variants' breakers and injected faults.
-    GuardedPick g = guarded_pick(door, std::move(p.model));
-    p.model = std::move(g.model);
-    p.injected = g.injected;
-    p.delay_s = g.delay_s;
-    if (g.error) {
-      p.result = std::move(*g.error);
-      return p;
-    }
-  }
-  if (!p.model) {
-    std::vector<std::string> served;
-    for (const auto& m : door.models().all()) {
-      if (!m->variant.empty()) continue;
-      for (const std::string& n : m->names()) served.push_back(n);
-    }
-    p.result = detail::unknown_model_error(*name, served);
-    return p;
-  }
-  PromptContext ctx = prompt_context(*p.model, core_.config().limits);
-  ctx.responses = &core_.responses();
-  std::optional<nlohmann::ordered_json> ordered;
-  if (needs_key_order(endpoint, body)) {
-    ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (ordered->is_object()) ctx.ordered_body = &*ordered;
-  }
-  if (endpoint == Endpoint::kTokenize || endpoint == Endpoint::kDetokenize) {
-    auto answer = endpoint == Endpoint::kTokenize ? tokenize_response(*json, ctx) : detokenize_response(*json, ctx);
-    if (!answer.ok()) {
-      p.result = answer.error();
-    } else {
-      p.direct = HttpResponse::json(200, std::move(*answer));
-    }
-    return p;
-  }
-  p.result = prepare_parsed_request(endpoint, *json, ctx, call);
-  if (!p.result.ok()) return p;
-  PreparedCall& pc = *p.result;
-  gateway::CallRequest r;
-  r.model = p.model;
-  r.tenant = call.tenant;
-  r.prompt_tokens = pc.prompt_tokens;
-  r.n_choices = static_cast<int>(pc.requests.size()) * std::max(1, pc.spec.n);
-  if (!pc.requests.empty()) {
-    r.sla_class = pc.requests.front().sla_class;
-    r.deadline_ns = pc.requests.front().deadline_ns;
-    r.max_tokens = pc.requests.front().stop.max_tokens;
-  }
-  r.requests = pc.requests;
-  r.slot = std::move(slot);
-  gateway::Decision d = door.admit(r);
-  if (!d.admit) {
-    p.result = refusal_error(d);
-    return p;
-  }
-  p.admitted = std::move(d.call);
-  return p;
 }
 
 void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {

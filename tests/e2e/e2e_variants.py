@@ -39,6 +39,14 @@ def ask(port, model, user, max_tokens=2):
     return st, h.get("x-metro-variant"), code
 
 
+def variant_server(ctx, key, args):
+    """`metro serve` of the default model with `args`, the admin key file `key`, and the
+    small context and KV these tests need."""
+    return MetroServer(ctx.metro, ctx.model_path, list(args) + [
+        "--admin-key-file", key, "--admission", "off", "--ctx", "256", "--ctx-total", "2048",
+        "-t", str(env_int("METRO_E2E_THREADS", 2))])
+
+
 def rollout_state(port, model):
     st, j = admin(port, "GET", "/admin/models")
     assert st == 200, j
@@ -55,12 +63,11 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
     Every request gets an answer (200, or the injected 500) and nothing is lost."""
     m = ctx.model_path
     key = admin_key_file()
-    srv = MetroServer(ctx.metro, m, [
+    srv = variant_server(ctx, key, [
         "--served-model-name", "chat", "-m", f"chat@bad={m}", "-m", f"docs={m}", "-m", f"docs@good={m}",
         "--rollout", f"chat:bad={STEPS}@2s", "--rollout", f"docs:good={STEPS}@2s", "--rollout-min-requests", "10",
         "--rollout-alpha", "0.05" if SANITIZED else "0.001",
-        "--fault", "chat@bad:error=0.2", "--breaker-failures", "0", "--admin-key-file", key,
-        "--admission", "off", "--ctx", "256", "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+        "--fault", "chat@bad:error=0.2", "--breaker-failures", "0"])
     srv.start()
     try:
         srv.wait_ready()
@@ -136,10 +143,9 @@ def t_rollout_rolls_back_damaged_weights(ctx):
     with open(damaged, "wb") as f:
         f.write(data)
     key = admin_key_file()
-    srv = MetroServer(ctx.metro, m, [
+    srv = variant_server(ctx, key, [
         "--served-model-name", "chat", "-m", f"chat@broken={damaged}", "--rollout", "chat:broken=50,100@1h",
-        "--rollout-shadow-every", "1", "--admin-key-file", key, "--admission", "off", "--ctx", "256",
-        "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+        "--rollout-shadow-every", "1"])
     srv.start()
     try:
         srv.wait_ready()
@@ -170,11 +176,10 @@ def t_breaker_faults_and_admin_api(ctx):
     a split, rolls back (counted "manual"), starts a rollout, refuses bad actions."""
     m = ctx.model_path
     key = admin_key_file()
-    srv = MetroServer(ctx.metro, m, [
+    srv = variant_server(ctx, key, [
         "--served-model-name", "chat", "-m", f"chat@canary={m}", "-m", f"slow={m}", "--split", "chat:canary=50",
         "--fault", "canary:error=1,status=502", "--fault", "slow:latency=400ms",
-        "--breaker-failures", "3", "--breaker-open", "60", "--admin-key-file", key,
-        "--admission", "off", "--ctx", "256", "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+        "--breaker-failures", "3", "--breaker-open", "60"])
     srv.start()
     try:
         srv.wait_ready()
@@ -260,9 +265,7 @@ def t_hot_load_and_unload_under_load(ctx):
     in use, and the process's memory returns near its level before the loads."""
     m = ctx.model_path
     key = admin_key_file()
-    srv = MetroServer(ctx.metro, m, [
-        "--served-model-name", "chat", "--admin-key-file", key, "--admission", "off", "--ctx", "256",
-        "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv = variant_server(ctx, key, ["--served-model-name", "chat"])
     srv.start()
     try:
         srv.wait_ready()
@@ -370,10 +373,9 @@ def t_feedback_rolls_back_a_disliked_canary(ctx):
     is rolled back with cause `feedback`."""
     m = ctx.model_path
     key = admin_key_file()
-    srv = MetroServer(ctx.metro, m, [
+    srv = variant_server(ctx, key, [
         "--served-model-name", "chat", "-m", f"chat@canary={m}", "--rollout", "chat:canary=50,100@1h",
-        "--rollout-shadow-every", "0", "--admin-key-file", key, "--admission", "off", "--ctx", "256",
-        "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+        "--rollout-shadow-every", "0"])
     srv.start()
     try:
         srv.wait_ready()

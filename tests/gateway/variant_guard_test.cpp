@@ -39,9 +39,10 @@ std::shared_ptr<ServedModel> served(const std::string& name, const std::string& 
 struct Fixture {
   ModelRegistry registry;
   std::shared_ptr<const ServedModel> primary, canary;
-  Fixture() {
+  // `canary_weights`: the canary's model (null: the default model, as the primary).
+  explicit Fixture(std::shared_ptr<const model::Model> canary_weights = nullptr) {
     auto p = served("chat", "");
-    auto c = served("chat", "canary");
+    auto c = served("chat", "canary", std::move(canary_weights));
     EXPECT_TRUE(registry.add(p).ok());
     EXPECT_TRUE(registry.add(c).ok());
     primary = p;
@@ -401,35 +402,27 @@ void serve_canary(VariantGuard& g, const ServedModel& canary, int n) {
 }
 
 TEST(VariantGuard, ACanaryWithDamagedWeightsIsRolledBackOnItsShadowScores) {
-  ModelRegistry registry;
-  auto p = served("chat", "");
-  auto c = served("chat", "canary", damaged_model());
-  ASSERT_TRUE(registry.add(p).ok());
-  ASSERT_TRUE(registry.add(c).ok());
+  Fixture f(damaged_model());
   GuardConfig cfg;
   cfg.shadow_every = 1;
-  VariantGuard g(registry, cfg);
+  VariantGuard g(f.registry, cfg);
   ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.05, 1.0}, 3600.0}).ok());
   ASSERT_TRUE(g.rollouts().front().shadow);
-  serve_canary(g, *c, 40);
+  serve_canary(g, *f.canary, 40);
   const RolloutStatus st = g.rollouts().front();
   EXPECT_EQ(st.state, "rolled_back");
   EXPECT_EQ(st.cause, "shadow_kl");
   EXPECT_GT(st.shadow_kl_mean, cfg.shadow_kl);
-  EXPECT_EQ(registry.splits().count({"chat", "canary"}), 0u);
+  EXPECT_EQ(f.registry.splits().count({"chat", "canary"}), 0u);
 }
 
 TEST(VariantGuard, AHealthyCanaryPassesItsShadowScores) {
-  ModelRegistry registry;
-  auto p = served("chat", "");
-  auto c = served("chat", "canary");
-  ASSERT_TRUE(registry.add(p).ok());
-  ASSERT_TRUE(registry.add(c).ok());
+  Fixture f;
   GuardConfig cfg;
   cfg.shadow_every = 1;
-  VariantGuard g(registry, cfg);
+  VariantGuard g(f.registry, cfg);
   ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.05, 1.0}, 3600.0}).ok());
-  serve_canary(g, *c, 8);
+  serve_canary(g, *f.canary, 8);
   for (int i = 0; i < 100 && g.rollouts().front().shadow_scored < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     g.observe("chat", "canary", false, 0.1, 0.01);
