@@ -66,6 +66,26 @@ class Exposition {
 
 class Registry;
 
+// A label value several threads read while one may change it: a collector that reads it at
+// every scrape follows a rename (a served model swapped with its variant) without being
+// registered again, so no scrape ever shows both names.
+class SharedLabel {
+ public:
+  explicit SharedLabel(std::string value) : value_(std::move(value)) {}
+  std::string get() const {
+    std::lock_guard lock(mu_);
+    return value_;
+  }
+  void set(std::string value) {
+    std::lock_guard lock(mu_);
+    value_ = std::move(value);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string value_;
+};
+
 // Keeps a collector registered; removes it when destroyed (whichever of the two goes first).
 class Registration {
  public:

@@ -180,6 +180,9 @@ class Engine {
   // latency) under `model_label` (the `model` label of each series). Destroy the
   // registration before the engine.
   [[nodiscard]] metrics::Registration export_metrics(metrics::Registry& registry, const std::string& model_label) const;
+  // The same under a label read at every scrape (it may be renamed while the engine runs).
+  [[nodiscard]] metrics::Registration export_metrics(metrics::Registry& registry,
+                                                     std::shared_ptr<const metrics::SharedLabel> model_label) const;
 
   const model::Model& model() const { return *model_; }
   std::shared_ptr<const model::Model> shared_model() const { return model_; }

@@ -119,9 +119,15 @@ void write_tier_metrics(metrics::Exposition& e, const std::string& model, const 
 }  // namespace
 
 metrics::Registration Engine::export_metrics(metrics::Registry& registry, const std::string& model_label) const {
+  return export_metrics(registry, std::make_shared<const metrics::SharedLabel>(model_label));
+}
+
+metrics::Registration Engine::export_metrics(metrics::Registry& registry,
+                                             std::shared_ptr<const metrics::SharedLabel> label) const {
   const Engine* self = this;
-  return registry.add([self, model_label](metrics::Exposition& e) {
+  return registry.add([self, label](metrics::Exposition& e) {
     const EngineStats st = self->stats();
+    const std::string model_label = label->get();
     const std::string l = metrics::labels({{"model", model_label}});
     auto gauge = [&](const char* name, const char* help, double v) { e.gauge(name, help, l, v); };
     auto counter = [&](const char* name, const char* help, double v) { e.counter(name, help, l, v); };

@@ -258,7 +258,8 @@ Status FrontDoor::add_model(std::shared_ptr<ServedModel> model) {
     if (model->admission) model->admission->calibrate(rate.first, rate.second);
   }
   if (model->admission) eng.add_observer(std::make_shared<AdmissionFeed>(model->admission));
-  model->engine_metrics = eng.export_metrics(*metrics_, model->id());
+  model->metrics_label = std::make_shared<metrics::SharedLabel>(model->id());
+  model->engine_metrics = std::make_shared<metrics::Registration>(eng.export_metrics(*metrics_, model->metrics_label));
   return registry_.add(std::move(model));
 }
 

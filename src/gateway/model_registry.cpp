@@ -168,6 +168,44 @@ Status ModelRegistry::remove(const std::string& name, const std::string& variant
   return Status();
 }
 
+Status ModelRegistry::swap(const std::string& name, const std::string& variant) {
+  if (variant.empty()) return invalid_argument("a swap names a variant");
+  std::lock_guard lock(mu_);
+  size_t ip = models_.size(), iv = models_.size();
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i]->name != name) continue;
+    if (models_[i]->variant.empty()) ip = i;
+    if (models_[i]->variant == variant) iv = i;
+  }
+  if (ip == models_.size() || iv == models_.size()) {
+    return not_found("no variant '" + variant + "' of '" + name + "' is served");
+  }
+  // Entries are immutable once shared: the swap makes new ones over the same engines.
+  auto primary = std::make_shared<ServedModel>(*models_[iv]);
+  auto demoted = std::make_shared<ServedModel>(*models_[ip]);
+  primary->variant.clear();
+  primary->aliases = models_[ip]->aliases;
+  demoted->variant = variant;
+  demoted->aliases = models_[iv]->aliases;
+  for (ServedModel* m : {primary.get(), demoted.get()}) {
+    if (m->metrics_label) m->metrics_label->set(m->id());
+  }
+  // Each engine keeps its share: the demoted primary takes what the primary had.
+  double variants_share = 0.0;
+  for (const auto& [key, share] : splits_) {
+    if (key.first == name) variants_share += share;
+  }
+  const double primary_share = std::max(0.0, 1.0 - variants_share);
+  if (primary_share <= 1e-12) {
+    splits_.erase({name, variant});
+  } else {
+    splits_[{name, variant}] = primary_share;
+  }
+  models_[ip] = std::move(primary);
+  models_[iv] = std::move(demoted);
+  return Status();
+}
+
 void ModelRegistry::clear() {
   std::lock_guard lock(mu_);
   models_.clear();

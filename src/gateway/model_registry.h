@@ -40,8 +40,11 @@ struct ServedModel {
   // Compiled output grammars (structured outputs) over its vocabulary; FrontDoor::add_model
   // makes it when null.
   std::shared_ptr<grammar::GrammarCache> grammars;
-  // Declared last: unregistered before the engine it reads goes away.
-  metrics::Registration engine_metrics;
+  // The engine's series on /metrics under `metrics_label` (id(), renamed by a swap). Shared
+  // by the entries a swap makes of one engine; declared last: unregistered before the
+  // engine it reads goes away.
+  std::shared_ptr<metrics::SharedLabel> metrics_label;
+  std::shared_ptr<metrics::Registration> engine_metrics;
 
   const tokenizer::Tokenizer& tokenizer() const { return engine->tokenizer(); }
   // "name" or "name@variant".
@@ -79,6 +82,11 @@ class ModelRegistry {
   // hold it finish on it, and its engine stops once the last of them ends. Errors: not
   // served, a primary whose variants are still served, the only model.
   Status remove(const std::string& name, const std::string& variant);
+  // Makes `name`'s `variant` its primary and the primary that variant, each with the share
+  // of requests the other had (aliases stay with the primary's place; the engines' series
+  // are renamed). Requests that hold either finish on the engine they started on. Errors:
+  // no such variant.
+  Status swap(const std::string& name, const std::string& variant);
   // Drops every model (their engines stop once the last request using them ends).
   void clear();
 

@@ -254,6 +254,34 @@ void VariantGuard::forget(const std::string& name, const std::string& variant) {
   if (variant.empty()) reference_.erase(name);
 }
 
+Status VariantGuard::swap(const std::string& name, const std::string& variant) {
+  std::lock_guard lock(mu_);
+  auto it = rollouts_.find({name, variant});
+  if (it != rollouts_.end() && it->second.st.state == "running") {
+    return invalid_argument("the rollout of " + id_of(name, variant) + " is running; promote or roll it back first");
+  }
+  METRO_RETURN_IF_ERROR(registry_.swap(name, variant));
+  const Key p{name, std::string()}, v{name, variant};
+  auto exchange = [&](auto& map) {
+    auto a = map.extract(p), b = map.extract(v);
+    if (a) {
+      a.key() = v;
+      map.insert(std::move(a));
+    }
+    if (b) {
+      b.key() = p;
+      map.insert(std::move(b));
+    }
+  };
+  exchange(faults_);
+  exchange(breakers_);
+  reference_.erase(name);
+  METRO_LOG_INFO("'%s' and its variant '%s' swapped: the variant's engine now serves as '%s', the former primary's "
+                 "as '%s'",
+                 name.c_str(), variant.c_str(), name.c_str(), id_of(name, variant).c_str());
+  return Status();
+}
+
 Status VariantGuard::drain(const std::string& name, const std::string& variant) {
   std::lock_guard lock(mu_);
   METRO_RETURN_IF_ERROR(registry_.set_split(name, variant, 0.0));

@@ -139,6 +139,12 @@ class VariantGuard {
   // a rollback); those in flight finish on it. Errors: not a served variant.
   Status drain(const std::string& name, const std::string& variant);
 
+  // Makes a variant its name's primary and the primary that variant (ModelRegistry::swap):
+  // breakers and faults follow their engines; the tests' reference (the primary's recent
+  // outcomes) starts again from the new primary. Errors: not a served variant, its rollout
+  // still runs (promote or roll it back first).
+  Status swap(const std::string& name, const std::string& variant);
+
   // A variant no longer served: its rollout ends ("unloaded"), its breaker and faults go.
   void forget(const std::string& name, const std::string& variant);
 

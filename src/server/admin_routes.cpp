@@ -149,13 +149,13 @@ HttpResponse admin_response(const RequestHead& head, ServerCore& core) {
   const std::string rest = path.substr(kPrefix.size() + 1);
   const size_t slash = rest.rfind('/');
   if (slash == std::string::npos || slash == 0) {
-    return error_response(404, "write /admin/models/{name}/{split|promote|rollback|drain|rollout|load|unload}",
+    return error_response(404, "write /admin/models/{name}/{split|promote|rollback|drain|rollout|swap|load|unload}",
                           "unknown_route");
   }
   const std::string name = percent_decode(rest.substr(0, slash));
   const std::string action = rest.substr(slash + 1);
   if (action != "split" && action != "promote" && action != "rollback" && action != "rollout" && action != "load" &&
-      action != "unload" && action != "drain") {
+      action != "unload" && action != "drain" && action != "swap") {
     return error_response(404, "unknown admin action '" + sanitize_utf8(action.substr(0, 64)) + "'", "unknown_route");
   }
   if (head.method != "POST") return error_response(405, "POST only", "method_not_allowed");
@@ -204,6 +204,8 @@ HttpResponse admin_response(const RequestHead& head, ServerCore& core) {
     st = guard.roll_back(name, v, "manual");
   } else if (action == "drain") {
     st = guard.drain(name, v);
+  } else if (action == "swap") {
+    st = guard.swap(name, v);
   } else {
     const auto steps = q.find("steps");
     const auto step = q.find("step");

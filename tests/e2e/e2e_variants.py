@@ -261,8 +261,9 @@ def t_hot_load_and_unload_under_load(ctx):
     """While clients keep asking `chat`, the admin API loads the model file again as `extra`
     and as the variant `chat@v2` (202, then listed as loaded), both serve, a rollout of the
     variant starts; then `extra` is unloaded while requests to it are in flight (they finish
-    with 200) and the variant too. No request of the steady load fails, no KV block is left
-    in use, and the process's memory returns near its level before the loads."""
+    with 200), and the variant replaces the primary (promote, swap, unload the old one). No
+    request of the steady load fails, no KV block is left in use, and the process's memory
+    returns near its level before the loads."""
     m = ctx.model_path
     key = admin_key_file()
     srv = variant_server(ctx, key, ["--served-model-name", "chat"])
@@ -327,10 +328,28 @@ def t_hot_load_and_unload_under_load(ctx):
             assert [f.result()[0] for f in inflight] == [200] * 4
         st, _, data = request(srv.port, "POST", "/v1/completions", {"model": "extra", "prompt": "Hi", "max_tokens": 1})
         assert st == 404, (st, data[:200])
-        # A primary with a variant is not unloaded; the variant is, and its rollout ends.
+        # A primary with a variant is not unloaded. The variant replaces it: promoted to 100%,
+        # swapped into the primary's place, the old primary (now `chat@v2`) unloaded.
         assert admin(srv.port, "POST", "/admin/models/chat/unload")[0] == 400
+        assert admin(srv.port, "POST", "/admin/models/chat/swap?variant=v2")[0] == 400  # its rollout runs
+        assert admin(srv.port, "POST", "/admin/models/chat/promote?variant=v2")[0] == 200
+        time.sleep(1.0)  # the primary's last requests finish; it gets no new ones
+        gen = 'metro_generation_tokens_total{model="%s"}'
+        old_primary_tokens = metrics(srv.port)[gen % "chat"]
+        st, j = admin(srv.port, "POST", "/admin/models/chat/swap?variant=v2")
+        assert st == 200, j
+        assert {x["id"]: x["share"] for x in j["models"]} == {"chat": 1.0, "chat@v2": 0.0}, j["models"]
+        assert ask(srv.port, "chat", "after-swap")[0:2] == (200, "primary")
+        # The old primary's engine now shows as chat@v2 (its count frozen), the new one as chat.
+        time.sleep(0.5)
+        _, _, text = request(srv.port, "GET", "/metrics", timeout=30)
+        lines = [x for x in text.decode().splitlines() if x.startswith("metro_generation_tokens_total{")]
+        assert len(lines) == len(set(x.rpartition(" ")[0] for x in lines)), lines  # no series twice
+        mt = metrics(srv.port)
+        assert mt[gen % "chat@v2"] == old_primary_tokens, (old_primary_tokens, mt[gen % "chat@v2"], mt[gen % "chat"])
+        # The old primary leaves while the new one serves the steady load.
         st, j = admin(srv.port, "POST", "/admin/models/chat/unload?variant=v2")
-        assert st == 200 and j["rollouts"][0]["state"] == "unloaded", j
+        assert st == 200 and [x["id"] for x in j["models"]] == ["chat"], j
         assert admin(srv.port, "POST", "/admin/models/chat/unload")[0] == 400  # the only model
         assert admin(srv.port, "POST", "/admin/models/nope/load?variant=x&path=" + m)[0] == 400
         assert admin(srv.port, "POST", "/admin/models/chat/load?path=" + m)[0] == 400  # served already

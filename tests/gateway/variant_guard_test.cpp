@@ -360,6 +360,71 @@ TEST(VariantGuard, AnUnloadedVariantLeavesTheRegistryItsSplitAndItsRollout) {
   EXPECT_EQ(f.canary->variant, "canary");
 }
 
+TEST(VariantGuard, ASwapExchangesPrimaryAndVariantWithTheirSharesBreakersAndSeries) {
+  Fixture f;
+  // Series as FrontDoor::add_model registers them.
+  metrics::Registry reg;
+  for (const auto& m : {f.primary, f.canary}) {
+    auto* mm = const_cast<ServedModel*>(m.get());
+    mm->metrics_label = std::make_shared<metrics::SharedLabel>(m->id());
+    mm->engine_metrics = std::make_shared<metrics::Registration>(m->engine->export_metrics(reg, mm->metrics_label));
+  }
+  GuardConfig cfg;
+  cfg.breaker.failures = 2;
+  cfg.breaker.open_s = 3600;
+  VariantGuard g(f.registry, cfg);
+  ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.3, 1.0}, 3600.0}).ok());
+  EXPECT_FALSE(g.swap("chat", "canary").ok()) << "refused while the rollout runs";
+  ASSERT_TRUE(g.promote("chat", "canary", 0.7).ok());
+  for (int i = 0; i < 2; ++i) g.observe("chat", "", true, -1, -1);  // the primary's breaker opens
+  ASSERT_EQ(g.breaker_state("chat", ""), BreakerState::kOpen);
+  std::map<std::string, int> before;
+  for (int i = 0; i < 400; ++i) ++before[f.registry.pick("chat", "u" + std::to_string(i))->variant];
+
+  EXPECT_FALSE(g.swap("chat", "nope").ok());
+  EXPECT_FALSE(g.swap("chat", "").ok());
+  ASSERT_TRUE(g.swap("chat", "canary").ok());
+  const auto now_primary = f.registry.find("chat");
+  ASSERT_NE(now_primary, nullptr);
+  EXPECT_EQ(now_primary->engine, f.canary->engine);
+  EXPECT_EQ(now_primary->variant, "");
+  const auto vs = f.registry.variants("chat");
+  ASSERT_EQ(vs.size(), 2u);
+  EXPECT_EQ(vs[1]->engine, f.primary->engine);
+  EXPECT_EQ(vs[1]->variant, "canary");
+  // Each engine keeps its share: the old primary now holds the 30% the primary had.
+  EXPECT_NEAR(f.share(), 0.3, 1e-9);
+  std::map<const engine::Engine*, int> after;
+  for (int i = 0; i < 400; ++i) ++after[f.registry.pick("chat", "u" + std::to_string(i))->engine.get()];
+  EXPECT_NEAR(after[f.canary->engine.get()], before["canary"], 60);
+  // The open breaker went with its engine.
+  EXPECT_EQ(g.breaker_state("chat", "canary"), BreakerState::kOpen);
+  EXPECT_EQ(g.breaker_state("chat", ""), BreakerState::kClosed);
+  // The engines' series follow, one series per label (no scrape shows both names twice).
+  const std::string text = reg.render();
+  size_t n_primary = 0, n_canary = 0;
+  for (size_t at = 0; (at = text.find("metro_kv_blocks_capacity{model=\"chat", at)) != std::string::npos; ++at) {
+    const bool canary = text.compare(at + std::strlen("metro_kv_blocks_capacity{model=\"chat"), 8, "@canary\"") == 0;
+    ++(canary ? n_canary : n_primary);
+  }
+  EXPECT_EQ(n_primary, 1u) << text;
+  EXPECT_EQ(n_canary, 1u) << text;
+  // The old entries, still held by requests in flight, keep answering as they were.
+  EXPECT_EQ(f.canary->variant, "canary");
+  // A swap back restores both.
+  ASSERT_TRUE(g.swap("chat", "canary").ok());
+  EXPECT_EQ(f.registry.find("chat")->engine, f.primary->engine);
+  EXPECT_NEAR(f.share(), 0.7, 1e-9);
+  // With the variant at 100%, the demoted primary ends at 0%: no split left.
+  ASSERT_TRUE(g.promote("chat", "canary", 1.0).ok());
+  ASSERT_TRUE(g.swap("chat", "canary").ok());
+  EXPECT_TRUE(f.registry.splits().empty());
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(f.registry.pick("chat", "u" + std::to_string(i))->engine, f.canary->engine);
+  ASSERT_TRUE(f.registry.remove("chat", "canary").ok());
+  g.forget("chat", "canary");
+  EXPECT_EQ(f.registry.find("chat")->engine, f.canary->engine);
+}
+
 // The default model as Q8_0 with one layer's down projection scaled 16x: a valid file whose
 // answers have gone wrong.
 std::shared_ptr<const model::Model> damaged_model() {
