@@ -29,6 +29,7 @@
 #include "gateway/front_door.h"
 #include "sched/scheduler.h"
 #include "server/server.h"
+#include "server/teacher_capture.h"
 #include "tokenizer/chat_template.h"
 
 namespace metro::cli {
@@ -152,10 +153,27 @@ int cmd_serve(int argc, char** argv) {
                  "(id, trace, method, path, status, tenant, model, class, tokens, TTFT, end-to-end time)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  app.add_option("--api-key-file", api_key_file, "file of API keys, one per line: `key [tenant]`");
+  app.add_option("--api-key-file", api_key_file,
+                 "file of API keys, one per line: `key [tenant] [class=C] [tpm=N] [burst=N] [concurrency=N] "
+                 "[capture=R]`");
   app.add_option("--admin-key-file", admin_key_file,
                  "file whose first line is the admin API's key (/admin/models: splits, rollouts, rollbacks); "
                  "without it there is no admin API");
+  server::CaptureConfig capture_cfg;
+  std::string capture_max_bytes = "1GiB";
+  app.add_option("--capture-teacher", capture_cfg.dir,
+                 "write sampled answers as a distillation dataset in this directory: prompt and output ids "
+                 "with the top-k log-probabilities of each output position (docs/server.md)");
+  app.add_option("--capture-rate", capture_cfg.rate,
+                 "share of requests captured; with --api-key-file only tenants with capture=R on their key "
+                 "line are, each at its R")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--capture-top-k", capture_cfg.top_k, "alternatives captured per output position")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
+  app.add_option("--capture-max-bytes", capture_max_bytes, "size of the dataset; samples past it are dropped")
+      ->capture_default_str();
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
   app.add_option("--kv-memory", kv_memory, "KV cache budget in bytes (e.g. 4GiB); overrides --ctx-total");
@@ -404,6 +422,22 @@ int cmd_serve(int argc, char** argv) {
                                             ": the key on its first line needs at least 16 characters"));
     }
     sc.admin_key = line;
+  }
+  if (!capture_cfg.dir.empty()) {
+    auto b = parse_size(capture_max_bytes);
+    if (!b.ok()) return fail("serve", b.status());
+    capture_cfg.max_bytes = *b;
+    for (const auto& [tenant, ts] : sc.api_keys.tenants()) {
+      if (ts.capture_share) capture_cfg.tenant_rates[tenant] = *ts.capture_share;
+    }
+    if (sc.api_keys.enabled() && capture_cfg.tenant_rates.empty()) {
+      return fail("serve", invalid_argument("--capture-teacher with --api-key-file captures only tenants that opt in, "
+                                            "and none does: add capture=R to their key lines"));
+    }
+    auto cap = server::TeacherCapture::open(capture_cfg);
+    if (!cap.ok()) return fail("serve", cap.status());
+    METRO_LOG_INFO("teacher capture: %s (top %d per position)", (*cap)->jsonl_path().c_str(), (*cap)->top_k());
+    sc.teacher_capture = std::shared_ptr<server::TeacherCapture>(std::move(*cap));
   }
   std::shared_ptr<engine::StepTraceWriter> trace;
   if (!step_trace.empty()) {

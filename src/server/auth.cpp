@@ -63,8 +63,13 @@ Status parse_setting(std::string_view field, TenantSettings* ts, bool* explicit_
     if (v != std::floor(v)) return invalid_argument("`concurrency` must be a whole number");
     ts->max_concurrent = static_cast<int>(v);
     explicit_fields[3] = true;
+  } else if (name == "capture") {
+    double v = 0;
+    METRO_RETURN_IF_ERROR(number(0, 1, &v));
+    ts->capture_share = v;
+    explicit_fields[4] = true;
   } else {
-    return invalid_argument("unknown setting `" + std::string(name) + "` (class, tpm, burst, concurrency)");
+    return invalid_argument("unknown setting `" + std::string(name) + "` (class, tpm, burst, concurrency, capture)");
   }
   return Status();
 }
@@ -97,14 +102,15 @@ Expected<ApiKeys> ApiKeys::parse(std::string_view text) {
     std::string_view tenant;
     if (next < fields.size() && fields[next].find('=') == std::string_view::npos) tenant = fields[next++];
     TenantSettings ts;
-    bool given[4] = {false, false, false, false};
+    bool given[5] = {false, false, false, false, false};
     for (; next < fields.size(); ++next) {
       if (fields[next].find('=') == std::string_view::npos) {
-        return invalid_argument(where + "expected `key [tenant] [class=C] [tpm=N] [burst=N] [concurrency=N]`");
+        return invalid_argument(where +
+                                "expected `key [tenant] [class=C] [tpm=N] [burst=N] [concurrency=N] [capture=R]`");
       }
       if (Status s = parse_setting(fields[next], &ts, given); !s.ok()) return invalid_argument(where + s.message());
     }
-    const bool any = given[0] || given[1] || given[2] || given[3];
+    const bool any = given[0] || given[1] || given[2] || given[3] || given[4];
     auto known = std::find_if(keys.tenants_.begin(), keys.tenants_.end(),
                               [&](const auto& t) { return t.first == tenant; });
     if (known == keys.tenants_.end()) {

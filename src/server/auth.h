@@ -7,6 +7,8 @@
 //   tpm=N          tokens per minute (prompt + generated; 0 or absent: unlimited)
 //   burst=N        token bucket size (default: one minute's worth, tpm)
 //   concurrency=N  requests in flight at once (0 or absent: unlimited)
+//   capture=R      share (0 to 1) of its requests written to the teacher-capture dataset
+//                  (`--capture-teacher`; absent: none of them)
 //
 // Blank lines and lines starting with '#' are skipped. Several keys may share a tenant; its
 // settings may be written on any of its lines but must not disagree. When any key is set,
@@ -31,6 +33,7 @@ struct TenantSettings {
   double tokens_per_minute = 0.0;  // 0: unlimited
   double burst_tokens = 0.0;       // 0: tokens_per_minute
   int max_concurrent = 0;          // 0: unlimited
+  std::optional<double> capture_share;  // teacher capture: opted in at this share
   bool operator==(const TenantSettings&) const = default;
 };
 

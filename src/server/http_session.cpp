@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/framing.h"
+#include "server/teacher_capture.h"
 
 namespace metro::server {
 
@@ -362,6 +363,10 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
   if (!pc.requests.empty()) call->sla_class = pc.requests.front().sla_class;
   call->spec = std::move(pc.spec);
   call->seq = ++call_seq_;
+  if (p.capture) {
+    call->capture = true;
+    for (const engine::Request& rq : pc.requests) call->capture_prompts.push_back(rq.prompt);
+  }
   call_ = std::move(call);
   // The front door submits at once or, for embeddings in a batching window, with the rest of
   // their batch; either way the handles come back on this strand. Meanwhile the session
@@ -439,6 +444,7 @@ void HttpSession::pump_events() {
   for (size_t i = 0; i < call_->handles.size(); ++i) {
     events.clear();
     call_->handles[i].stream->drain(&events);
+    if (call_->capture) capture_events(i, events);
     for (const engine::Event& e : events) fmt.on_event(i, e, &sse);
   }
   if (fmt.spec().stream && !sse.empty()) {
@@ -510,11 +516,48 @@ void HttpSession::end_call(bool client_gone) {
     outcome.prompt_tokens = u.prompt_tokens;
     outcome.completion_tokens = u.completion_tokens;
   }
+  if (call_->capture && outcome.completed) submit_capture();
   // Aborts in the engine whatever did not complete, and settles quotas and queues.
   call_->admitted->finish(outcome);
   preparing_ = false;
   core_.metrics().inflight_requests.fetch_sub(1);
   call_.reset();
+}
+
+void HttpSession::capture_events(size_t request_index, const std::deque<engine::Event>& events) {
+  for (const engine::Event& e : events) {
+    const std::pair<size_t, int> key{request_index, e.index};
+    if (e.kind == engine::Event::Kind::kDelta) {
+      auto& out = call_->capture_outputs[key];
+      out.insert(out.end(), e.tokens.begin(), e.tokens.end());
+    } else if (e.kind == engine::Event::Kind::kFinish) {
+      call_->capture_finish[key] = engine::finish_reason_name(e.reason);
+    }
+  }
+}
+
+void HttpSession::submit_capture() {
+  Call& call = *call_;
+  std::vector<CaptureSample> samples;
+  const int n = std::max(1, call.formatter->spec().n);
+  for (auto& [key, tokens] : call.capture_outputs) {
+    if (key.first >= call.capture_prompts.size() || tokens.empty()) continue;
+    CaptureSample s;
+    s.id = call.formatter->id();
+    s.request_id = request_id_;
+    s.model = call.model->name;
+    s.variant = call.model->variant;
+    s.tenant = request_tenant_;
+    s.endpoint = call.endpoint;
+    s.created_unix_s = unix_time_seconds();
+    s.choice = static_cast<int>(key.first) * n + key.second;
+    auto fin = call.capture_finish.find(key);
+    s.finish_reason = fin == call.capture_finish.end() ? "" : fin->second;
+    s.prompt = call.capture_prompts[key.first];
+    s.output = std::move(tokens);
+    samples.push_back(std::move(s));
+  }
+  core_.config().teacher_capture->submit(std::move(samples));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +64,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // ends before any (shed past its deadline, aborted by a drain) is answered with its
     // error status and Retry-After instead of an error event inside a 200.
     bool stream_begun = false;
+    // Teacher capture: each request's prompt, and by (request, choice) its output and finish.
+    bool capture = false;
+    std::vector<std::vector<int32_t>> capture_prompts;
+    std::map<std::pair<size_t, int>, std::vector<engine::TokenInfo>> capture_outputs;
+    std::map<std::pair<size_t, int>, std::string> capture_finish;
   };
   // What a prep thread hands back: the prepared request and, when admitted, its Call.
   struct Prepared {
@@ -71,6 +78,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::optional<HttpResponse> direct;  // the whole answer (tokenize, detokenize): no engine call
     bool injected = false;   // `result` is a fault injected into the variant (--fault)
     double delay_s = 0.0;    // injected latency before it goes on
+    bool capture = false;    // drawn for teacher capture
   };
 
   // Reading and parsing.
@@ -97,6 +105,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void pump_events();
   void complete_call();
   void end_call(bool client_gone);
+  // Teacher capture: what a drawn call's events carry, and its samples once it completed.
+  void capture_events(size_t request_index, const std::deque<engine::Event>& events);
+  void submit_capture();
 
   // Writing.
   void respond(const HttpResponse& r, const std::string& endpoint_label, bool close_after = false);

@@ -9,6 +9,7 @@
 #include "server/feedback.h"
 #include "server/guarded_pick.h"
 #include "server/http_session.h"
+#include "server/teacher_capture.h"
 
 namespace metro::server {
 
@@ -98,6 +99,17 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
   p.result = prepare_parsed_request(endpoint, *json, ctx, call);
   if (!p.result.ok()) return p;
   PreparedCall& pc = *p.result;
+  if (TeacherCapture* cap = core_.config().teacher_capture.get();
+      cap && !pc.requests.empty() && pc.requests.front().kind == engine::RequestKind::kGenerate &&
+      cap->sample(call.tenant)) {
+    // The engine reports the alternatives the dataset needs; the response keeps to what the
+    // client asked for (ResponseFormatter).
+    for (engine::Request& rq : pc.requests) {
+      rq.sampling.logprobs = true;
+      rq.sampling.top_logprobs = std::max(rq.sampling.top_logprobs, cap->top_k());
+    }
+    p.capture = true;
+  }
   gateway::CallRequest r;
   r.model = p.model;
   r.tenant = call.tenant;

@@ -123,7 +123,10 @@ OJson ResponseFormatter::chat_logprobs(const std::vector<engine::TokenInfo>& tok
     e["logprob"] = t.logprob;
     e["bytes"] = bytes_json(piece);
     OJson top = OJson::array();
-    for (const engine::TokenLogprob& a : t.top) {
+    // The engine may have computed more alternatives than asked for (teacher capture).
+    const size_t n_top = std::min(t.top.size(), static_cast<size_t>(std::max(0, spec_.top_logprobs)));
+    for (size_t k = 0; k < n_top; ++k) {
+      const engine::TokenLogprob& a = t.top[k];
       const std::string ap = tok_.token_to_piece(a.id);
       top.push_back(OJson{{"token", sanitize_utf8(ap)}, {"logprob", a.logprob}, {"bytes", bytes_json(ap)}});
     }
@@ -141,7 +144,8 @@ OJson ResponseFormatter::completion_logprobs(const std::vector<engine::TokenInfo
     toks.push_back(sanitize_utf8(piece));
     lps.push_back(t.logprob);
     OJson top = OJson::object();
-    for (const engine::TokenLogprob& a : t.top) top[sanitize_utf8(tok_.token_to_piece(a.id))] = a.logprob;
+    const size_t n_top = std::min(t.top.size(), static_cast<size_t>(std::max(0, spec_.logprobs)));
+    for (size_t k = 0; k < n_top; ++k) top[sanitize_utf8(tok_.token_to_piece(t.top[k].id))] = t.top[k].logprob;
     if (!top.contains(sanitize_utf8(piece))) top[sanitize_utf8(piece)] = t.logprob;
     tops.push_back(std::move(top));
     offs.push_back(*offset);

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "server/http_session.h"
 #include "server/server_core.h"
+#include "server/teacher_capture.h"
 
 namespace metro::server {
 
@@ -52,7 +53,10 @@ ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
     fd.calibrate = false;
     front_door_ = std::make_shared<gateway::FrontDoor>(fd);
   }
-  metrics_registration_ = front_door_->metrics().add([this](metrics::Exposition& e) { metrics_.collect(e); });
+  metrics_registration_ = front_door_->metrics().add([this](metrics::Exposition& e) {
+    metrics_.collect(e);
+    if (config_.teacher_capture) config_.teacher_capture->export_metrics(e);
+  });
 }
 
 ServerCore::~ServerCore() {

@@ -14,6 +14,8 @@
 
 namespace metro::server {
 
+class TeacherCapture;
+
 // Bounds on what one request may ask for (docs/reliability.md).
 struct RequestLimits {
   int max_n = 16;                    // n per request (the engine's EngineConfig::max_n too)
@@ -61,6 +63,9 @@ struct ServerConfig {
   // One JSON record per answered request on stderr (`--log-format json`): id, trace, method,
   // path, status, tenant, and for model calls model, class, tokens, TTFT, end-to-end time.
   bool access_log = false;
+  // Teacher capture (--capture-teacher): sampled answers written as a distillation dataset;
+  // null: off.
+  std::shared_ptr<TeacherCapture> teacher_capture;
   // Quotas, admission, the models served; null: a front door that admits everything.
   std::shared_ptr<gateway::FrontDoor> front_door;
 };

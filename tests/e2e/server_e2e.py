@@ -22,6 +22,7 @@ import openai  # noqa: E402
 
 import e2e_api  # noqa: E402
 import e2e_bad_inputs  # noqa: E402
+import e2e_capture  # noqa: E402
 import e2e_deploy  # noqa: E402
 import e2e_load  # noqa: E402
 import e2e_sla  # noqa: E402
@@ -163,7 +164,7 @@ def main():
         finally:
             t.server.kill()
         for fn in (e2e_api.SEPARATE_SERVER_TESTS + e2e_sla.TESTS + e2e_spec.TESTS + e2e_tiers.TESTS +
-                   e2e_tools.SEPARATE_SERVER_TESTS + e2e_variants.TESTS):
+                   e2e_tools.SEPARATE_SERVER_TESTS + e2e_variants.TESTS + e2e_capture.TESTS):
             if only and fn.__name__ not in only:
                 continue
             h.run(fn.__name__, fn, t)

@@ -41,7 +41,7 @@ TEST(AuthTest, TenantSettingsFromTheKeyFile) {
   auto keys = ApiKeys::parse(
       "sk-aaaaaaaa team-a class=realtime tpm=6000 burst=9000 concurrency=4\n"
       "sk-a2a2a2a2 team-a\n"
-      "sk-bbbbbbbb team-b tpm=100\n"
+      "sk-bbbbbbbb team-b tpm=100 capture=0.25\n"
       "sk-cccccccc class=batch\n");
   ASSERT_TRUE(keys.ok()) << keys.status().message();
   const TenantSettings* a = keys->tenant_settings("team-a");
@@ -55,6 +55,8 @@ TEST(AuthTest, TenantSettingsFromTheKeyFile) {
   EXPECT_FALSE(b->default_class.has_value());
   EXPECT_EQ(b->tokens_per_minute, 100.0);
   EXPECT_EQ(b->max_concurrent, 0);
+  EXPECT_EQ(b->capture_share, std::optional<double>(0.25));
+  EXPECT_FALSE(a->capture_share.has_value());
   // A key without a tenant name belongs to the anonymous tenant "".
   EXPECT_EQ(keys->authenticate("Bearer sk-cccccccc"), std::optional<std::string>(""));
   ASSERT_NE(keys->tenant_settings(""), nullptr);
@@ -65,7 +67,7 @@ TEST(AuthTest, TenantSettingsFromTheKeyFile) {
 
   for (const char* bad : {"sk-aaaaaaaa t class=urgent\n", "sk-aaaaaaaa t tpm=-1\n", "sk-aaaaaaaa t tpm=nan\n",
                           "sk-aaaaaaaa t concurrency=1.5\n", "sk-aaaaaaaa t speed=3\n", "sk-aaaaaaaa t tpm=\n",
-                          "sk-aaaaaaaa t tpm=5 extra\n",
+                          "sk-aaaaaaaa t tpm=5 extra\n", "sk-aaaaaaaa t capture=1.5\n", "sk-aaaaaaaa t capture=x\n",
                           "sk-aaaaaaaa t tpm=5\nsk-bbbbbbbb t tpm=6\n"}) {
     auto k = ApiKeys::parse(bad);
     EXPECT_FALSE(k.ok()) << bad;

@@ -211,6 +211,48 @@ TEST_F(OpenAiResponseTest, ChatBodyWithLogprobsAndBadUtf8) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 2);
 }
 
+// Teacher capture has the engine compute more alternatives than the client asked for: the
+// response shows only what was asked.
+TEST_F(OpenAiResponseTest, LogprobsKeepToTheAlternativesAskedFor) {
+  for (int asked : {0, 1}) {
+    ResponseSpec chat;
+    chat.endpoint = Endpoint::kChatCompletions;
+    chat.chat_logprobs = true;
+    chat.top_logprobs = asked;
+    chat.model = "smol";
+    ResponseFormatter f(chat, *tok_, 1, "chatcmpl-c", 1);
+    std::string out;
+    f.on_event(0, delta(0, "a", {11, 12}), &out);
+    f.on_event(0, finish(0, engine::FinishReason::kLength), &out);
+    f.on_event(0, done(4, 2), &out);
+    const json lp = json::parse(f.finish())["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(lp.size(), 2u);
+    for (const json& t : lp) EXPECT_EQ(t["top_logprobs"].size(), static_cast<size_t>(asked)) << t;
+
+    ResponseSpec comp;
+    comp.endpoint = Endpoint::kCompletions;
+    comp.logprobs = asked;
+    comp.model = "smol";
+    ResponseFormatter g(comp, *tok_, 1, "cmpl-c", 1);
+    g.on_event(0, delta(0, "a", {11}), &out);
+    g.on_event(0, finish(0, engine::FinishReason::kLength), &out);
+    g.on_event(0, done(4, 1), &out);
+    const json top = json::parse(g.finish())["choices"][0]["logprobs"]["top_logprobs"][0];
+    // The chosen token is always listed (it is also the best alternative here).
+    EXPECT_EQ(top.size(), 1u) << top;
+  }
+  // Nothing asked: no logprobs at all.
+  ResponseSpec none;
+  none.endpoint = Endpoint::kCompletions;
+  none.model = "smol";
+  ResponseFormatter h(none, *tok_, 1, "cmpl-d", 1);
+  std::string out;
+  h.on_event(0, delta(0, "a", {11}), &out);
+  h.on_event(0, finish(0, engine::FinishReason::kLength), &out);
+  h.on_event(0, done(4, 1), &out);
+  EXPECT_TRUE(json::parse(h.finish())["choices"][0]["logprobs"].is_null());
+}
+
 TEST_F(OpenAiResponseTest, CompletionChoicesAcrossPromptsAndEcho) {
   ResponseSpec spec;
   spec.endpoint = Endpoint::kCompletions;
