@@ -454,6 +454,7 @@ void VariantGuard::test_shadow(Rollout& r) {
   const engine::adaptive::ShadowSnapshot snap = r.shadow->snapshot();
   r.st.shadow_scored = snap.scored;
   r.st.shadow_kl_mean = snap.kl_mean;
+  r.st.shadow_top1_mean = snap.top1_mean;
   if (snap.generation == r.shadow_seen) return;
   const auto fresh = r.shadow->recent(static_cast<size_t>(snap.generation - r.shadow_seen));
   r.shadow_seen = snap.generation;
@@ -559,6 +560,7 @@ std::vector<RolloutStatus> VariantGuard::rollouts() const {
       const engine::adaptive::ShadowSnapshot snap = r.shadow->snapshot();
       out.back().shadow_scored = snap.scored;
       out.back().shadow_kl_mean = snap.kl_mean;
+      out.back().shadow_top1_mean = snap.top1_mean;
     }
   }
   return out;
@@ -599,6 +601,14 @@ void VariantGuard::export_metrics(metrics::Exposition& e) const {
     if (!r.st.shadow) continue;
     e.gauge("metro_variant_shadow_kl", kl_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
             r.shadow ? r.shadow->snapshot().kl_mean : r.st.shadow_kl_mean);
+  }
+  const char* top1_help = "Share of output positions where a rolled-out variant's shadow-scored answers and its "
+                          "primary's model agree on the most likely token, over the recent window.";
+  e.declare("metro_variant_shadow_top1", metrics::Type::kGauge, top1_help);
+  for (const auto& [k, r] : rollouts_) {
+    if (!r.st.shadow) continue;
+    e.gauge("metro_variant_shadow_top1", top1_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
+            r.shadow ? r.shadow->snapshot().top1_mean : r.st.shadow_top1_mean);
   }
   const char* fb_help = "Ratings of a variant's answers sent to /v1/feedback.";
   e.declare("metro_variant_feedback_total", metrics::Type::kCounter, fb_help);

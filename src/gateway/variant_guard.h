@@ -117,6 +117,7 @@ struct RolloutStatus {
   bool shadow = false;          // the canary's answers are shadow-scored
   uint64_t shadow_scored = 0;   // samples scored
   double shadow_kl_mean = 0.0;  // over the scorer's recent window
+  double shadow_top1_mean = 0.0;  // share of positions whose top tokens agree, same window
   double threshold = 0.0;       // ln(1 / alpha)
 };
 

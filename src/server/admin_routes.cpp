@@ -85,7 +85,9 @@ HttpResponse state_json(ServerCore& core) {
     j["step_requests_needed"] = r.step_requests_needed;
     j["cusum"] = Json{{"error_rate", r.cusum_error}, {"ttft_p99", r.cusum_ttft}, {"tpot_p99", r.cusum_tpot},
                       {"shadow_kl", r.cusum_kl}};
-    if (r.shadow) j["shadow"] = Json{{"scored", r.shadow_scored}, {"kl_mean", r.shadow_kl_mean}};
+    if (r.shadow) {
+      j["shadow"] = Json{{"scored", r.shadow_scored}, {"kl_mean", r.shadow_kl_mean}, {"top1_mean", r.shadow_top1_mean}};
+    }
     j["threshold"] = r.threshold;
     rollouts.push_back(std::move(j));
   }

@@ -478,6 +478,7 @@ TEST(VariantGuard, ACanaryWithDamagedWeightsIsRolledBackOnItsShadowScores) {
   EXPECT_EQ(st.state, "rolled_back");
   EXPECT_EQ(st.cause, "shadow_kl");
   EXPECT_GT(st.shadow_kl_mean, cfg.shadow_kl);
+  EXPECT_LT(st.shadow_top1_mean, 0.9);  // damaged weights pick other tokens too
   EXPECT_EQ(f.registry.splits().count({"chat", "canary"}), 0u);
 }
 
@@ -496,6 +497,8 @@ TEST(VariantGuard, AHealthyCanaryPassesItsShadowScores) {
   EXPECT_EQ(st.state, "running");
   EXPECT_GE(st.shadow_scored, 4u);
   EXPECT_LT(st.shadow_kl_mean, 1e-3);  // the same weights: the same distributions
+  EXPECT_GT(st.shadow_top1_mean, 0.99);
+  EXPECT_NE(render(g).find("metro_variant_shadow_top1{model=\"chat\",variant=\"canary\"}"), std::string::npos);
   EXPECT_EQ(st.cusum_kl, 0.0);
 }
 
