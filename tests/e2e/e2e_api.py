@@ -11,7 +11,7 @@ import openai
 
 import subprocess
 
-from e2e_util import MetroServer, env_int, metrics, request
+from e2e_util import MetroServer, env_int, metrics, promtool, request
 
 
 def t_models(t):
@@ -358,6 +358,7 @@ def t_metrics_for_operators(t):
                 family = sample.rsplit("_", 1)[0]
             assert family in types, ("no TYPE for", sample)
             seen_samples.add(family)
+    promtool("check", "metrics", stdin=body)
     m = metrics(t.port)
     assert m["process_resident_memory_bytes"] > 20e6 and m["process_virtual_memory_bytes"] > 0, m
     assert m["process_cpu_seconds_total"] > 0 and m["process_open_fds"] >= 3 and m["process_max_fds"] >= 64

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from e2e_util import MetroServer, env_int, metrics, request
+from e2e_util import MetroServer, env_int, metrics, promtool, request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -67,6 +67,7 @@ def t_teacher_capture_dataset(ctx):
         chunks = [json.loads(x[6:]) for x in stream.decode().split("\n") if x.startswith("data: {")]
         stream_id = chunks[0]["id"]
         wait_samples(srv.port, 4)  # counted once written and flushed
+        promtool("check", "metrics", stdin=request(srv.port, "GET", "/metrics")[2])
         samples = list(teacher_capture.samples(out))
         assert len(samples) == 4, [(s["id"], s["choice"]) for s in samples]
         by_id = {}

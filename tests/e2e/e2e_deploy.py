@@ -1,6 +1,7 @@
 """The deployment files under deploy/ against the binary and the server they deploy: every
 flag they pass is one `metro serve` takes, the probes and signals are the ones metro
-answers, and every metric the Grafana dashboard queries is one /metrics exports."""
+answers, and every metric the Grafana dashboard and the alerting rules query is one /metrics
+exports (the rules also pass promtool's check and their unit tests)."""
 
 import configparser
 import json
@@ -11,7 +12,7 @@ import subprocess
 
 import yaml
 
-from e2e_util import request
+from e2e_util import promtool, request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -93,6 +94,21 @@ def t_deploy_files(t):
     missing = used - families
     assert not missing, f"the dashboard queries metrics /metrics does not declare: {sorted(missing)}"
     t.note(f"deploy: {len(exprs)} dashboard queries over {len(used)} metric families, all exported")
+
+    # Alerting rules: valid for Prometheus, raising what their unit tests expect, over
+    # families /metrics declares.
+    rules_dir = os.path.join(ROOT, "deploy", "prometheus")
+    promtool("check", "rules", os.path.join(rules_dir, "alerts.yml"))
+    promtool("test", "rules", os.path.join(rules_dir, "alerts_test.yml"))
+    with open(os.path.join(rules_dir, "alerts.yml")) as f:
+        rules = [r for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+    used = set()
+    for r in rules:
+        for name in re.findall(r"\b((?:metro|process)_[a-z0-9_]+)", r["expr"]):
+            used.add(re.sub(r"_(bucket|sum|count)$", "", name) if name not in families else name)
+    missing = used - families
+    assert not missing, f"the alerting rules use metrics /metrics does not declare: {sorted(missing)}"
+    t.note(f"deploy: {len(rules)} alerting rules over {len(used)} metric families, promtool check and test pass")
 
 
 TESTS = [t_deploy_files]

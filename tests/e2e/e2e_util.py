@@ -132,6 +132,16 @@ def parse_raw_response(data):
     return status, head.decode("latin-1"), body
 
 
+def promtool(*args, stdin=None):
+    """Runs Prometheus's promtool (METRO_PROMTOOL, set by run_e2e.sh); asserts it passed."""
+    tool = os.environ.get("METRO_PROMTOOL", "")
+    assert tool and os.access(tool, os.X_OK), "METRO_PROMTOOL names no promtool (tests/e2e/run_e2e.sh sets it)"
+    p = subprocess.run([tool, *args], input=stdin, capture_output=True, timeout=120)
+    out = p.stdout.decode() + p.stderr.decode()
+    assert p.returncode == 0, (args, out[-3000:])
+    return out
+
+
 def without_model_label(sample):
     """`name{model="m",k="v"}` -> `name{k="v"}` (and `name{model="m"}` -> `name`)."""
     return re.sub(r'\{model="(?:[^"\\]|\\.)*",?', "{", sample).replace("{}", "")

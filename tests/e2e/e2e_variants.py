@@ -8,7 +8,7 @@ import tempfile
 import threading
 import time
 
-from e2e_util import MetroServer, env_int, metrics, request
+from e2e_util import MetroServer, env_int, metrics, promtool, request
 
 ADMIN_KEY = "admin-key-for-the-e2e-tests-0123"
 # Under the sanitizers requests are several times slower: two steps and a looser alpha
@@ -345,6 +345,7 @@ def t_hot_load_and_unload_under_load(ctx):
         _, _, text = request(srv.port, "GET", "/metrics", timeout=30)
         lines = [x for x in text.decode().splitlines() if x.startswith("metro_generation_tokens_total{")]
         assert len(lines) == len(set(x.rpartition(" ")[0] for x in lines)), lines  # no series twice
+        promtool("check", "metrics", stdin=text)
         mt = metrics(srv.port)
         assert mt[gen % "chat@v2"] == old_primary_tokens, (old_primary_tokens, mt[gen % "chat@v2"], mt[gen % "chat"])
         # The old primary leaves while the new one serves the steady load.

@@ -19,4 +19,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; 
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
   echo "$want" > "$STAMP"
 fi
+# promtool checks /metrics and the alerting rules under deploy/prometheus.
+METRO_PROMTOOL="$("$ROOT/scripts/promtool.sh" "$BUILD/promtool")"
+export METRO_PROMTOOL
 exec "$VENV/bin/python" "$ROOT/tests/e2e/${METRO_E2E_SCRIPT:-server_e2e.py}" --metro "$BUILD/bin/metro" --model "$MODEL" "$@"
