@@ -24,6 +24,7 @@
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "kernels/matmul.h"
 #include "kv/kv_arena.h"
 
@@ -241,11 +242,13 @@ int cmd_bench(int argc, char** argv) {
   if (batches.empty()) {
     runner.run(1, 16, 4);  // warm-up: page in weights, settle the pool
     std::vector<double> pp, tg;
+    Progress bar("bench", static_cast<uint64_t>(2 * reps));
     for (int r = 0; r < reps; ++r) {
       auto [pp_s, unused_tg, unused] = runner.run(1, p, 0 + 1);
       (void)unused_tg;
       (void)unused;
       pp.push_back(p / pp_s);
+      bar.advance(1, "pp" + std::to_string(p));
     }
     backends::StepProfile prof;
     runner.profile = profile ? &prof : nullptr;
@@ -254,7 +257,9 @@ int cmd_bench(int argc, char** argv) {
       (void)pp_s;
       (void)unused;
       tg.push_back(n / tg_s);
+      bar.advance(1, "tg" + std::to_string(n));
     }
+    bar.clear();
     runner.profile = nullptr;
     if (profile) j["decode_profile_ms"] = profile_ms(prof, reps * n);
     const Spread a = spread(pp), b = spread(tg);
@@ -297,6 +302,7 @@ int cmd_bench(int argc, char** argv) {
                 std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), p, n);
     std::printf("%6s %14s %14s %12s %16s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused", "weights GB/s");
   }
+  Progress bar("bench", static_cast<uint64_t>(reps) * batches.size());
   for (int ns : batches) {
     std::vector<double> pre, dec;
     double unused_frac = 0;
@@ -307,7 +313,9 @@ int cmd_bench(int argc, char** argv) {
       pre.push_back(ns * static_cast<double>(p) / pp_s);
       dec.push_back(ns * static_cast<double>(n) / tg_s);
       unused_frac = unused;
+      bar.advance(1, "batch " + std::to_string(ns));
     }
+    bar.clear();  // the row goes where the progress line stood
     runner.profile = nullptr;
     const Spread a = spread(pre), b = spread(dec);
     // A decode step reads every weight once for all ns sequences.

@@ -479,7 +479,7 @@ int cmd_serve(int argc, char** argv) {
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
-    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2)));
+    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2), /*progress=*/false));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());

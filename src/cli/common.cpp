@@ -9,8 +9,10 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "backends/registry.h"
+#include "cli/progress.h"
 #include "base/clock.h"
 #include "base/cpu_features.h"
 #include "engine/speculative/draft_model.h"
@@ -37,14 +39,24 @@ Status with_path(const std::string& path, const Status& s) {
 }
 
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device,
-                                 std::chrono::milliseconds watch_period) {
+                                 std::chrono::milliseconds watch_period, bool progress) {
   Stopwatch sw;
   LoadedModel lm;
   model::ModelOptions opts;
   opts.allow_repack = allow_repack;
   METRO_ASSIGN_OR_RETURN(opts.backend, backends::make_backend(device));
   opts.watch_period = watch_period;
+  std::optional<Progress> bar;  // made at the first chunk, when the size is known
+  size_t shown = 0;
+  if (progress) {
+    opts.read.on_chunk = [&](size_t done, size_t total) {
+      if (!bar) bar.emplace("load", total);
+      bar->advance(done - shown, path.substr(path.find_last_of('/') + 1));
+      shown = done;
+    };
+  }
   auto loaded = model::Model::load(path, opts);
+  if (bar) bar->finish();
   if (!loaded.ok()) return with_path(path, loaded.status());
   std::unique_ptr<model::Model> m = std::move(*loaded);
   auto tok_or = tokenizer::Tokenizer::from_gguf(m->file());

@@ -24,9 +24,11 @@ struct LoadedModel {
 
 // `device`: what --device names (backends::make_backend): "cpu" or "cuda". The model is
 // read into memory the process owns (model::Model::load). A positive `watch_period` also
-// polls the file at that period and logs once when it changes on disk.
+// polls the file at that period and logs once when it changes on disk. `progress`: a
+// progress line while the file is read (on a terminal only; cli/progress.h).
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true, const std::string& device = "cpu",
-                                 std::chrono::milliseconds watch_period = std::chrono::milliseconds{0});
+                                 std::chrono::milliseconds watch_period = std::chrono::milliseconds{0},
+                                 bool progress = true);
 
 // Physical cores (the default for -t).
 int default_threads();

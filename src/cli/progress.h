@@ -38,6 +38,11 @@ class Progress {
                  30 - bar, "", static_cast<int>(frac * 100), eta, std::string(item).c_str());
     std::fflush(stderr);
   }
+  // Erases the line (on a terminal) so that other output can go where it stood; the next
+  // advance() draws it again.
+  void clear() {
+    if (tty_ && total_ > 0) std::fprintf(stderr, "\r\033[K");
+  }
   // Ends the line (on a terminal).
   void finish() {
     if (tty_ && total_ > 0) std::fprintf(stderr, "\n");

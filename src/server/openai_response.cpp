@@ -221,7 +221,12 @@ void ResponseFormatter::on_delta(size_t ci, const engine::Event& e, std::string*
   if (spec_.endpoint == Endpoint::kResponses) {
     c.text += text;
     c.started = true;
-    if (spec_.stream) responses_delta(text, out);
+    if (spec_.stream && spec_.tools) {
+      if (!c.tool_stream) c.tool_stream = std::make_unique<ToolCallStream>(spec_.tools->format);
+      responses_tool_pieces(c.tool_stream->feed(text), out);
+    } else if (spec_.stream) {
+      responses_delta(text, out);
+    }
     return;
   }
   const bool tool_stream = spec_.stream && parses_tools();

@@ -83,11 +83,24 @@ class ResponseFormatter {
   // /v1/responses (openai_responses.cpp): one SSE event of the Responses API stream, with
   // its sequence number; the output message and the response object in a given status;
   // the events that open a streamed response; a piece of text; the body or closing events.
+  // With tools, the output is a message (the text outside calls) and a function_call item
+  // per call, each opened in the stream as it starts.
+  struct ResponsesItem {
+    bool call = false;
+    std::string id, call_id, name;
+    std::string text;  // the message's text, or the call's arguments
+    std::string status = "in_progress";
+  };
   std::string responses_event(nlohmann::ordered_json ev);
-  nlohmann::ordered_json responses_message(const char* status) const;
+  nlohmann::ordered_json responses_item(const ResponsesItem& item) const;
   nlohmann::ordered_json responses_object(const char* status) const;
   std::string responses_open();
+  // Opens the message item (once) and returns its output index.
+  size_t responses_open_message(std::string* out);
   void responses_delta(const std::string& text, std::string* out);
+  void responses_tool_pieces(const ToolStreamPieces& pieces, std::string* out);
+  // The output items of a whole (not streamed) response from its text.
+  void responses_items_from_text(const std::string& text);
   std::string responses_finish();
 
   ResponseSpec spec_;
@@ -108,9 +121,10 @@ class ResponseFormatter {
   // token so far (a whole body names them all); -1 / 0 on a server with one tier.
   int8_t last_tier_ = -1;
   uint8_t tiers_seen_ = 0;
-  // /v1/responses: the output message's id, the stream's next sequence number, and whether
-  // the opening events went out.
-  std::string message_id_;
+  // /v1/responses: the output items, which of them is the message (-1: none yet), the
+  // stream's next sequence number, and whether the opening events went out.
+  std::vector<ResponsesItem> resp_items_;
+  int resp_message_ = -1;
   int64_t responses_seq_ = 0;
   bool responses_open_ = false;
 };

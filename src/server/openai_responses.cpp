@@ -50,12 +50,42 @@ ApiResult<nlohmann::json> input_messages(const OJson& input) {
   if (!input.is_array()) return bad_request("input must be a string or an array of input items", "input");
   for (size_t i = 0; i < input.size(); ++i) {
     const OJson& item = input[i];
-    if (!item.is_object()) return bad_request("input[" + std::to_string(i) + "] must be an object", "input");
+    const std::string where = "input[" + std::to_string(i) + "]";
+    if (!item.is_object()) return bad_request(where + " must be an object", "input");
     const auto type = item.find("type");
-    if (type != item.end() && !(type->is_string() && type->get<std::string>() == "message")) {
-      const std::string t = type->is_string() ? type->get<std::string>() : type->dump();
+    const std::string t = type == item.end() ? "message" : type->is_string() ? type->get<std::string>() : type->dump();
+    auto string_field = [&](const char* k) -> ApiResult<std::string> {
+      const auto v = item.find(k);
+      if (v == item.end() || !v->is_string()) return bad_request(where + "." + k + " must be a string", "input");
+      return v->get<std::string>();
+    };
+    if (t == "function_call") {
+      // A call the model made: an assistant turn with tool_calls (consecutive calls, one turn).
+      auto call_id = string_field("call_id");
+      if (!call_id.ok()) return call_id.error();
+      auto name = string_field("name");
+      if (!name.ok()) return name.error();
+      auto args = string_field("arguments");
+      if (!args.ok()) return args.error();
+      nlohmann::json call = {{"id", *call_id}, {"type", "function"}, {"function", {{"name", *name}, {"arguments", *args}}}};
+      if (!out.empty() && out.back()["role"] == "assistant" && out.back().contains("tool_calls")) {
+        out.back()["tool_calls"].push_back(std::move(call));
+      } else {
+        out.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", nlohmann::json::array({call})}});
+      }
+      continue;
+    }
+    if (t == "function_call_output") {
+      auto call_id = string_field("call_id");
+      if (!call_id.ok()) return call_id.error();
+      auto output = string_field("output");
+      if (!output.ok()) return output.error();
+      out.push_back({{"role", "tool"}, {"tool_call_id", *call_id}, {"content", *output}});
+      continue;
+    }
+    if (t != "message") {
       return bad_request("input items of type '" + sanitize_utf8(t.substr(0, 64)) +
-                             "' are not supported; send messages",
+                             "' are not supported; send message, function_call or function_call_output items",
                          "input");
     }
     const auto role = item.find("role");
@@ -80,17 +110,59 @@ std::string responses_param(const std::string& chat_param) {
   if (chat_param == "messages") return "input";
   if (chat_param == "max_tokens") return "max_output_tokens";
   if (chat_param.rfind("response_format", 0) == 0) return "text.format";
+  if (chat_param.rfind("tool_choice", 0) == 0 || chat_param.rfind("tools[", 0) == 0) {
+    // The Responses shape has no `function` level: tools[1].function.name is tools[1].name.
+    std::string p = chat_param;
+    if (const size_t at = p.find(".function."); at != std::string::npos) p.erase(at, std::string(".function").size());
+    return p;
+  }
   return chat_param;
 }
 
+// `tools` (Responses shape: {"type": "function", "name", "description", "parameters",
+// "strict"}) in the chat shape; function tools only.
+ApiResult<OJson> chat_tools(const OJson& tools) {
+  if (!tools.is_array()) return bad_request("tools must be an array", "tools");
+  OJson out = OJson::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const OJson& t = tools[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) return bad_request(where + " must be an object", "tools");
+    const auto type = t.find("type");
+    const std::string ty = type != t.end() && type->is_string() ? type->get<std::string>() : "";
+    if (ty != "function") {
+      return bad_request(where + ": tools of type '" + sanitize_utf8(ty.substr(0, 64)) +
+                             "' are not supported; only function tools are",
+                         "tools");
+    }
+    OJson fn = OJson::object();
+    for (const char* k : {"name", "description", "parameters", "strict"}) {
+      if (auto v = t.find(k); v != t.end() && !v->is_null()) fn[k] = *v;
+    }
+    out.push_back(OJson{{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+// `tool_choice` in the chat shape: the strings as they are, {"type": "function", "name"}
+// as {"type": "function", "function": {"name"}}.
+ApiResult<OJson> chat_tool_choice(const OJson& choice) {
+  if (choice.is_string()) return choice;
+  if (choice.is_object()) {
+    const auto type = choice.find("type");
+    const auto name = choice.find("name");
+    if (type != choice.end() && *type == "function" && name != choice.end() && name->is_string()) {
+      return OJson{{"type", "function"}, {"function", OJson{{"name", *name}}}};
+    }
+  }
+  return bad_request(
+      "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": NAME}",
+      "tool_choice");
+}
 
 }  // namespace
 
 ApiResult<PreparedCall> prepare_responses(const OJson& body, const PromptContext& ctx, const CallContext& call) {
-  if (auto t = body.find("tools"); t != body.end() && !t->is_null() && !(t->is_array() && t->empty())) {
-    return bad_request("tools are not supported on /v1/responses yet; call tools through /v1/chat/completions",
-                       "tools");
-  }
   if (auto b = body.find("background"); b != body.end() && b->is_boolean() && b->get<bool>()) {
     return bad_request("background responses are not supported", "background");
   }
@@ -138,6 +210,21 @@ ApiResult<PreparedCall> prepare_responses(const OJson& body, const PromptContext
     if (auto v = body.find(k); v != body.end()) chat[k] = *v;
   }
   if (auto v = body.find("stream"); v != body.end()) chat["stream"] = *v;
+  OJson tools_echo = OJson::array();
+  if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
+    auto tools = chat_tools(*t);
+    if (!tools.ok()) return tools.error();
+    if (!tools->empty()) chat["tools"] = std::move(*tools);
+    tools_echo = *t;
+  }
+  OJson choice_echo = "auto";
+  if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
+    auto choice = chat_tool_choice(*c);
+    if (!choice.ok()) return choice.error();
+    chat["tool_choice"] = std::move(*choice);
+    choice_echo = *c;
+  }
+  if (auto v = body.find("parallel_tool_calls"); v != body.end()) chat["parallel_tool_calls"] = *v;
   OJson format = OJson{{"type", "text"}};
   if (auto t = body.find("text"); t != body.end() && !t->is_null()) {
     if (!t->is_object()) return bad_request("text must be an object", "text");
@@ -177,138 +264,16 @@ ApiResult<PreparedCall> prepare_responses(const OJson& body, const PromptContext
   echo["metadata"] = body.contains("metadata") && body["metadata"].is_object() ? body["metadata"] : OJson::object();
   echo["text"] = OJson{{"format", format}};
   echo["user"] = body.contains("user") && body["user"].is_string() ? body["user"] : OJson(nullptr);
+  echo["tools"] = std::move(tools_echo);
+  echo["tool_choice"] = std::move(choice_echo);
+  echo["parallel_tool_calls"] =
+      body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean() ? body["parallel_tool_calls"]
+                                                                                       : OJson(true);
   rc->conversation = std::move(conversation);
   rc->store = store ? ctx.responses : nullptr;
   r->spec.endpoint = Endpoint::kResponses;
   r->spec.responses = std::move(rc);
   return r;
-}
-
-// ResponseFormatter's Responses API shapes.
-
-std::string ResponseFormatter::responses_event(OJson ev) {
-  ev["sequence_number"] = responses_seq_++;
-  const std::string type = ev["type"].get<std::string>();
-  return "event: " + type + "\ndata: " + dump_json(ev) + "\n\n";
-}
-
-OJson ResponseFormatter::responses_message(const char* status) const {
-  const ChoiceState& c = choices_[0];
-  OJson content = OJson::array();
-  if (std::string(status) != "in_progress") {
-    content.push_back(OJson{{"type", "output_text"}, {"text", c.text}, {"annotations", OJson::array()},
-                            {"logprobs", OJson::array()}});
-  }
-  return OJson{{"id", message_id_}, {"type", "message"}, {"status", status}, {"role", "assistant"},
-               {"content", std::move(content)}};
-}
-
-OJson ResponseFormatter::responses_object(const char* status) const {
-  const OJson& echo = spec_.responses->echo;
-  const std::string st = status;
-  OJson r = OJson::object();
-  r["id"] = id_;
-  r["object"] = "response";
-  r["created_at"] = created_;
-  r["status"] = status;
-  r["background"] = false;
-  r["error"] = nullptr;
-  if (st == "failed" && failure_) r["error"] = OJson{{"code", failure_->code}, {"message", failure_->message}};
-  r["incomplete_details"] = st == "incomplete" ? OJson{{"reason", "max_output_tokens"}} : OJson(nullptr);
-  r["instructions"] = echo["instructions"];
-  r["max_output_tokens"] = echo["max_output_tokens"];
-  r["model"] = spec_.model;
-  OJson output = OJson::array();
-  if (st == "completed" || st == "incomplete") output.push_back(responses_message(status));
-  r["output"] = std::move(output);
-  r["parallel_tool_calls"] = true;
-  r["previous_response_id"] = echo["previous_response_id"];
-  r["reasoning"] = OJson{{"effort", nullptr}, {"summary", nullptr}};
-  r["store"] = echo["store"];
-  r["temperature"] = echo["temperature"];
-  r["text"] = echo["text"];
-  r["tool_choice"] = "auto";
-  r["tools"] = OJson::array();
-  r["top_p"] = echo["top_p"];
-  r["truncation"] = "disabled";
-  if (st == "completed" || st == "incomplete") {
-    r["usage"] = OJson{{"input_tokens", usage_.prompt_tokens},
-                       {"input_tokens_details", OJson{{"cached_tokens", usage_.cached_prompt_tokens}}},
-                       {"output_tokens", usage_.completion_tokens},
-                       {"output_tokens_details", OJson{{"reasoning_tokens", 0}}},
-                       {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
-  } else {
-    r["usage"] = nullptr;
-  }
-  r["user"] = echo["user"];
-  r["metadata"] = echo["metadata"];
-  r["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers), spec_.variant);
-  return r;
-}
-
-// The events before the first piece of text: the response, its message, its text part.
-std::string ResponseFormatter::responses_open() {
-  responses_open_ = true;
-  if (message_id_.empty()) message_id_ = random_id("msg_");
-  std::string out;
-  out += responses_event(OJson{{"type", "response.created"}, {"response", responses_object("in_progress")}});
-  out += responses_event(OJson{{"type", "response.in_progress"}, {"response", responses_object("in_progress")}});
-  out += responses_event(
-      OJson{{"type", "response.output_item.added"}, {"output_index", 0}, {"item", responses_message("in_progress")}});
-  out += responses_event(OJson{{"type", "response.content_part.added"},
-                               {"item_id", message_id_},
-                               {"output_index", 0},
-                               {"content_index", 0},
-                               {"part", OJson{{"type", "output_text"}, {"text", ""}, {"annotations", OJson::array()}}}});
-  return out;
-}
-
-void ResponseFormatter::responses_delta(const std::string& text, std::string* out) {
-  if (!responses_open_) *out += responses_open();
-  if (text.empty()) return;
-  *out += responses_event(OJson{{"type", "response.output_text.delta"},
-                                {"item_id", message_id_},
-                                {"output_index", 0},
-                                {"content_index", 0},
-                                {"delta", text},
-                                {"logprobs", OJson::array()}});
-}
-
-std::string ResponseFormatter::responses_finish() {
-  if (message_id_.empty()) message_id_ = random_id("msg_");
-  const ChoiceState& c = choices_[0];
-  const char* status = failure_ ? "failed" : c.finish_reason == "length" ? "incomplete" : "completed";
-  OJson resp = responses_object(status);
-  const ResponsesCall& rc = *spec_.responses;
-  if (rc.store != nullptr && !failure_) {
-    nlohmann::json conversation = rc.conversation;
-    conversation.push_back({{"role", "assistant"}, {"content", c.text}});
-    rc.store->put(rc.tenant, id_, std::move(conversation), dump_json(resp));
-  }
-  if (!spec_.stream) return dump_json(resp);
-  std::string out;
-  if (!responses_open_) out += responses_open();
-  if (failure_) {
-    out += responses_event(OJson{{"type", "response.failed"}, {"response", std::move(resp)}});
-    return out;
-  }
-  const OJson part = OJson{{"type", "output_text"}, {"text", c.text}, {"annotations", OJson::array()}};
-  out += responses_event(OJson{{"type", "response.output_text.done"},
-                               {"item_id", message_id_},
-                               {"output_index", 0},
-                               {"content_index", 0},
-                               {"text", c.text},
-                               {"logprobs", OJson::array()}});
-  out += responses_event(OJson{{"type", "response.content_part.done"},
-                               {"item_id", message_id_},
-                               {"output_index", 0},
-                               {"content_index", 0},
-                               {"part", part}});
-  out += responses_event(
-      OJson{{"type", "response.output_item.done"}, {"output_index", 0}, {"item", responses_message(status)}});
-  const std::string last = std::string(status) == "incomplete" ? "response.incomplete" : "response.completed";
-  out += responses_event(OJson{{"type", last}, {"response", std::move(resp)}});
-  return out;
 }
 
 }  // namespace metro::server

@@ -9,9 +9,12 @@
 // `temperature`, `top_p`, `text.format` (text, json_object, json_schema: structured outputs
 // as on chat), `metadata`, `user`, `stream`, and the chat fields metro adds (`seed`, `stop`,
 // `top_k`, `min_p`, penalties, `logit_bias`, `metro`, `metro_class`,
-// `metro_deadline_ms`). Refused with 400 naming the field: `tools` (not on this endpoint
-// yet: /v1/chat/completions calls tools), `background`, input items other than messages
-// and content parts other than text.
+// `metro_deadline_ms`). Function tools: `tools` ({"type": "function", "name",
+// "description", "parameters", "strict"}), `tool_choice`, `parallel_tool_calls`, and as
+// input `function_call` and `function_call_output` items (the calls made and their
+// results); the output then holds a function_call item per call, streamed as it is
+// written. Refused with 400 naming the field: other tool types, `background`, other input
+// items and content parts other than text.
 #pragma once
 
 #include <memory>

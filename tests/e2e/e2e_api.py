@@ -317,8 +317,9 @@ def t_responses(t):
         j = json.loads(rs.output_text)
         assert set(j) == {"city"} and isinstance(j["city"], str), j
 
-    for kw, param in ((dict(input="x", tools=[{"type": "function", "name": "f", "parameters": {}}]), "tools"),
-                      (dict(input=[{"type": "function_call_output", "call_id": "c", "output": "1"}]), "input"),
+    for kw, param in ((dict(input="x", tools=[{"type": "web_search"}]), "tools"),
+                      (dict(input=[{"type": "reasoning", "summary": []}]), "input"),
+                      (dict(input=[{"type": "function_call_output", "output": "1"}]), "input"),
                       (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
                        "input"),
                       (dict(input="x", max_output_tokens=0), "max_output_tokens"),
@@ -522,4 +523,33 @@ def t_variants_split_and_stickiness(ctx):
         assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])
 
 
-SEPARATE_SERVER_TESTS = [t_served_model_names, t_request_ids_and_json_logs, t_variants_split_and_stickiness]
+def t_cli_progress_lines(ctx):
+    """`metro bench` on a terminal draws progress lines (the model file's load, then the
+    runs) redrawn in place, ending at 100%; with stderr a pipe, none at all."""
+    import pty
+    args = [ctx.metro, "bench", "-m", ctx.model_path, "-p", "16", "-n", "4", "-r", "2", "-t", "1"]
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the pty's other end closed
+            break
+        if not chunk:
+            break
+        err += chunk
+    out, _ = p.communicate(timeout=120)
+    os.close(master)
+    text = err.decode(errors="replace")
+    assert p.returncode == 0, (p.returncode, text[-500:])
+    assert "\rload [" in text and "\rbench [" in text, text[-500:]
+    assert "100%" in text, text[-500:]
+    assert b"tg4" in out, out[-300:]  # the results still go to stdout
+    piped = subprocess.run(args, capture_output=True, timeout=120)
+    assert piped.returncode == 0 and b"\r" not in piped.stderr, piped.stderr[-300:]
+
+
+SEPARATE_SERVER_TESTS = [t_served_model_names, t_request_ids_and_json_logs, t_variants_split_and_stickiness,
+                         t_cli_progress_lines]

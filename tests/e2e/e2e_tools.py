@@ -227,5 +227,75 @@ def t_tools_native_formats(t):
     t.note("tool calling, " + "; ".join(notes))
 
 
-TESTS = [t_tools_refusals, t_tools_generic_format, t_tools_sdk_strict_pydantic_and_tool_results]
+# The tools in the Responses API's shape (no `function` level).
+RESP_TOOLS = [dict(type="function", **t["function"]) for t in TOOLS]
+
+
+def t_responses_tools(t):
+    """/v1/responses with function tools through the SDK: a required call is a function_call
+    item whose arguments validate; its result goes back as a function_call_output after
+    previous_response_id (and, stateless, with the call as a function_call input item) and is
+    answered in words, the same words as the chat request it amounts to; a stream's
+    function_call items, their argument deltas adding up to the arguments done; a named
+    tool_choice; the refusals, named in the Responses shape."""
+    c = t.client
+    ask = "What is the weather in Paris?"
+    r = c.responses.create(model=t.model_name, input=ask, tools=RESP_TOOLS, tool_choice="required",
+                           parallel_tool_calls=False, max_output_tokens=120, temperature=0)
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert r.status == "completed" and len(calls) == 1 and r.parallel_tool_calls is False, r
+    for fc in calls:
+        assert fc.call_id.startswith("call_") and fc.id.startswith("fc_") and fc.status == "completed", fc
+        jsonschema.validate(json.loads(fc.arguments), SCHEMAS[fc.name])
+    assert [x.name for x in r.tools] == ["get_weather", "get_time"] and r.tool_choice == "required", r
+
+    results = [{"type": "function_call_output", "call_id": fc.call_id, "output": "sunny, 21 degrees"} for fc in calls]
+    r2 = c.responses.create(model=t.model_name, previous_response_id=r.id, input=results, tools=RESP_TOOLS,
+                            tool_choice="none", max_output_tokens=40, temperature=0)
+    assert r2.output_text and not [o for o in r2.output if o.type == "function_call"], r2
+    stateless = c.responses.create(
+        model=t.model_name, tools=RESP_TOOLS, tool_choice="none", max_output_tokens=40, temperature=0,
+        input=[{"role": "user", "content": ask}] +
+              [{"type": "function_call", "call_id": fc.call_id, "name": fc.name, "arguments": fc.arguments}
+               for fc in calls] + results)
+    chat = c.chat.completions.create(
+        model=t.model_name, tools=TOOLS, tool_choice="none", max_tokens=40, temperature=0,
+        messages=[{"role": "user", "content": ask},
+                  {"role": "assistant", "content": None,
+                   "tool_calls": [{"id": fc.call_id, "type": "function",
+                                   "function": {"name": fc.name, "arguments": fc.arguments}} for fc in calls]}] +
+                 [{"role": "tool", "tool_call_id": fc.call_id, "content": "sunny, 21 degrees"} for fc in calls])
+    want = chat.choices[0].message.content
+    assert r2.output_text == stateless.output_text == want, (r2.output_text, stateless.output_text, want)
+
+    events = list(c.responses.create(model=t.model_name, input="What time is it in Tokyo?", tools=RESP_TOOLS,
+                                     tool_choice={"type": "function", "name": "get_time"}, max_output_tokens=120,
+                                     parallel_tool_calls=False, temperature=0, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.type for e in events[:2]] == ["response.created", "response.in_progress"], events[:2]
+    assert events[-1].type == "response.completed", events[-1].type
+    added = [e.item for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
+    assert added and all(a.name == "get_time" for a in added), added
+    final_calls = [o for o in events[-1].response.output if o.type == "function_call"]
+    assert [a.id for a in added] == [f.id for f in final_calls], (added, final_calls)
+    for a, f in zip(added, final_calls):
+        deltas = "".join(e.delta for e in events
+                         if e.type == "response.function_call_arguments.delta" and e.item_id == a.id)
+        done = [e for e in events if e.type == "response.function_call_arguments.done" and e.item_id == a.id]
+        assert len(done) == 1 and deltas == done[0].arguments == f.arguments, (deltas, done, f)
+        jsonschema.validate(json.loads(f.arguments), SCHEMAS["get_time"])
+
+    for kw, param in ((dict(tools=[{"type": "web_search"}]), "tools"),
+                      (dict(tools=RESP_TOOLS, tool_choice={"type": "function", "name": "nope"}), "tool_choice.name"),
+                      (dict(tools=[RESP_TOOLS[0], RESP_TOOLS[0]]), "tools[1].name"),
+                      (dict(tools=RESP_TOOLS, tool_choice={"type": "file_search"}), "tool_choice")):
+        try:
+            c.responses.create(model=t.model_name, input=ask, **kw)
+            raise AssertionError(f"{kw} was accepted")
+        except openai.BadRequestError as e:
+            assert e.body["param"] == param, (kw, e.body)
+    t.note(f"responses tools: {len(calls)} call(s) {[fc.name for fc in calls]}, answered {want!r:.60}")
+
+
+TESTS = [t_tools_refusals, t_tools_generic_format, t_tools_sdk_strict_pydantic_and_tool_results, t_responses_tools]
 SEPARATE_SERVER_TESTS = [t_tools_native_formats]

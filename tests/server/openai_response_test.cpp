@@ -7,6 +7,9 @@
 
 #include "engine/engine_test_util.h"
 #include "server/json_util.h"
+#include "server/tool_calls.h"
+#include "server/response_store.h"
+#include "server/openai_responses.h"
 #include "support/test_util.h"
 
 namespace metro::server {
@@ -251,6 +254,91 @@ TEST_F(OpenAiResponseTest, LogprobsKeepToTheAlternativesAskedFor) {
   h.on_event(0, finish(0, engine::FinishReason::kLength), &out);
   h.on_event(0, done(4, 1), &out);
   EXPECT_TRUE(json::parse(h.finish())["choices"][0]["logprobs"].is_null());
+}
+
+// /v1/responses with tools: a stream opens a function_call item per call and sends its
+// arguments as written; a call cut short by the length bound ends `incomplete`; the stored
+// turn keeps only the complete calls.
+TEST_F(OpenAiResponseTest, ResponsesStreamFunctionCallItems) {
+  ResponseStore store(1 << 20);
+  for (bool stream : {true, false}) {
+    ResponseSpec spec;
+    spec.endpoint = Endpoint::kResponses;
+    spec.stream = stream;
+    spec.model = "smol";
+    spec.tools = std::make_shared<ToolRequest>();
+    auto rc = std::make_shared<ResponsesCall>();
+    for (const char* k : {"instructions", "max_output_tokens", "previous_response_id", "user"}) rc->echo[k] = nullptr;
+    rc->echo["temperature"] = 1.0;
+    rc->echo["top_p"] = 1.0;
+    rc->echo["store"] = true;
+    rc->echo["metadata"] = nlohmann::ordered_json::object();
+    rc->echo["text"] = {{"format", {{"type", "text"}}}};
+    rc->echo["tools"] = nlohmann::ordered_json::array();
+    rc->echo["tool_choice"] = "auto";
+    rc->echo["parallel_tool_calls"] = true;
+    rc->conversation = json::array({{{"role", "user"}, {"content", "hi"}}});
+    rc->store = &store;
+    rc->tenant = "t";
+    spec.responses = rc;
+    ResponseFormatter f(spec, *tok_, 1, stream ? "resp_s" : "resp_w", 1);
+    std::string out;
+    for (const char* piece : {"{\"tool_calls\": [{\"name\": \"f\", \"arg", "uments\": {\"a\": ", "1}}, ",
+                              "{\"name\": \"g\", \"arguments\": {\"b\""}) {
+      f.on_event(0, delta(0, piece, {11}), &out);
+    }
+    f.on_event(0, finish(0, engine::FinishReason::kLength), &out);
+    f.on_event(0, done(3, 4), &out);
+    out += f.finish();
+    json resp;
+    if (stream) {
+      std::vector<json> events;
+      std::string args_f;
+      for (size_t at = 0; (at = out.find("data: ", at)) != std::string::npos;) {
+        const size_t end = out.find('\n', at);
+        events.push_back(json::parse(out.substr(at + 6, end - at - 6)));
+        at = end;
+      }
+      ASSERT_GE(events.size(), 6u);
+      EXPECT_EQ(events[0]["type"], "response.created");
+      std::vector<std::string> added;
+      for (size_t i = 0; i < events.size(); ++i) {
+        EXPECT_EQ(events[i]["sequence_number"], i);
+        if (events[i]["type"] == "response.output_item.added") added.push_back(events[i]["item"]["name"]);
+        if (events[i]["type"] == "response.function_call_arguments.delta" && events[i]["output_index"] == 0) {
+          args_f += events[i]["delta"].get<std::string>();
+        }
+      }
+      EXPECT_EQ(added, (std::vector<std::string>{"f", "g"}));
+      EXPECT_EQ(args_f, "{\"a\": 1}");
+      EXPECT_EQ(events.back()["type"], "response.incomplete");
+      resp = events.back()["response"];
+    } else {
+      resp = json::parse(out);
+    }
+    EXPECT_EQ(resp["status"], "incomplete");
+    const json& output = resp["output"];
+    ASSERT_GE(output.size(), 1u) << resp;
+    EXPECT_EQ(output[0]["type"], "function_call");
+    EXPECT_EQ(output[0]["name"], "f");
+    EXPECT_EQ(output[0]["arguments"], "{\"a\": 1}");
+    EXPECT_EQ(output[0]["status"], "completed");
+    EXPECT_EQ(output[0]["call_id"].get<std::string>().rfind("call_", 0), 0u);
+    if (stream) {
+      // The cut call went out in part and is marked so; the whole body drops it.
+      ASSERT_EQ(output.size(), 2u) << resp;
+      EXPECT_EQ(output[1]["status"], "incomplete");
+    } else {
+      EXPECT_EQ(output.size(), 1u) << resp;
+    }
+    auto stored = store.get("t", stream ? "resp_s" : "resp_w");
+    ASSERT_NE(stored, nullptr);
+    const json& turn = stored->conversation.back();
+    EXPECT_EQ(turn["role"], "assistant");
+    EXPECT_TRUE(turn["content"].is_null()) << turn;
+    ASSERT_EQ(turn["tool_calls"].size(), 1u) << turn;
+    EXPECT_EQ(turn["tool_calls"][0]["function"]["name"], "f");
+  }
 }
 
 TEST_F(OpenAiResponseTest, CompletionChoicesAcrossPromptsAndEcho) {
