@@ -22,6 +22,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/openai_responses.h"
+#include "server/tool_calls.h"
 #include "server/response_store.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -97,17 +98,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   // The bytes as model output: never invalid UTF-8 or broken JSON on the way out.
-  for (auto endpoint : {server::Endpoint::kChatCompletions, server::Endpoint::kResponses}) {
+  // Chat, Responses, and both again with tools (the output read as calls as it streams).
+  for (int variant = 0; variant < 4; ++variant) {
+    const auto endpoint = variant % 2 == 0 ? server::Endpoint::kChatCompletions : server::Endpoint::kResponses;
     server::ResponseSpec spec;
     spec.endpoint = endpoint;
     spec.stream = size % 2 == 0;
     spec.chat_logprobs = true;
+    if (variant >= 2) spec.tools = std::make_shared<server::ToolRequest>();
     if (endpoint == server::Endpoint::kResponses) {
       auto rc = std::make_shared<server::ResponsesCall>();
       rc->echo = nlohmann::ordered_json{{"instructions", nullptr}, {"max_output_tokens", nullptr},
                                         {"previous_response_id", nullptr}, {"temperature", 1.0}, {"top_p", 1.0},
                                         {"store", false}, {"metadata", nlohmann::ordered_json::object()},
-                                        {"text", {{"format", {{"type", "text"}}}}}, {"user", nullptr}};
+                                        {"text", {{"format", {{"type", "text"}}}}}, {"user", nullptr},
+                                        {"tools", nlohmann::ordered_json::array()}, {"tool_choice", "auto"},
+                                        {"parallel_tool_calls", true}};
       spec.responses = std::move(rc);
     }
     server::ResponseFormatter fmt(spec, *f.tok, 1, "fuzz", 0);
