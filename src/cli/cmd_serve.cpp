@@ -177,6 +177,11 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--chat-template", chat_template_file, "Jinja chat template file (overrides the model's)");
   app.add_option("-t,--threads", threads, "compute threads")->check(CLI::Range(1, 1024));
   app.add_option("--kv-memory", kv_memory, "KV cache budget in bytes (e.g. 4GiB); overrides --ctx-total");
+  std::string kv_spill_bytes = "4GiB";
+  app.add_option("--kv-spill-dir", ec.kv_spill_dir,
+                 "keep prefix-cache blocks evicted from memory in a file in this directory and read them back "
+                 "on later hits (a file per model, removed at exit)");
+  app.add_option("--kv-spill-bytes", kv_spill_bytes, "size of each model's spill file")->capture_default_str();
   app.add_option("--ctx-total", ec.ctx_total, "KV cache budget in tokens (default 65536)")
       ->check(CLI::Range(1, 1 << 28));
   app.add_option("--kv-block", ec.kv_block, "tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -364,6 +369,11 @@ int cmd_serve(int argc, char** argv) {
     if (!b.ok()) return fail("serve", b.status());
     if (*b < 1) return fail("serve", invalid_argument(std::string(flag) + " must be positive"));
     *out = static_cast<size_t>(*b);
+  }
+  if (!ec.kv_spill_dir.empty()) {
+    auto b = parse_size(kv_spill_bytes);
+    if (!b.ok()) return fail("serve", b.status());
+    ec.kv_spill_bytes = *b;
   }
   if (!kv_memory.empty()) {
     auto b = parse_size(kv_memory);

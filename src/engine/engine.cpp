@@ -116,6 +116,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
   impl->prefix_hint = impl->kv->prefix_hint();
+  if (!cfg.kv_spill_dir.empty()) {
+    if (!cfg.prefix_cache) return invalid_argument("--kv-spill-dir keeps prefix-cache blocks: it needs the prefix cache");
+    kv::FileSpillConfig sc;
+    sc.dir = cfg.kv_spill_dir;
+    sc.max_bytes = cfg.kv_spill_bytes;
+    METRO_ASSIGN_OR_RETURN(impl->spill, kv::FileSpillTier::open(sc, *impl->arena));
+    impl->kv->set_spill(impl->spill.get());
+  }
   sched::SchedulerOptions so;
   so.base.max_batch_tokens = cfg.max_batch_tokens;
   so.base.max_seqs = cfg.max_seqs;
@@ -472,6 +480,8 @@ void Engine::Impl::refresh_gauges_locked() {
   stats.kv_blocks_cached = ks.blocks_cached;
   stats.prefix_queries = ks.prefix_queries;
   stats.prefix_hits = ks.prefix_hits;
+  stats.restored_tokens = ks.restored_tokens;
+  if (spill) stats.spill = spill->stats();
 }
 
 }  // namespace metro::engine

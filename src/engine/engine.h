@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@
 #include "engine/speculative/proposer.h"
 #include "engine/step_observer.h"
 #include "kernels/dtype.h"
+#include "kv/file_spill.h"
 #include "kv/prefix_hint.h"
 #include "model/model.h"
 #include "sched/queue_order.h"
@@ -60,6 +62,10 @@ struct EngineConfig {
   kernels::DType kv_type = kernels::DType::kF16;  // --kv-type f16|q8_0
   bool prefix_cache = true;        // --no-prefix-cache turns it off
   PrefixCacheScope prefix_cache_scope = PrefixCacheScope::kTenant;  // --prefix-cache-scope
+  // A disk tier under the prefix cache (kv/file_spill.h): blocks memory evicts are kept in a
+  // file of at most kv_spill_bytes in this directory and read back on later hits. Empty: off.
+  std::string kv_spill_dir;        // --kv-spill-dir
+  int64_t kv_spill_bytes = 0;      // --kv-spill-bytes
   int max_batch_tokens = 256;      // tokens per step (--max-batch-tokens)
   int max_seqs = 64;               // sequences per step (--max-seqs)
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context
@@ -104,7 +110,9 @@ struct EngineStats {
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_cached = 0;
   uint64_t prefix_queries = 0;  // prompt tokens looked up in the prefix cache
-  uint64_t prefix_hits = 0;     // of which found
+  uint64_t prefix_hits = 0;     // of which found (restored from the spill tier among them)
+  uint64_t restored_tokens = 0; // of which read back from the spill tier
+  std::optional<kv::FileSpillStats> spill;  // the spill tier's (none: off)
   uint64_t prompt_tokens = 0;   // computed (not cached) prompt tokens
   uint64_t generated_tokens = 0;
   uint64_t draft_tokens = 0;     // drafts verified (speculative decoding)

@@ -82,6 +82,8 @@ struct Engine::Impl {
   Engine* self = nullptr;
   kernels::KvPageLayout layout;
   std::unique_ptr<kv::KvArena> arena;
+  // Declared between the arena it reads and the KV manager that calls it.
+  std::unique_ptr<kv::FileSpillTier> spill;
   std::unique_ptr<kv::KvCacheManager> kv;
   std::unique_ptr<sched::Scheduler> sched;
   std::shared_ptr<const sched::QueueOrder> queue_order;
@@ -103,6 +105,7 @@ struct Engine::Impl {
   std::atomic<int64_t> progress_ns{0};
   std::atomic<bool> has_requests{false};
   double tpot_ewma_s = 0.0;     // smoothed seconds of steps with decodes
+  uint64_t step_count_for_spill = 0;  // the spill tier's recompute cost is refreshed every 64 steps
   std::array<uint64_t, adaptive::kNumTiers> tier_steps{};
   std::array<uint64_t, adaptive::kNumTiers> tier_tokens{};
   std::vector<sched::ScheduledSeq> plan_scratch;

@@ -143,6 +143,30 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
             static_cast<double>(st.prefix_queries));
     counter("metro_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
             static_cast<double>(st.prefix_hits));
+    if (st.spill) {
+      const kv::FileSpillStats& sp = *st.spill;
+      counter("metro_prefix_cache_restored_tokens_total",
+              "Prompt tokens found in the KV spill tier and read back instead of computed (among the hits).",
+              static_cast<double>(st.restored_tokens));
+      gauge("metro_kv_spill_blocks", "KV blocks held in the spill file.", static_cast<double>(sp.blocks));
+      gauge("metro_kv_spill_bytes", "Bytes of KV blocks held in the spill file.", static_cast<double>(sp.bytes));
+      gauge("metro_kv_spill_capacity_blocks", "KV blocks the spill file may hold (--kv-spill-bytes).",
+            static_cast<double>(sp.capacity_blocks));
+      counter("metro_kv_spill_writes_total", "KV blocks written to the spill file.", static_cast<double>(sp.writes));
+      counter("metro_kv_spill_dropped_total",
+              "Evicted KV blocks the spill tier did not keep (its writer behind, or off after a failed write).",
+              static_cast<double>(sp.dropped));
+      counter("metro_kv_spill_restores_total", "KV blocks read back from the spill tier.",
+              static_cast<double>(sp.restores));
+      counter("metro_kv_spill_restore_bytes_total", "Bytes read back from the spill file.",
+              static_cast<double>(sp.restore_bytes));
+      counter("metro_kv_spill_restore_seconds_total", "Time spent reading KV blocks back from the spill file.",
+              sp.restore_seconds);
+      counter("metro_kv_spill_corrupt_total", "Spilled KV blocks dropped because their bytes failed the checksum.",
+              static_cast<double>(sp.corrupt));
+      gauge("metro_kv_spill_failed", "1 once a write to the spill file failed (the tier keeps nothing more).",
+            sp.failed ? 1.0 : 0.0);
+    }
     counter("metro_prompt_tokens_total", "Prompt tokens computed (prefix-cache hits excluded).",
             static_cast<double>(st.prompt_tokens));
     counter("metro_generation_tokens_total", "Tokens generated.", static_cast<double>(st.generated_tokens));

@@ -451,6 +451,11 @@ void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutpu
                             counts.running_by_class[static_cast<size_t>(k)]);
   }
   sched->observe_step(rep.cost);
+  if (spill && (step_count_for_spill++ & 63) == 0) {
+    // Whether a spilled block is worth reading back weighs it against computing its tokens.
+    const sched::StepCostModel cost = sched->stats().step_cost;
+    spill->set_recompute_cost(cost.per_prefill_token_s, cost.per_attention_pair_s);
+  }
   if (!spec_steps_by_k.empty()) {
     // The fit prices the step's own rows: a draft model's passes are priced by the proposer.
     controller.observe_step(rep.cost.step_s - propose_s, rep.cost.decode_seqs, last_prefill_tokens, rep.draft_tokens);

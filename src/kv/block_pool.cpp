@@ -60,6 +60,12 @@ std::optional<BlockId> KvBlockPool::allocate() {
   if (head_ == kNoBlock) return std::nullopt;
   const BlockId b = head_;
   remove_free(b);
+  const size_t i = static_cast<size_t>(b);
+  if (has_hash_[i] && on_evict_) {
+    on_evict_(b, hash_[i], parent_hash_[i],
+              std::span<const int32_t>(tokens_.data() + i * static_cast<size_t>(block_size_),
+                                       static_cast<size_t>(block_size_)));
+  }
   drop_hash(b);  // lazy eviction: the cached contents are about to be overwritten
   ref_[static_cast<size_t>(b)] = 1;
   return b;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -49,6 +50,10 @@ class KvBlockPool {
   bool is_cached(BlockId b) const { return has_hash_[static_cast<size_t>(b)]; }
   // Mirrors every registered and dropped hash into `hint` (null: none). Not owned.
   void set_hint(PrefixHint* hint) { hint_ = hint; }
+  // Called by allocate() with a cached block it is about to hand out (its contents still
+  // intact) and the block's key: a lower tier may keep them. Null: none.
+  using EvictFn = std::function<void(BlockId, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens)>;
+  void set_on_evict(EvictFn fn) { on_evict_ = std::move(fn); }
 
  private:
   void push_free_tail(BlockId b);
@@ -68,6 +73,7 @@ class KvBlockPool {
   std::vector<int32_t> tokens_;  // [n_blocks][block_size]
   std::unordered_map<uint64_t, BlockId> by_hash_;
   PrefixHint* hint_ = nullptr;
+  EvictFn on_evict_;
 };
 
 }  // namespace metro::kv

@@ -35,6 +35,18 @@ void KvArena::copy_block(BlockId src, BlockId dst) {
   backend_->copy_bytes(*buffer_, static_cast<size_t>(src) * bb, static_cast<size_t>(dst) * bb, bb);
 }
 
+void KvArena::read_block(BlockId b, std::span<uint8_t> dst) {
+  const size_t bb = view_.block_bytes();
+  METRO_CHECK(b >= 0 && b < view_.n_blocks && dst.size() == bb);
+  backend_->read_bytes(*buffer_, static_cast<size_t>(b) * bb, dst);
+}
+
+void KvArena::write_block(BlockId b, std::span<const uint8_t> src) {
+  const size_t bb = view_.block_bytes();
+  METRO_CHECK(b >= 0 && b < view_.n_blocks && src.size() == bb);
+  backend_->write_bytes(*buffer_, static_cast<size_t>(b) * bb, src);
+}
+
 double kv_bytes_per_element(kernels::DType type) {
   const auto& t = kernels::traits(type);
   return static_cast<double>(t.bytes_per_block) / t.block_size;

@@ -36,6 +36,10 @@ class KvArena {
   model::KvView& scratch_view() { return view_; }
   // Copies block src's pages (every layer, K and V) over block dst's, on the backend.
   void copy_block(BlockId src, BlockId dst);
+  size_t block_bytes() const { return view_.block_bytes(); }
+  // Block b's pages (every layer, K and V) to or from host memory of block_bytes() bytes.
+  void read_block(BlockId b, std::span<uint8_t> dst);
+  void write_block(BlockId b, std::span<const uint8_t> src);
 
  private:
   std::shared_ptr<backends::Backend> backend_;

@@ -44,8 +44,20 @@ int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens, 
     const uint64_t parent = last_hash(s);
     const uint64_t h = block_hash(parent, blk);
     auto hit = pool_.lookup(h, parent, blk);
-    if (!hit) break;
-    pool_.ref(*hit);
+    if (hit) {
+      pool_.ref(*hit);
+    } else {
+      // Memory evicted it: the spill tier may still hold it.
+      if (spill_ == nullptr || !spill_->worth_restoring(h, n)) break;
+      hit = pool_.allocate();
+      if (!hit) break;
+      if (!spill_->restore(h, parent, blk, *hit)) {
+        pool_.unref(*hit);
+        break;
+      }
+      pool_.set_hash(*hit, h, parent, blk);
+      restored_ += static_cast<uint64_t>(bs);
+    }
     s.blocks.push_back(*hit);
     s.chain.push_back(h);
     n += bs;
@@ -53,6 +65,17 @@ int KvCacheManager::computed_blocks(SeqId seq, std::span<const int32_t> tokens, 
   s.n_tokens = n;
   hits_ += static_cast<uint64_t>(n);
   return n;
+}
+
+void KvCacheManager::set_spill(KvSpillTier* tier) {
+  spill_ = tier;
+  if (tier == nullptr || !cfg_.prefix_cache) {
+    pool_.set_on_evict(nullptr);
+    return;
+  }
+  pool_.set_on_evict([tier](BlockId b, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) {
+    tier->on_evict(b, hash, parent, tokens);
+  });
 }
 
 int32_t KvCacheManager::blocks_needed(SeqId seq, int n_new, int n_lookahead) const {
@@ -190,6 +213,7 @@ KvCacheStats KvCacheManager::stats() const {
   s.blocks_cached = pool_.n_cached();
   s.prefix_queries = queries_;
   s.prefix_hits = hits_;
+  s.restored_tokens = restored_;
   return s;
 }
 

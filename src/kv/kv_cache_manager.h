@@ -34,6 +34,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/prefix_hint.h"
+#include "kv/spill.h"
 
 namespace metro::kv {
 
@@ -51,7 +52,8 @@ struct KvCacheStats {
   int32_t blocks_used = 0;     // referenced by some sequence
   int32_t blocks_cached = 0;   // hashed (some may be free and evictable)
   uint64_t prefix_queries = 0; // prompt tokens looked up
-  uint64_t prefix_hits = 0;    // prompt tokens found
+  uint64_t prefix_hits = 0;    // prompt tokens found (restored ones among them)
+  uint64_t restored_tokens = 0;  // prompt tokens read back from the spill tier
 };
 
 // A block copy the caller must perform on KV memory (fork of a partial block).
@@ -126,6 +128,9 @@ class KvCacheManager {
   // Blocks allocate(seq, n_new, n_lookahead) would take from the pool (0 if they fit).
   int32_t blocks_needed(SeqId seq, int n_new, int n_lookahead = 0) const;
   KvCacheStats stats() const;
+  // A lower tier for evicted prefix-cache blocks (null: none; not owned, must outlive the
+  // manager's use). computed_blocks() then also restores what it keeps.
+  void set_spill(KvSpillTier* tier);
   // A thread-safe mirror of the cached block hashes (null with the prefix cache off), for
   // estimates made off the engine thread.
   std::shared_ptr<const PrefixHint> prefix_hint() const { return hint_; }
@@ -156,7 +161,8 @@ class KvCacheManager {
   KvBlockPool pool_;
   std::shared_ptr<PrefixHint> hint_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;
-  uint64_t queries_ = 0, hits_ = 0;
+  uint64_t queries_ = 0, hits_ = 0, restored_ = 0;
+  KvSpillTier* spill_ = nullptr;
 };
 
 }  // namespace metro::kv
