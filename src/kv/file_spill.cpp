@@ -1,12 +1,14 @@
 #include "kv/file_spill.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -56,6 +58,15 @@ Expected<std::unique_ptr<FileSpillTier>> FileSpillTier::open(const FileSpillConf
   std::error_code ec;
   std::filesystem::create_directories(cfg.dir, ec);
   if (ec) return invalid_argument("--kv-spill-dir: cannot make " + cfg.dir + ": " + ec.message());
+  // Files a process left when it died (killed, crashed) are of no use to anyone: remove them.
+  for (const auto& entry : std::filesystem::directory_iterator(cfg.dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    long pid = 0;
+    if (std::sscanf(name.c_str(), "kv-spill-%ld-", &pid) == 1 && pid > 0 && pid != ::getpid() &&
+        ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
   std::unique_ptr<FileSpillTier> t(new FileSpillTier(cfg, arena));
   t->path_ = (std::filesystem::path(cfg.dir) / ("kv-spill-" + std::to_string(::getpid()) + "-" +
                                                 std::to_string(g_files.fetch_add(1)) + ".bin"))

@@ -3,7 +3,8 @@
 // that is cheaper than computing them again.
 //
 // The file is an arena of block-sized slots, at most max_bytes, created in the directory and
-// removed when the tier closes (a cache: a restart starts empty). An evicted block's bytes
+// removed when the tier closes (a cache: a restart starts empty; files a dead process left
+// there are removed when a tier opens). An evicted block's bytes
 // are copied out of the KV arena at once (the pool reuses the block right after) and written
 // by a thread of the tier's own; until then a hit is served from that copy. When the file is
 // full the least recently used slot is taken. Each slot's key (chained hash, parent hash,

@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <vector>
@@ -245,6 +246,21 @@ TEST(FileSpill, AFailingWriteTurnsTheTierOffAndKeepsWhatItHas) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(FileSpill, FilesOfDeadProcessesAreRemovedAtOpen) {
+  ArenaFixture f;
+  std::filesystem::create_directories(f.dir);
+  // pid_max is at most 2^22: this pid runs nowhere. A file of a live process stays.
+  const auto stale = std::filesystem::path(f.dir) / "kv-spill-4999999-0.bin";
+  const auto live = std::filesystem::path(f.dir) / ("kv-spill-" + std::to_string(::getppid()) + "-0.bin");
+  const auto other = std::filesystem::path(f.dir) / "notes.txt";
+  for (const auto& p : {stale, live, other}) std::ofstream(p) << "x";
+  auto t = FileSpillTier::open(FileSpillConfig{f.dir, 1 << 20}, f.arena);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(other));
 }
 
 TEST(FileSpill, BadSettingsAreRefused) {
