@@ -596,19 +596,18 @@ void VariantGuard::export_metrics(metrics::Exposition& e) const {
   }
   const char* kl_help = "Mean KL (nats per output token) of a rolled-out variant's shadow-scored answers from its "
                         "primary's model, over the recent window.";
-  e.declare("metro_variant_shadow_kl", metrics::Type::kGauge, kl_help);
-  for (const auto& [k, r] : rollouts_) {
-    if (!r.st.shadow) continue;
-    e.gauge("metro_variant_shadow_kl", kl_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
-            r.shadow ? r.shadow->snapshot().kl_mean : r.st.shadow_kl_mean);
-  }
   const char* top1_help = "Share of output positions where a rolled-out variant's shadow-scored answers and its "
                           "primary's model agree on the most likely token, over the recent window.";
+  e.declare("metro_variant_shadow_kl", metrics::Type::kGauge, kl_help);
   e.declare("metro_variant_shadow_top1", metrics::Type::kGauge, top1_help);
   for (const auto& [k, r] : rollouts_) {
     if (!r.st.shadow) continue;
-    e.gauge("metro_variant_shadow_top1", top1_help, metrics::labels({{"model", k.first}, {"variant", k.second}}),
-            r.shadow ? r.shadow->snapshot().top1_mean : r.st.shadow_top1_mean);
+    // A running rollout reads its scorer; an ended one keeps the last figures it read.
+    const double kl = r.shadow ? r.shadow->snapshot().kl_mean : r.st.shadow_kl_mean;
+    const double top1 = r.shadow ? r.shadow->snapshot().top1_mean : r.st.shadow_top1_mean;
+    const std::string l = metrics::labels({{"model", k.first}, {"variant", k.second}});
+    e.gauge("metro_variant_shadow_kl", kl_help, l, kl);
+    e.gauge("metro_variant_shadow_top1", top1_help, l, top1);
   }
   const char* fb_help = "Ratings of a variant's answers sent to /v1/feedback.";
   e.declare("metro_variant_feedback_total", metrics::Type::kCounter, fb_help);
