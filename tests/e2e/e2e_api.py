@@ -560,6 +560,7 @@ def t_kv_spill(ctx):
     spill_dir = tempfile.mkdtemp(prefix="metro-e2e-spill-")
     srv = MetroServer(ctx.metro, ctx.model_path, ["--model-name", "m", "--ctx", "512", "--ctx-total", "512",
                                                   "--kv-spill-dir", spill_dir, "--kv-spill-bytes", "64MiB",
+                                                  "--admission", "off",
                                                   "-t", str(env_int("METRO_E2E_THREADS", 2))])
     srv.start()
     try:
