@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/engine_test_util.h"
 #include "gguf/gguf.h"
 #include "support/test_util.h"
 
@@ -31,16 +32,20 @@ TEST(SensitivityCli, CostsPerTensorAndAPlanThatQuantizeApplies) {
   const std::string model = metro::testing::default_model_path();
   const std::string text = metro::testing::source_path("tests/fixtures/perplexity/metro_essay.txt");
   const uint64_t before = matrix_bytes(model);
-  const uint64_t budget = before - 400000;  // two ffn_down matrices lowered at least
+  // Under ASan+UBSan one matrix (three candidates) runs the same code; the release run costs
+  // eleven.
+  const bool one = metro::testing::sanitized();
+  const uint64_t budget = one ? before - 1 : before - 400000;  // else two ffn_down matrices lowered at least
   TempFile plan(".json"), out(".gguf");
   auto r = run_metro({"sensitivity", "-m", model, "-f", text, "--types", "q4_0,q3_k,q2_k", "--tensors",
-                      "blk.2*.ffn_down.weight", "--ctx", "64", "--json", "-t", "2", "--budget-bytes",
+                      one ? "blk.29.ffn_down.weight" : "blk.2*.ffn_down.weight", "--ctx", "64", "--json", "-t", "2",
+                      "--budget-bytes",
                       std::to_string(budget), "-o", plan.path()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["matrix_bytes"].get<uint64_t>(), before);
   const auto& moves = j["moves"];
-  ASSERT_EQ(moves.size(), 33u);  // blk.2 and blk.20-29, three formats each, all smaller than Q4_1
+  ASSERT_EQ(moves.size(), one ? 3u : 33u);  // blk.2 and blk.20-29, three formats each, all smaller than Q4_1
   std::map<std::string, double> kl_by_type;
   double last = 0.0;
   for (const auto& m : moves) {
@@ -63,7 +68,7 @@ TEST(SensitivityCli, CostsPerTensorAndAPlanThatQuantizeApplies) {
   std::ifstream pin(plan.path());
   const auto p = nlohmann::json::parse(pin);
   EXPECT_EQ(p["type"], "keep");
-  EXPECT_GE(p["tensors"].size(), 2u);
+  EXPECT_GE(p["tensors"].size(), one ? 1u : 2u);
   EXPECT_EQ(p["tensors"], j["plan"]["tensors"]);
   auto q = run_metro({"quantize", model, out.path(), "--plan", plan.path()});
   ASSERT_EQ(q.exit_code, 0) << q.err;

@@ -379,7 +379,8 @@ TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_us
 def t_served_model_names(ctx):
     """--served-model-name A B: both names are listed and answered, responses report the first."""
     srv = MetroServer(ctx.metro, ctx.model_path, ["--served-model-name", "first-name", "org/second", "--ctx", "512",
-                                                  "--ctx-total", "2048", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+                                                  "--ctx-total", "2048", "--admission", "off",
+                                                  "-t", str(env_int("METRO_E2E_THREADS", 2))])
     srv.start()
     try:
         srv.wait_ready()
@@ -413,7 +414,7 @@ def t_request_ids_and_json_logs(ctx):
     writes one access record per request with the id, the caller's trace and the call's
     numbers."""
     srv = MetroServer(ctx.metro, ctx.model_path, ["--model-name", ctx.model_name, "--log-format", "json", "--ctx",
-                                                  "512", "--ctx-total", "2048",
+                                                  "512", "--ctx-total", "2048", "--admission", "off",
                                                   "-t", str(env_int("METRO_E2E_THREADS", 2))])
     srv.start()
     try:

@@ -19,6 +19,7 @@ import teacher_capture  # noqa: E402
 def capture_server(ctx, out_dir, extra):
     return MetroServer(ctx.metro, ctx.model_path, ["--model-name", "m", "--capture-teacher", out_dir,
                                                    "--capture-top-k", "5", "--ctx", "512", "--ctx-total", "2048",
+                                                   "--admission", "off",  # e2e_sla.py's subject
                                                    "-t", str(env_int("METRO_E2E_THREADS", 2))] + extra)
 
 

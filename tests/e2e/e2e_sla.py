@@ -108,6 +108,11 @@ def t_sla_realtime_survives_a_batch_flood(ctx):
     assert m['metro_class_finished_total{class="batch"}'] == len(flood_sla), m
     worst = max(rt_sla)
     assert worst <= REALTIME_TTFT, f"realtime TTFTs {rt_sla} under a batch flood, objective {REALTIME_TTFT} s"
+    if SANITIZED:
+        # The sanitized run checks the scheduler's memory and the bound above; the release run
+        # also shows that the same flood breaks the bound under FCFS.
+        ctx.note(f"batch flood: realtime TTFT worst {worst:.2f} s with --sched sla (objective {REALTIME_TTFT} s)")
+        return
     # The same load under FCFS: the realtime requests wait behind the flood. This is what
     # makes the check above mean something: the flood is big enough to break the objective.
     rt_fcfs, _, _ = flood_then_realtime(ctx, "fcfs")

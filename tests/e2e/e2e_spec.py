@@ -17,6 +17,7 @@ ASK = "Copy this paragraph exactly, word for word:\n\n" + TEXT
 def _server(ctx, spec, extra=()):
     srv = MetroServer(ctx.metro, ctx.model_path, [
         "--model-name", ctx.model_name, "--ctx", "1024", "--ctx-total", "8192", "--max-seqs", "16",
+        "--admission", "off",  # admission is e2e_sla.py's subject; other tests share the CPU
         "--spec", spec, "--spec-max-k", "8", "-t", str(env_int("METRO_E2E_THREADS", 2))] + list(extra))
     srv.start()
     srv.wait_ready()

@@ -16,6 +16,7 @@ ASK = "Name three rivers of Europe and one fact about each."
 def _server(ctx, model, extra=()):
     srv = MetroServer(ctx.metro, model, [
         "--model-name", ctx.model_name, "--ctx", "1024", "--ctx-total", "8192", "--max-seqs", "16",
+        "--admission", "off",  # admission is e2e_sla.py's subject; other tests share the CPU
         "-t", str(env_int("METRO_E2E_THREADS", 2))] + list(extra))
     srv.start()
     srv.wait_ready()
