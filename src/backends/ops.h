@@ -35,10 +35,12 @@ class DeviceVector;
 enum class ActId : uint8_t {};
 enum class RowSet : uint8_t { kTokens, kLogits };
 
-// dst[t] = row token[t] of `table` (a MatrixUse::kRows matrix), as F32.
+// dst[t] = row token[t] of `table` (a MatrixUse::kRows matrix), as F32, times `scale`
+// (gemma scales its embeddings by sqrt(n_embd)).
 struct EmbedOp {
   const DeviceMatrix* table;
   ActId dst;
+  float scale = 1.0f;
 };
 
 // dst[t] = the cos then the sin of token t's rotary angles at position pos[t]
@@ -102,6 +104,15 @@ struct AttentionOp {
   float scale;
 };
 
+// Each of the n_head heads of x[t] (width/n_head values each) RMS-normed in place with the
+// same weight (head_dim values): the per-head query and key norms of qwen3 and gemma3.
+struct HeadNormOp {
+  ActId x;
+  const DeviceVector* weight;
+  int n_head;
+  float eps;
+};
+
 // dst[t] = a[t] + b[t]
 struct AddOp {
   ActId a;
@@ -109,11 +120,12 @@ struct AddOp {
   ActId dst;
 };
 
-// dst[t] = silu(gate[t]) * up[t]
+// dst[t] = silu(gate[t]) * up[t], or gelu(gate[t]) * up[t] (tanh approximation) when `gelu`
 struct SwigluOp {
   ActId gate;
   ActId up;
   ActId dst;
+  bool gelu = false;
 };
 
 // x (its token rows) = the sum over the communicator's ranks of each rank's x: where the
@@ -124,7 +136,7 @@ struct AllReduceOp {
 };
 
 using Op = std::variant<EmbedOp, RopeAnglesOp, RmsNormOp, ProjectOp, AddBiasOp, RopeOp, KvStoreOp,
-                        AttentionOp, AddOp, SwigluOp, AllReduceOp>;
+                        AttentionOp, AddOp, SwigluOp, AllReduceOp, HeadNormOp>;
 
 // One kind per alternative of Op, in the same order.
 enum class OpKind : uint8_t {
@@ -139,6 +151,7 @@ enum class OpKind : uint8_t {
   kAdd,
   kSwiglu,
   kAllReduce,
+  kHeadNorm,
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);

@@ -61,6 +61,11 @@ class Validator {
     const int64_t n = width(o.dst, kTok);
     METRO_CHECK(width(o.gate, kTok) == n && width(o.up, kTok) == n);
   }
+  void operator()(const HeadNormOp& o) {
+    METRO_CHECK(o.n_head > 0);
+    const int64_t n = width(o.x, kTok);
+    METRO_CHECK(n % o.n_head == 0 && o.weight->size() == n / o.n_head);
+  }
   void operator()(const AllReduceOp& o) {
     METRO_CHECK(o.comm != nullptr);
     width(o.x, kTok);

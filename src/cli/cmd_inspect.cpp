@@ -93,11 +93,15 @@ json summarize(const gguf::File& f, const std::string& path) {
     j["rope"] = {{"type", h.rope_type == model::RopeType::kNeox ? "neox" : "normal"},
                  {"freq_base", h.rope_freq_base},
                  {"n_rot", h.n_rot},
-                 {"scaling", h.rope_scaling == model::RopeScaling::kLinear ? "linear" : "none"},
+                 {"scaling", h.rope_scaling == model::RopeScaling::kLinear ? "linear"
+                             : h.rope_scaling == model::RopeScaling::kYarn ? "yarn"
+                                                                            : "none"},
                  {"scale_factor", h.rope_scale_factor},
                  {"freq_factors", h.has_rope_freq_factors}};
+    if (h.rope_scaling == model::RopeScaling::kYarn) j["rope"]["original_context"] = h.rope_orig_ctx;
     j["tied_output"] = h.tied_output;
     j["qkv_bias"] = h.has_qkv_bias;
+    j["qk_norm"] = h.has_qk_norm;
     j["kv_bytes_per_token_f16"] = h.kv_bytes_per_token(2.0);
     // Bind the weights as `metro serve` would, to report the layouts the kernels use.
     auto w = model::ModelWeights::bind(f, h, /*allow_repack=*/true);

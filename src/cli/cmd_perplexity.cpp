@@ -89,7 +89,7 @@ int cmd_perplexity(int argc, char** argv) {
   if (!lm.ok()) return fail("perplexity", lm.status());
   const model::Model& m = *lm->model;
   const tokenizer::Tokenizer& tok = *lm->tokenizer;
-  if (n_ctx > static_cast<int>(m.hparams().n_ctx_train)) {
+  if (n_ctx > static_cast<int>(m.hparams().max_context())) {
     return fail("perplexity", invalid_argument("--ctx exceeds the model's context"));
   }
   const bool exact = kl_vs == "exact";

@@ -166,7 +166,7 @@ int cmd_sensitivity(int argc, char** argv) {
   w.add_bos = tok.add_bos() && tok.bos_id() >= 0;
   w.bos = tok.bos_id();
   w.ids = tok.encode(text, w.add_bos, false);
-  w.n_ctx = std::min<int>(n_ctx, static_cast<int>(base.hparams().n_ctx_train));
+  w.n_ctx = std::min<int>(n_ctx, static_cast<int>(base.hparams().max_context()));
   w.n_chunks = std::min(max_chunks, static_cast<int>(w.ids.size()) / w.n_ctx);
   if (w.n_chunks < 1) return fail("sensitivity", invalid_argument("the text is shorter than one window"));
   ThreadPool pool(threads);

@@ -7,6 +7,7 @@
 #include "base/clock.h"
 #include "base/cpu_features.h"
 #include "base/hash.h"
+#include "base/log.h"
 #include "engine/engine_impl.h"
 
 namespace metro::engine {
@@ -95,8 +96,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   auto e = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), cfg));
   auto impl = std::make_unique<Impl>(cfg.sla);
   impl->self = e.get();
-  e->n_ctx_ = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, static_cast<int>(hp.n_ctx_train))
-                            : static_cast<int>(hp.n_ctx_train);
+  const int max_ctx = static_cast<int>(hp.max_context());
+  e->n_ctx_ = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, max_ctx) : max_ctx;
+  if (max_ctx < static_cast<int>(hp.n_ctx_train) && (cfg.n_ctx == 0 || cfg.n_ctx > max_ctx)) {
+    METRO_LOG_INFO("context capped at the model's %d-token attention window (trained for %u): "
+                   "within the window full attention is exact", max_ctx, hp.n_ctx_train);
+  }
 
   // The KV arena holds this model's layers and KV heads (a shard's, when it is one), in its
   // backend's memory.

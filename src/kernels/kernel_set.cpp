@@ -25,6 +25,13 @@ void KernelSet::swiglu(const float* gate, const float* up, float* out, int64_t n
   ops_->swiglu(gate, up, out, n);
 }
 
+void KernelSet::geglu(const float* gate, const float* up, float* out, int64_t n) const {
+  ops_->gelu(gate, out, n);
+  ops_->mul(out, up, out, n);
+}
+
+void KernelSet::scale(float* x, float s, int64_t n) const { ops_->scale(x, s, n); }
+
 void KernelSet::rope_rotate(float* x, int n_head, const RopeConfig& cfg, const float* cos,
                             const float* sin) const {
   ops_->rope_rotate(x, n_head, cfg.head_dim, cfg.n_rot, cfg.mode, cos, sin);

@@ -40,6 +40,9 @@ class KernelSet {
   void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps) const;
   void add(const float* a, const float* b, float* out, int64_t n) const;
   void swiglu(const float* gate, const float* up, float* out, int64_t n) const;
+  // out = gelu(gate) * up (tanh approximation); out may be gate.
+  void geglu(const float* gate, const float* up, float* out, int64_t n) const;
+  void scale(float* x, float s, int64_t n) const;
   // Rope::apply with this set: rotates n_head heads of x by the angles cos/sin
   // (cfg.n_rot / 2 values each).
   void rope_rotate(float* x, int n_head, const RopeConfig& cfg, const float* cos,

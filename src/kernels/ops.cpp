@@ -2,7 +2,9 @@
 // and the RoPE angle tables.
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "base/check.h"
 #include "base/cpu_features.h"
@@ -46,24 +48,53 @@ Rope::Rope(const RopeConfig& cfg) : cfg_(cfg) {
                   "Rope: n_rot must be even, positive, <= head_dim and <= kMaxRot");
   METRO_CHECK_MSG(cfg.freq_base > 0.0f && cfg.linear_scale > 0.0f,
                   "Rope: freq_base and linear_scale must be positive");
-  const int half = cfg.n_rot / 2;
-  inv_freq_.resize(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    double f = std::pow(static_cast<double>(cfg.freq_base), -2.0 * i / cfg.n_rot);
-    if (cfg.freq_factors) {
+  if (cfg.freq_factors) {
+    for (int i = 0; i < cfg.n_rot / 2; ++i) {
       METRO_CHECK_MSG(cfg.freq_factors[i] > 0.0f, "Rope: frequency factors must be positive");
-      f /= static_cast<double>(cfg.freq_factors[i]);
     }
-    inv_freq_[static_cast<size_t>(i)] = f / static_cast<double>(cfg.linear_scale);
   }
+  METRO_CHECK_MSG(cfg.yarn.factor <= 1.0f || cfg.yarn.orig_ctx > 0, "Rope: YaRN needs the original context");
+  RopeFrequencies f = rope_frequencies(cfg);
+  inv_freq_ = std::move(f.inv_freq);
+  mscale_ = f.mscale;
+}
+
+RopeFrequencies rope_frequencies(const RopeConfig& cfg) {
+  const int half = cfg.n_rot / 2;
+  const double base = cfg.freq_base;
+  const bool yarn = cfg.yarn.factor > 1.0f;
+  // The pair index at which a rotation turns `turns` times over the original context.
+  auto pair_at = [&](double turns) {
+    return cfg.n_rot * std::log(static_cast<double>(cfg.yarn.orig_ctx) / (turns * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+  };
+  double low = 0, high = 0;
+  if (yarn) {
+    low = std::max(0.0, std::floor(pair_at(cfg.yarn.beta_fast)));
+    high = std::min(static_cast<double>(cfg.n_rot - 1), std::ceil(pair_at(cfg.yarn.beta_slow)));
+  }
+  RopeFrequencies out;
+  out.inv_freq.resize(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double f = std::pow(base, -2.0 * i / cfg.n_rot);
+    if (cfg.freq_factors) f /= static_cast<double>(cfg.freq_factors[i]);
+    f /= static_cast<double>(cfg.linear_scale);
+    if (yarn) {
+      // 1 below `low` (keep the frequency), 0 above `high` (interpolate), linear between.
+      const double keep = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+      f = f / cfg.yarn.factor * (1.0 - keep) + f * keep;
+    }
+    out.inv_freq[static_cast<size_t>(i)] = f;
+  }
+  if (yarn) out.mscale = cfg.yarn.attn_factor * (1.0 + 0.1 * std::log(static_cast<double>(cfg.yarn.factor)));
+  return out;
 }
 
 void Rope::angles(int64_t pos, float* cos_out, float* sin_out) const {
   const double p = static_cast<double>(pos);
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
     const double theta = p * inv_freq_[i];
-    cos_out[i] = static_cast<float>(std::cos(theta));
-    sin_out[i] = static_cast<float>(std::sin(theta));
+    cos_out[i] = static_cast<float>(std::cos(theta) * mscale_);
+    sin_out[i] = static_cast<float>(std::sin(theta) * mscale_);
   }
 }
 

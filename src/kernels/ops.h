@@ -45,9 +45,22 @@ enum class RopeMode : uint8_t {
   kNeox,    // rotate (x[i], x[i + n_rot/2])
 };
 
+// YaRN context extension: pairs that turn fewer than beta_slow times over the original
+// context are interpolated (frequency divided by `factor`), pairs that turn more than
+// beta_fast times keep their frequency, and those between blend linearly in the pair index;
+// cos and sin are scaled by attn_factor * (1 + 0.1 ln factor), which keeps the attention
+// logits' temperature.
+struct YarnConfig {
+  float factor = 1.0f;     // > 1 enables it
+  int orig_ctx = 0;        // the context the model was trained with before extension
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float attn_factor = 1.0f;
+};
+
 // Rotary position embedding tables: inverse frequencies per rotated pair, with linear
-// scaling (positions divided by `linear_scale`) and llama3-style per-pair frequency factors
-// (frequency divided by factor[i]) applied.
+// scaling (positions divided by `linear_scale`), llama3-style per-pair frequency factors
+// (frequency divided by factor[i]) or YaRN applied.
 struct RopeConfig {
   int head_dim = 0;
   int n_rot = 0;  // rotated dims per head (<= head_dim, even); the rest pass through
@@ -55,7 +68,16 @@ struct RopeConfig {
   float linear_scale = 1.0f;
   const float* freq_factors = nullptr;  // n_rot/2 values or null
   RopeMode mode = RopeMode::kNormal;
+  YarnConfig yarn;
 };
+
+// The inverse frequency of each rotated pair (n_rot/2 values) and the factor cos and sin
+// are multiplied by: the closed form the fast path and the double reference share.
+struct RopeFrequencies {
+  std::vector<double> inv_freq;
+  double mscale = 1.0;
+};
+RopeFrequencies rope_frequencies(const RopeConfig& cfg);
 
 // Angles are computed in double from the closed form theta_i = pos / linear_scale *
 // freq_base^(-2i/n_rot) / factor_i, so long positions lose no precision.
@@ -76,11 +98,14 @@ class Rope {
   // theta_i / pos for each rotated pair (n_rot/2 values, scaling and factors applied): what
   // a device backend computes the angles from, the same way angles() does.
   const std::vector<double>& inv_freq() const { return inv_freq_; }
+  // What cos and sin are multiplied by (YaRN's attention scaling; 1 otherwise).
+  double mscale() const { return mscale_; }
   static constexpr int kMaxRot = 512;
 
  private:
   RopeConfig cfg_;
   std::vector<double> inv_freq_;  // n_rot/2, scaling and factors applied
+  double mscale_ = 1.0;
 };
 
 // Scalar references: the definition of what the dispatched kernels compute, and the

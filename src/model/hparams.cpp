@@ -6,7 +6,8 @@
 namespace metro::model {
 
 bool is_supported_architecture(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "mistral";
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
+         arch == "gemma3";
 }
 
 namespace {
@@ -64,7 +65,7 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.architecture = std::string(arch);
   if (!is_supported_architecture(h.architecture)) {
     return unimplemented("architecture '" + h.architecture.substr(0, 64) +
-                         "' is not supported (llama, mistral, qwen2 are)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3 are)");
   }
   if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
   const std::string a = h.architecture + ".";
@@ -108,18 +109,64 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
     if (st == "linear") {
       h.rope_scaling = RopeScaling::kLinear;
     } else if (st == "yarn") {
-      return unimplemented("YaRN rope scaling is not supported yet");
+      h.rope_scaling = RopeScaling::kYarn;
     } else if (st != "none") {
       return unimplemented("rope scaling type '" + std::string(st.substr(0, 32)) + "'");
     }
   }
-  if (h.rope_scaling == RopeScaling::kLinear && f.has(a + "rope.scaling.factor")) {
+  if (h.rope_scaling != RopeScaling::kNone && f.has(a + "rope.scaling.factor")) {
     METRO_ASSIGN_OR_RETURN(h.rope_scale_factor, f.get_f32(a + "rope.scaling.factor"));
     if (!(h.rope_scale_factor >= 1.0f && h.rope_scale_factor <= 1024.0f)) {
       return bad("rope.scaling.factor out of range");
     }
   }
-  h.rope_type = h.architecture == "qwen2" ? RopeType::kNeox : RopeType::kNormal;
+  if (h.rope_scaling == RopeScaling::kYarn) {
+    METRO_ASSIGN_OR_RETURN(h.rope_orig_ctx, opt_u32(f, a + "rope.scaling.original_context_length", h.n_ctx_train,
+                                                    1u << 24));
+    auto opt_f32 = [&](const std::string& key, float& v, float lo, float hi) -> Status {
+      if (!f.has(key)) return {};
+      METRO_ASSIGN_OR_RETURN(v, f.get_f32(key));
+      if (!(v >= lo && v <= hi)) return bad("'" + key + "' out of range");
+      return {};
+    };
+    METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.yarn_beta_fast", h.yarn_beta_fast, 0.01f, 1e4f));
+    METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.yarn_beta_slow", h.yarn_beta_slow, 0.01f, 1e4f));
+    METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.attn_factor", h.yarn_attn_factor, 0.01f, 100.0f));
+    if (h.yarn_beta_slow >= h.yarn_beta_fast) return bad("rope.scaling.yarn_beta_slow must be below yarn_beta_fast");
+  }
+  // The Qwen families rotate halves; llama and mistral GGUFs had Q and K permuted for
+  // adjacent pairs at conversion.
+  h.rope_type = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "phi3" ||
+                        h.architecture == "gemma3"
+                    ? RopeType::kNeox
+                    : RopeType::kNormal;
+  if (f.has(a + "attention.sliding_window")) {
+    METRO_ASSIGN_OR_RETURN(h.sliding_window, f.get_u32(a + "attention.sliding_window"));
+  }
+  if (h.architecture == "gemma3") {
+    h.embd_scale = std::sqrt(static_cast<float>(h.n_embd));
+    h.has_post_norms = true;
+    h.gelu_ffn = true;
+    if (h.sliding_window > 0) {
+      // By default five sliding-window layers to each global one; they rotate at their own
+      // base (10000 unless the file says) and unscaled.
+      h.swa_pattern = 6;
+      if (f.has(a + "attention.sliding_window_pattern")) {
+        METRO_ASSIGN_OR_RETURN(h.swa_pattern, req_u32(f, a + "attention.sliding_window_pattern", 1024));
+      }
+      h.rope_freq_base_local = 10000.0f;
+      if (f.has(a + "rope.freq_base_swa")) {
+        METRO_ASSIGN_OR_RETURN(h.rope_freq_base_local, f.get_f32(a + "rope.freq_base_swa"));
+        if (!(h.rope_freq_base_local > 1.0f && std::isfinite(h.rope_freq_base_local))) {
+          return bad("rope.freq_base_swa out of range");
+        }
+      }
+    }
+    if (f.has(a + "final_logit_softcapping")) {
+      METRO_ASSIGN_OR_RETURN(float cap, f.get_f32(a + "final_logit_softcapping"));
+      if (cap != 0.0f) return unimplemented("final logit soft-capping is not supported");
+    }
+  }
 
   if (f.has(a + "vocab_size")) {
     METRO_ASSIGN_OR_RETURN(h.n_vocab, req_u32(f, a + "vocab_size", 1u << 22));
@@ -141,8 +188,44 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   }
   h.tied_output = f.find_tensor("output.weight") == nullptr;
   h.has_qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  h.has_qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  h.fused_qkv = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
+  h.fused_gate_up = f.find_tensor("blk.0.ffn_gate.weight") == nullptr && f.find_tensor("blk.0.ffn_up.weight") != nullptr;
+  if (f.find_tensor("rope_factors_long.weight") != nullptr || f.find_tensor("blk.0.rope_factors_long.weight") != nullptr) {
+    return unimplemented("LongRoPE frequency factors (rope_factors_long / rope_factors_short) are not supported");
+  }
+  if (h.architecture == "qwen3" && !h.has_qk_norm) {
+    return bad("a qwen3 model needs per-head query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");
+  }
   h.has_rope_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;
   return h;
+}
+
+kernels::RopeConfig local_rope_config(const HParams& hp) {
+  kernels::RopeConfig rc;
+  rc.head_dim = static_cast<int>(hp.head_dim);
+  rc.n_rot = static_cast<int>(hp.n_rot);
+  rc.freq_base = hp.rope_freq_base_local > 0.0f ? hp.rope_freq_base_local : hp.rope_freq_base;
+  rc.mode = hp.rope_type == RopeType::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal;
+  return rc;
+}
+
+kernels::RopeConfig rope_config(const HParams& hp, const float* freq_factors) {
+  kernels::RopeConfig rc;
+  rc.head_dim = static_cast<int>(hp.head_dim);
+  rc.n_rot = static_cast<int>(hp.n_rot);
+  rc.freq_base = hp.rope_freq_base;
+  rc.linear_scale = hp.rope_scaling == RopeScaling::kLinear ? hp.rope_scale_factor : 1.0f;
+  rc.freq_factors = freq_factors;
+  rc.mode = hp.rope_type == RopeType::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal;
+  if (hp.rope_scaling == RopeScaling::kYarn) {
+    rc.yarn.factor = hp.rope_scale_factor;
+    rc.yarn.orig_ctx = static_cast<int>(hp.rope_orig_ctx);
+    rc.yarn.beta_fast = hp.yarn_beta_fast;
+    rc.yarn.beta_slow = hp.yarn_beta_slow;
+    rc.yarn.attn_factor = hp.yarn_attn_factor;
+  }
+  return rc;
 }
 
 }  // namespace metro::model

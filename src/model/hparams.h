@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "gguf/gguf.h"
+#include "kernels/ops.h"
 
 namespace metro::model {
 
@@ -17,7 +18,7 @@ enum class RopeType : uint8_t {
 enum class RopeScaling : uint8_t { kNone, kLinear, kYarn };
 
 struct HParams {
-  std::string architecture;  // "llama", "qwen2", ...
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
@@ -33,10 +34,26 @@ struct HParams {
   float rope_freq_base = 10000.0f;
   RopeType rope_type = RopeType::kNormal;
   RopeScaling rope_scaling = RopeScaling::kNone;
-  float rope_scale_factor = 1.0f;  // context multiplier for linear scaling
+  float rope_scale_factor = 1.0f;  // context multiplier for linear and YaRN scaling
+  uint32_t rope_orig_ctx = 0;      // YaRN: the context before extension
+  float yarn_beta_fast = 32.0f;    // YaRN: pairs turning more often than this keep their frequency
+  float yarn_beta_slow = 1.0f;     // YaRN: pairs turning less often than this are interpolated
+  float yarn_attn_factor = 1.0f;   // YaRN: extra factor on its attention scaling
   bool has_rope_freq_factors = false;  // llama3-style per-dimension factors (rope_freqs.weight)
   bool tied_output = false;            // no output.weight: the token embedding is the head
   bool has_qkv_bias = false;           // qwen2
+  bool has_qk_norm = false;            // per-head RMS norms of Q and K before RoPE (qwen3)
+  bool fused_qkv = false;              // one attn_qkv.weight: Q rows, then K, then V (phi3)
+  bool fused_gate_up = false;          // ffn_up.weight holds the gate rows, then the up rows (phi3)
+  uint32_t sliding_window = 0;         // attention window in tokens; 0: none
+  // gemma3: embeddings times sqrt(n_embd), RMS norms of the attention and FFN outputs before
+  // they join the stream, GELU-gated FFN, and sliding-window layers (all but every
+  // swa_pattern-th) rotating with their own base and no scaling.
+  float embd_scale = 1.0f;
+  bool has_post_norms = false;  // blk.N.post_attention_norm / post_ffw_norm
+  bool gelu_ffn = false;
+  uint32_t swa_pattern = 0;           // 0: every layer alike
+  float rope_freq_base_local = 0.0f;  // the sliding-window layers' base; 0: the global one
 
   // Reads `{arch}.*` keys; validates ranges and consistency against the tensors present.
   // Architectures other than the llama family are refused by name.
@@ -47,7 +64,21 @@ struct HParams {
   uint64_t kv_bytes_per_token(double bytes_per_elem) const {
     return static_cast<uint64_t>(2.0 * n_layer * n_head_kv * head_dim * bytes_per_elem);
   }
+  // The longest context metro runs this model with: the trained one, or the sliding window
+  // when the model has one (attention over a context within the window is full attention,
+  // so it is exact without a windowed kernel).
+  // Whether layer il is a sliding-window layer with the local rotation.
+  bool is_local_layer(uint32_t il) const { return swa_pattern > 0 && il % swa_pattern < swa_pattern - 1; }
+  uint32_t max_context() const {
+    return sliding_window > 0 && sliding_window < n_ctx_train ? sliding_window : n_ctx_train;
+  }
 };
+
+// The rotary embedding these parameters describe; `freq_factors` (rope_freqs.weight, n_rot/2
+// values) or null.
+kernels::RopeConfig rope_config(const HParams& hp, const float* freq_factors);
+// The rotation of the sliding-window layers (rope_freq_base_local, unscaled).
+kernels::RopeConfig local_rope_config(const HParams& hp);
 
 // Whether an architecture name is one metro runs.
 bool is_supported_architecture(const std::string& arch);

@@ -29,7 +29,8 @@ constexpr ActId kRopeCs{9};  // [tokens][n_rot] cos then sin of each token's ang
 constexpr ActId kHidden{10};  // [tokens][n_embd] final normed states, on request
 constexpr ActId kXl{11};      // [logits][n_embd] normed rows of the tokens that want logits
 constexpr ActId kLogits{12};  // [logits][n_vocab]
-constexpr int kNumActs = 13;
+constexpr ActId kRopeCsLocal{13};  // [tokens][n_rot] the sliding-window layers' angles
+constexpr int kNumActs = 14;
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -50,14 +51,8 @@ Model::Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backen
       w_(std::move(w)),
       backend_(std::move(backend)),
       comm_(std::move(comm)) {
-  kernels::RopeConfig rc;
-  rc.head_dim = static_cast<int>(hp_.head_dim);
-  rc.n_rot = static_cast<int>(hp_.n_rot);
-  rc.freq_base = hp_.rope_freq_base;
-  rc.linear_scale = hp_.rope_scaling == RopeScaling::kLinear ? hp_.rope_scale_factor : 1.0f;
-  rc.freq_factors = w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data();
-  rc.mode = hp_.rope_type == RopeType::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal;
-  rope_ = std::make_unique<kernels::Rope>(rc);
+  rope_ = std::make_unique<kernels::Rope>(rope_config(hp_, w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data()));
+  if (hp_.swa_pattern > 0) rope_local_ = std::make_unique<kernels::Rope>(local_rope_config(hp_));
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -123,6 +118,7 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   act(kGate, n_ff);
   act(kUp, n_ff);
   act(kRopeCs, hp_.n_rot);
+  act(kRopeCsLocal, rope_local_ ? hp_.n_rot : 0);
   act(kHidden, g.ends_model ? n_embd : 0);
   act(kXl, g.ends_model ? n_embd : 0, RowSet::kLogits);
   act(kLogits, g.ends_model ? static_cast<int64_t>(hp_.n_vocab) : 0, RowSet::kLogits);
@@ -134,9 +130,10 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   Workspace ws;
   ws.limits_ = lim;
   ws.state_ = backend_->make_state(spec);
-  // Angles, embedding and norm; per layer at most 18 (3 of them biases, 2 all-reduces);
+  // Two sets of angles, embedding and norm; per layer at most 22 (3 biases, 2 head norms, 2
+  // post norms, 2 all-reduces);
   // the head's norm and product.
-  ws.ops.reserve(static_cast<size_t>(3 + 18 * g.n_layer() + 2));
+  ws.ops.reserve(static_cast<size_t>(4 + 22 * g.n_layer() + 2));
   ws.runs.reserve(static_cast<size_t>(lim.max_seqs));
   ws.logit_rows.reserve(static_cast<size_t>(lim.max_logits));
   return ws;
@@ -222,10 +219,11 @@ void Model::build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>&
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   const RowSet tok = RowSet::kTokens;
   // The reserve make_workspace made holds every op: building the list never allocates.
-  METRO_CHECK(ops.capacity() >= static_cast<size_t>(3 + 18 * g.n_layer() + 2));
+  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + 22 * g.n_layer() + 2));
   ops.clear();
   ops.push_back(RopeAnglesOp{rope_.get(), kRopeCs});
-  if (g.starts_model()) ops.push_back(EmbedOp{w_.token_embd.get(), kX});
+  if (rope_local_) ops.push_back(RopeAnglesOp{rope_local_.get(), kRopeCsLocal});
+  if (g.starts_model()) ops.push_back(EmbedOp{w_.token_embd.get(), kX, hp_.embd_scale});
   ops.push_back(RmsNormOp{kX, kXb, w_.layers[0].attn_norm.get(), eps, tok});
   for (size_t il = 0; il < w_.layers.size(); ++il) {
     const LayerWeights& L = w_.layers[il];
@@ -236,18 +234,27 @@ void Model::build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>&
       ops.push_back(AddBiasOp{kK, L.bk.get()});
       ops.push_back(AddBiasOp{kV, L.bv.get()});
     }
-    ops.push_back(RopeOp{rope_.get(), kQ, kRopeCs, n_head});
-    ops.push_back(RopeOp{rope_.get(), kK, kRopeCs, n_head_kv});
+    if (L.q_norm) {
+      ops.push_back(HeadNormOp{kQ, L.q_norm.get(), n_head, eps});
+      ops.push_back(HeadNormOp{kK, L.k_norm.get(), n_head_kv, eps});
+    }
+    const bool local = hp_.is_local_layer(static_cast<uint32_t>(L.model_layer));
+    const kernels::Rope* rope = local ? rope_local_.get() : rope_.get();
+    const ActId angles = local ? kRopeCsLocal : kRopeCs;
+    ops.push_back(RopeOp{rope, kQ, angles, n_head});
+    ops.push_back(RopeOp{rope, kK, angles, n_head_kv});
     ops.push_back(KvStoreOp{kK, kV, layer});
     ops.push_back(AttentionOp{kQ, kAtt, layer, n_head, scale});
     ops.push_back(project(kAtt, tok, {L.wo.get()}, {kTmp}));
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
+    if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX});
     ops.push_back(RmsNormOp{kX, kXb, L.ffn_norm.get(), eps, tok});
     ops.push_back(project(kXb, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
-    ops.push_back(SwigluOp{kGate, kUp, kGate});
+    ops.push_back(SwigluOp{kGate, kUp, kGate, hp_.gelu_ffn});
     ops.push_back(project(kGate, tok, {L.w_down.get()}, {kTmp}));
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
+    if (L.post_ffn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_ffn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX});
     if (il + 1 < w_.layers.size()) {
       ops.push_back(RmsNormOp{kX, kXb, w_.layers[il + 1].attn_norm.get(), eps, tok});

@@ -162,6 +162,7 @@ class Model {
   std::shared_ptr<backends::Backend> backend_;
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<kernels::Rope> rope_;
+  std::unique_ptr<kernels::Rope> rope_local_;  // the sliding-window layers' rotation; null when alike
   std::unique_ptr<FileWatch> watch_;  // null unless asked for
 };
 

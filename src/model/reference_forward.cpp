@@ -1,6 +1,8 @@
 #include "model/reference_forward.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <string>
 
 #include "kernels/dtype.h"
@@ -35,6 +37,15 @@ Expected<DenseMat> dense(const gguf::File& f, const std::string& name) {
   return m;
 }
 
+// Rows [r0, r1) of m.
+DenseMat row_range(const DenseMat& m, int64_t r0, int64_t r1) {
+  DenseMat out;
+  out.rows = r1 - r0;
+  out.cols = m.cols;
+  out.w.assign(m.w.begin() + static_cast<std::ptrdiff_t>(r0 * m.cols), m.w.begin() + static_cast<std::ptrdiff_t>(r1 * m.cols));
+  return out;
+}
+
 std::vector<double> matvec(const DenseMat& m, const std::vector<double>& x) {
   std::vector<double> y(static_cast<size_t>(m.rows), 0.0);
   for (int64_t r = 0; r < m.rows; ++r) {
@@ -54,16 +65,26 @@ std::vector<double> rms_norm(const std::vector<double>& x, const DenseMat& w, do
   return y;
 }
 
-void rope(std::vector<double>& v, int n_head, const HParams& hp, int64_t pos, const DenseMat* factors) {
+// Each head of v RMS-normed with the same weight.
+void head_norm(std::vector<double>& v, int n_head, const DenseMat& w, double eps) {
+  const size_t hd = v.size() / static_cast<size_t>(n_head);
+  for (int h = 0; h < n_head; ++h) {
+    const auto first = v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(h) * hd);
+    const auto y = rms_norm(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(hd)), w, eps);
+    std::copy(y.begin(), y.end(), first);
+  }
+}
+
+// Rotates each head of v to `pos` with the shared closed-form frequencies (scaling and
+// factors applied there), in double.
+void rope(std::vector<double>& v, int n_head, const HParams& hp, int64_t pos, const kernels::RopeFrequencies& fr) {
   const int hd = static_cast<int>(hp.head_dim), n_rot = static_cast<int>(hp.n_rot);
-  const double p = static_cast<double>(pos) /
-                   (hp.rope_scaling == RopeScaling::kLinear ? hp.rope_scale_factor : 1.0);
+  const double p = static_cast<double>(pos);
   for (int h = 0; h < n_head; ++h) {
     double* x = v.data() + static_cast<size_t>(h) * static_cast<size_t>(hd);
     for (int i = 0; i < n_rot / 2; ++i) {
-      double freq = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * i / n_rot);
-      if (factors) freq /= factors->w[static_cast<size_t>(i)];
-      const double c = std::cos(p * freq), s = std::sin(p * freq);
+      const double theta = p * fr.inv_freq[static_cast<size_t>(i)];
+      const double c = std::cos(theta) * fr.mscale, s = std::sin(theta) * fr.mscale;
       const int a = hp.rope_type == RopeType::kNeox ? i : 2 * i;
       const int b = hp.rope_type == RopeType::kNeox ? i + n_rot / 2 : 2 * i + 1;
       const double x0 = x[a], x1 = x[b];
@@ -97,24 +118,54 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
   if (hp.has_rope_freq_factors) {
     METRO_ASSIGN_OR_RETURN(factors, dense(f, "rope_freqs.weight"));
   }
+  std::vector<float> factor_values(factors.w.begin(), factors.w.end());
+  const kernels::RopeFrequencies freqs =
+      kernels::rope_frequencies(rope_config(hp, hp.has_rope_freq_factors ? factor_values.data() : nullptr));
+  const kernels::RopeFrequencies local_freqs = kernels::rope_frequencies(local_rope_config(hp));
   const size_t T = tokens.size();
   std::vector<std::vector<double>> x(T);
   for (size_t t = 0; t < T; ++t) {
     x[t].assign(embd.w.begin() + static_cast<long>(tokens[t]) * n_embd,
                 embd.w.begin() + static_cast<long>(tokens[t] + 1) * n_embd);
+    for (double& e : x[t]) e *= static_cast<double>(hp.embd_scale);
   }
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     METRO_ASSIGN_OR_RETURN(DenseMat an, dense(f, p + "attn_norm.weight"));
-    METRO_ASSIGN_OR_RETURN(DenseMat wq, dense(f, p + "attn_q.weight"));
-    METRO_ASSIGN_OR_RETURN(DenseMat wk, dense(f, p + "attn_k.weight"));
-    METRO_ASSIGN_OR_RETURN(DenseMat wv, dense(f, p + "attn_v.weight"));
+    DenseMat wq, wk, wv;
+    const int64_t n_q = int64_t{n_head} * hd, n_k = int64_t{n_kv} * hd;
+    if (hp.fused_qkv) {
+      METRO_ASSIGN_OR_RETURN(DenseMat qkv, dense(f, p + "attn_qkv.weight"));
+      wq = row_range(qkv, 0, n_q);
+      wk = row_range(qkv, n_q, n_q + n_k);
+      wv = row_range(qkv, n_q + n_k, n_q + 2 * n_k);
+    } else {
+      METRO_ASSIGN_OR_RETURN(wq, dense(f, p + "attn_q.weight"));
+      METRO_ASSIGN_OR_RETURN(wk, dense(f, p + "attn_k.weight"));
+      METRO_ASSIGN_OR_RETURN(wv, dense(f, p + "attn_v.weight"));
+    }
     METRO_ASSIGN_OR_RETURN(DenseMat wo, dense(f, p + "attn_output.weight"));
     METRO_ASSIGN_OR_RETURN(DenseMat fn, dense(f, p + "ffn_norm.weight"));
-    METRO_ASSIGN_OR_RETURN(DenseMat wg, dense(f, p + "ffn_gate.weight"));
-    METRO_ASSIGN_OR_RETURN(DenseMat wu, dense(f, p + "ffn_up.weight"));
+    DenseMat wg, wu;
+    if (hp.fused_gate_up) {
+      METRO_ASSIGN_OR_RETURN(DenseMat gu, dense(f, p + "ffn_up.weight"));
+      wg = row_range(gu, 0, gu.rows / 2);
+      wu = row_range(gu, gu.rows / 2, gu.rows);
+    } else {
+      METRO_ASSIGN_OR_RETURN(wg, dense(f, p + "ffn_gate.weight"));
+      METRO_ASSIGN_OR_RETURN(wu, dense(f, p + "ffn_up.weight"));
+    }
     METRO_ASSIGN_OR_RETURN(DenseMat wd, dense(f, p + "ffn_down.weight"));
-    DenseMat bq, bk, bv;
+    DenseMat bq, bk, bv, qn, kn, pan, pfn;
+    if (hp.has_post_norms) {
+      METRO_ASSIGN_OR_RETURN(pan, dense(f, p + "post_attention_norm.weight"));
+      METRO_ASSIGN_OR_RETURN(pfn, dense(f, p + "post_ffw_norm.weight"));
+    }
+    const kernels::RopeFrequencies& layer_freqs = hp.is_local_layer(il) ? local_freqs : freqs;
+    if (hp.has_qk_norm) {
+      METRO_ASSIGN_OR_RETURN(qn, dense(f, p + "attn_q_norm.weight"));
+      METRO_ASSIGN_OR_RETURN(kn, dense(f, p + "attn_k_norm.weight"));
+    }
     if (hp.has_qkv_bias) {
       METRO_ASSIGN_OR_RETURN(bq, dense(f, p + "attn_q.bias"));
       METRO_ASSIGN_OR_RETURN(bk, dense(f, p + "attn_k.bias"));
@@ -123,9 +174,13 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
     std::vector<std::vector<double>> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
       auto h = rms_norm(x[t], an, hp.rms_eps);
-      seen(p + "attn_q.weight", h);
-      seen(p + "attn_k.weight", h);
-      seen(p + "attn_v.weight", h);
+      if (hp.fused_qkv) {
+        seen(p + "attn_qkv.weight", h);
+      } else {
+        seen(p + "attn_q.weight", h);
+        seen(p + "attn_k.weight", h);
+        seen(p + "attn_v.weight", h);
+      }
       q[t] = matvec(wq, h);
       k[t] = matvec(wk, h);
       v[t] = matvec(wv, h);
@@ -134,8 +189,12 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
         for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += bk.w[i];
         for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += bv.w[i];
       }
-      rope(q[t], n_head, hp, static_cast<int64_t>(t), hp.has_rope_freq_factors ? &factors : nullptr);
-      rope(k[t], n_kv, hp, static_cast<int64_t>(t), hp.has_rope_freq_factors ? &factors : nullptr);
+      if (hp.has_qk_norm) {
+        head_norm(q[t], n_head, qn, hp.rms_eps);
+        head_norm(k[t], n_kv, kn, hp.rms_eps);
+      }
+      rope(q[t], n_head, hp, static_cast<int64_t>(t), layer_freqs);
+      rope(k[t], n_kv, hp, static_cast<int64_t>(t), layer_freqs);
     }
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     for (size_t t = 0; t < T; ++t) {
@@ -162,14 +221,20 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       }
       seen(p + "attn_output.weight", att);
       auto o = matvec(wo, att);
+      if (hp.has_post_norms) o = rms_norm(o, pan, hp.rms_eps);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
       auto h2 = rms_norm(x[t], fn, hp.rms_eps);
-      seen(p + "ffn_gate.weight", h2);
+      if (!hp.fused_gate_up) seen(p + "ffn_gate.weight", h2);
       seen(p + "ffn_up.weight", h2);
       auto g = matvec(wg, h2), u = matvec(wu, h2);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      for (size_t i = 0; i < g.size(); ++i) {
+        // silu(g) = g / (1 + e^-g); gelu's tanh form = g / (1 + e^(-2 sqrt(2/pi) (g + 0.044715 g^3))).
+        const double e = hp.gelu_ffn ? -2.0 * std::sqrt(2.0 / std::numbers::pi) * (g[i] + 0.044715 * g[i] * g[i] * g[i]) : -g[i];
+        g[i] = g[i] / (1.0 + std::exp(e)) * u[i];
+      }
       seen(p + "ffn_down.weight", g);
       auto d = matvec(wd, g);
+      if (hp.has_post_norms) d = rms_norm(d, pfn, hp.rms_eps);
       for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
     }
   }

@@ -192,20 +192,46 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   for (size_t ix = 0; ix < held.size(); ++ix) {
     const int il = held[ix];
     LayerWeights& L = w.layers[ix];
+    L.model_layer = il;
     const std::string p = "blk." + std::to_string(il) + ".";
     METRO_ASSIGN_OR_RETURN(L.attn_norm, b.vector(p + "attn_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_q, q0, q1));
-    METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(p + "attn_k.weight", n_embd, n_kv, k0, k1));
-    METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(p + "attn_v.weight", n_embd, n_kv, k0, k1));
+    if (hp.fused_qkv) {
+      // Row ranges of one [n_q + 2 n_kv][n_embd] matrix: no copy where the backend reads in place.
+      const std::string qkv = p + "attn_qkv.weight";
+      const uint64_t n_all = n_q + 2 * n_kv;
+      const int64_t kb = static_cast<int64_t>(n_q), vb = static_cast<int64_t>(n_q + n_kv);
+      METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(qkv, n_embd, n_all, q0, q1));
+      METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(qkv, n_embd, n_all, kb + k0, kb + k1));
+      METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(qkv, n_embd, n_all, vb + k0, vb + k1));
+    } else {
+      METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_q, q0, q1));
+      METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(p + "attn_k.weight", n_embd, n_kv, k0, k1));
+      METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(p + "attn_v.weight", n_embd, n_kv, k0, k1));
+    }
     METRO_ASSIGN_OR_RETURN(L.wo, b.matrix(p + "attn_output.weight", n_q, n_embd, 0, 0, q0, q1));
     if (hp.has_qkv_bias) {
       METRO_ASSIGN_OR_RETURN(L.bq, b.vector(p + "attn_q.bias", n_q, static_cast<uint64_t>(q0), static_cast<uint64_t>(q1)));
       METRO_ASSIGN_OR_RETURN(L.bk, b.vector(p + "attn_k.bias", n_kv, static_cast<uint64_t>(k0), static_cast<uint64_t>(k1)));
       METRO_ASSIGN_OR_RETURN(L.bv, b.vector(p + "attn_v.bias", n_kv, static_cast<uint64_t>(k0), static_cast<uint64_t>(k1)));
     }
+    if (hp.has_qk_norm) {
+      // One weight for every head: a shard's heads use all of it.
+      METRO_ASSIGN_OR_RETURN(L.q_norm, b.vector(p + "attn_q_norm.weight", hd));
+      METRO_ASSIGN_OR_RETURN(L.k_norm, b.vector(p + "attn_k_norm.weight", hd));
+    }
     METRO_ASSIGN_OR_RETURN(L.ffn_norm, b.vector(p + "ffn_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_gate.weight", n_embd, n_ff, f0, f1));
-    METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff, f0, f1));
+    if (hp.has_post_norms) {
+      METRO_ASSIGN_OR_RETURN(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", n_embd));
+      METRO_ASSIGN_OR_RETURN(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", n_embd));
+    }
+    if (hp.fused_gate_up) {
+      const int64_t ub = static_cast<int64_t>(n_ff);
+      METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, f0, f1));
+      METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, ub + f0, ub + f1));
+    } else {
+      METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_gate.weight", n_embd, n_ff, f0, f1));
+      METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff, f0, f1));
+    }
     METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd, 0, 0, f0, f1));
   }
   return w;

@@ -23,13 +23,16 @@ namespace metro::model {
 // Shapes with n_q = shard's n_head * head_dim, n_kv = shard's n_head_kv * head_dim and
 // n_ff = shard's FFN columns (the whole model's when it is not sliced).
 struct LayerWeights {
+  int model_layer = 0;  // the layer's index in the whole model
   std::unique_ptr<backends::DeviceVector> attn_norm;  // [n_embd]
   std::unique_ptr<backends::DeviceMatrix> wq;         // [n_q][n_embd]: its query heads' rows
   std::unique_ptr<backends::DeviceMatrix> wk;         // [n_kv][n_embd]
   std::unique_ptr<backends::DeviceMatrix> wv;         // [n_kv][n_embd]
   std::unique_ptr<backends::DeviceMatrix> wo;         // [n_embd][n_q]: its heads' columns
   std::unique_ptr<backends::DeviceVector> bq, bk, bv;  // biases (qwen2); null when absent
+  std::unique_ptr<backends::DeviceVector> q_norm, k_norm;  // [head_dim] per-head norms (qwen3); null when absent
   std::unique_ptr<backends::DeviceVector> ffn_norm;   // [n_embd]
+  std::unique_ptr<backends::DeviceVector> post_attn_norm, post_ffn_norm;  // [n_embd] (gemma3); null when absent
   std::unique_ptr<backends::DeviceMatrix> w_gate;     // [n_ff][n_embd]
   std::unique_ptr<backends::DeviceMatrix> w_up;       // [n_ff][n_embd]
   std::unique_ptr<backends::DeviceMatrix> w_down;     // [n_embd][n_ff]

@@ -24,6 +24,26 @@ constexpr std::string_view kChatml =
     "{{- '<|im_start|>assistant\\n' -}}\n"
     "{%- endif -%}\n";
 
+// The Gemma turn format, for Gemma files that carry no template: "<start_of_turn>user" or
+// "<start_of_turn>model" and a newline, the text, "<end_of_turn>" and a newline; a system
+// message has no turn of its own and leads the first user turn, followed by a blank line.
+constexpr std::string_view kGemma =
+    "{{- bos_token -}}\n"
+    "{%- if messages and messages[0]['role'] == 'system' -%}\n"
+    "{%- set prefix = messages[0]['content'] + '\\n\\n' -%}\n"
+    "{%- set turns = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "{%- set prefix = '' -%}\n"
+    "{%- set turns = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in turns -%}\n"
+    "{{- '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\\n' -}}\n"
+    "{{- (prefix if loop.first else '') + (message['content'] | trim) + '<end_of_turn>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "{{- '<start_of_turn>model\\n' -}}\n"
+    "{%- endif -%}\n";
+
 // A needle unlikely to occur in a template, for the content-parts probe.
 constexpr std::string_view kProbeText = "MetroContentPartProbe7f3a";
 constexpr uint64_t kProbeMaxSteps = 100'000;
@@ -157,7 +177,16 @@ Expected<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file, const Cha
     }
     METRO_ASSIGN_OR_RETURN(t, parse(std::string(*text), limits));
   } else {
-    t = chatml(limits);
+    // A family with a turn format of its own gets it; the rest get ChatML.
+    const gguf::Value* arch = file.find("general.architecture");
+    const auto name = arch != nullptr ? arch->as_string() : std::nullopt;
+    if (name && name->starts_with("gemma")) {
+      auto g = parse(std::string(kGemma), limits);
+      METRO_CHECK_MSG(g.ok(), "the built-in Gemma template must parse");
+      t = std::move(g).value();
+    } else {
+      t = chatml(limits);
+    }
     t.is_fallback_ = true;
   }
   t.default_bos_ = token_text(file, "tokenizer.ggml.bos_token_id");

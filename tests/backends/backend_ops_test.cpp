@@ -165,6 +165,42 @@ std::vector<Case> rms_norm_cases() {
   return cases;
 }
 
+// Per-head norms in place: each head_dim-wide segment normed alone with one shared weight;
+// the bound is rms_norm's over head_dim values.
+std::vector<Case> head_norm_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 40;
+  for (auto [n_head, hd] : {std::pair{4, 8}, std::pair{3, 64}, std::pair{16, 128}}) {
+    const int T = 5;
+    const int64_t n = int64_t{n_head} * hd;
+    Case c = bt::make_case("head_norm " + std::to_string(n_head) + "x" + std::to_string(hd), T);
+    const ActId x = bt::add_act(c, n);
+    const auto xv = bt::random_floats(static_cast<size_t>(T * n), -4.0f, 4.0f, seed++);
+    bt::set_rows(c, x, xv);
+    c.vectors.push_back(bt::random_floats(static_cast<size_t>(hd), 0.5f, 2.0f, seed++));
+    const float eps = 1e-6f;
+    const int heads = n_head;
+    c.ops = [=](const Uploaded& up) { return std::vector<Op>{HeadNormOp{x, up.vectors[0].get(), heads, eps}}; };
+    Expect e{x, T, {}, {}};
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < n_head; ++h) {
+        const float* xr = xv.data() + static_cast<size_t>(t * n + h * hd);
+        double ms = 0;
+        for (int i = 0; i < hd; ++i) ms += static_cast<double>(xr[i]) * xr[i];
+        const double inv = 1.0 / std::sqrt(ms / hd + eps);
+        for (int i = 0; i < hd; ++i) {
+          const double want = xr[i] * inv * c.vectors[0][static_cast<size_t>(i)];
+          e.want.push_back(want);
+          e.tol.push_back((0.5 * (hd + 8) + 6) * kU * std::fabs(want) + 1e-30);
+        }
+      }
+    }
+    c.expect.push_back(std::move(e));
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 // Float addition is correctly rounded: the result is the reference's, exactly.
 std::vector<Case> add_cases(bool bias) {
   std::vector<Case> cases;
@@ -557,6 +593,7 @@ const KindCases kCases[] = {
     {OpKind::kAttention, attention_cases},
     {OpKind::kAdd, [] { return add_cases(false); }},
     {OpKind::kSwiglu, swiglu_cases},
+    {OpKind::kHeadNorm, head_norm_cases},
 };
 
 void run_cases(const std::string& backend, OpKind kind) {
@@ -602,6 +639,7 @@ TEST_P(BackendOps, KvStore) { run_cases(GetParam(), OpKind::kKvStore); }
 TEST_P(BackendOps, Attention) { run_cases(GetParam(), OpKind::kAttention); }
 TEST_P(BackendOps, Add) { run_cases(GetParam(), OpKind::kAdd); }
 TEST_P(BackendOps, Swiglu) { run_cases(GetParam(), OpKind::kSwiglu); }
+TEST_P(BackendOps, HeadNorm) { run_cases(GetParam(), OpKind::kHeadNorm); }
 
 // Each rank's rows become the sum of every rank's, added in rank order: exactly the float
 // sum x_0 + x_1 + ..., the same bits on every rank; rows past the step's stay as they were.

@@ -420,6 +420,42 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{256, 256, 1000000.0f, 8.0f, true, RopeMode::kNormal},
                       RopeCase{6, 2, 100.0f, 1.0f, false, RopeMode::kNeox}));
 
+// YaRN on a Qwen-like rotation (128 dims, base 1e6, 32k trained, 4x): pairs turning more than
+// 32 times over 32k positions (pair index <= 23 here: 128 ln(32768 / (32 * 2 pi)) / (2 ln 1e6)
+// = 23.6, floored) keep their frequency; pairs turning less than once (index >= 40: 39.65,
+// rounded up) are interpolated 4x; those between blend linearly. cos and sin grow by
+// 1 + 0.1 ln 4.
+TEST(Rope, YarnKeepsFastPairsInterpolatesSlowOnesAndScales) {
+  RopeConfig cfg;
+  cfg.head_dim = 128;
+  cfg.n_rot = 128;
+  cfg.freq_base = 1e6f;
+  cfg.mode = RopeMode::kNeox;
+  const Rope plain(cfg);
+  cfg.yarn.factor = 4.0f;
+  cfg.yarn.orig_ctx = 32768;
+  const Rope yarn(cfg);
+  const auto& p = plain.inv_freq();
+  const auto& y = yarn.inv_freq();
+  for (int i = 0; i <= 23; ++i) EXPECT_DOUBLE_EQ(y[static_cast<size_t>(i)], p[static_cast<size_t>(i)]) << i;
+  for (int i = 40; i < 64; ++i) EXPECT_DOUBLE_EQ(y[static_cast<size_t>(i)], p[static_cast<size_t>(i)] / 4.0) << i;
+  const double keep = 1.0 - (31.0 - 23.0) / (40.0 - 23.0);
+  EXPECT_NEAR(y[31], p[31] * keep + p[31] / 4.0 * (1.0 - keep), 1e-15 * p[31]);
+  const double mscale = 1.0 + 0.1 * std::log(4.0);
+  EXPECT_NEAR(yarn.mscale(), mscale, 1e-12);
+  EXPECT_EQ(plain.mscale(), 1.0);
+  std::vector<float> c(64), sn(64);
+  yarn.angles(1000, c.data(), sn.data());
+  for (int i : {0, 31, 63}) {
+    const double theta = 1000.0 * y[static_cast<size_t>(i)];
+    EXPECT_NEAR(c[static_cast<size_t>(i)], std::cos(theta) * mscale, 1e-6) << i;
+    EXPECT_NEAR(sn[static_cast<size_t>(i)], std::sin(theta) * mscale, 1e-6) << i;
+  }
+  // attn_factor multiplies the scaling.
+  cfg.yarn.attn_factor = 0.5f;
+  EXPECT_NEAR(Rope(cfg).mscale(), 0.5 * mscale, 1e-12);
+}
+
 TEST(Rope, ModesRotateDifferentPairs) {
   RopeConfig cfg;
   cfg.head_dim = 8;

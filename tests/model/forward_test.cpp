@@ -209,6 +209,150 @@ TEST(Forward, QwenStyleBiasesAndNeoxRope) {
   EXPECT_LT(d.rel_rms, 1e-3);
 }
 
+// qwen3: per-head query and key norms before RoPE, no biases, rotated halves, and a head
+// width of its own (n_head * head_dim != n_embd), in F16 and in a quantized format.
+TEST(Forward, Qwen3HeadNormsAndWideHeads) {
+  for (DType type : {DType::kF16, DType::kQ8_0}) {
+    SyntheticModelSpec spec;
+    spec.arch = "qwen3";
+    spec.qk_norm = true;
+    spec.head_dim = 96;
+    spec.tied_output = false;
+    spec.matrix_type = type;
+    Loaded l = load(spec);
+    ASSERT_TRUE(l.model);
+    EXPECT_TRUE(l.model->hparams().has_qk_norm);
+    EXPECT_EQ(l.model->hparams().rope_type, RopeType::kNeox);
+    EXPECT_EQ(l.model->hparams().head_dim, 96u);
+    auto toks = random_tokens(24, static_cast<int>(spec.n_vocab), 11);
+    auto f = gguf::File::parse(l.bytes);
+    auto ref = reference_forward(*f, toks);
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    Diff d = compare(run(*l.model, toks, 7), *ref);
+    const bool is_float = type == DType::kF16;
+    EXPECT_LT(d.rel_rms, is_float ? 1e-3 : 0.05) << kernels::dtype_name(type);
+    EXPECT_GT(d.min_cos, is_float ? 0.99999 : 0.998) << kernels::dtype_name(type);
+  }
+  // The norms matter: the same weights without them (the norms are drawn from a generator
+  // of their own) give other logits.
+  SyntheticModelSpec with;
+  with.arch = "qwen3";
+  with.qk_norm = true;
+  SyntheticModelSpec without = with;
+  without.arch = "qwen2";
+  without.qk_norm = false;
+  auto toks = random_tokens(8, static_cast<int>(with.n_vocab), 3);
+  Diff d = compare(run(*load(with).model, toks, 8), run(*load(without).model, toks, 8));
+  EXPECT_GT(d.rel_rms, 0.01);
+  // A qwen3 file without the norms is refused by name.
+  SyntheticModelSpec bare;
+  bare.arch = "qwen3";
+  const auto bare_bytes = make_synthetic_model(bare);
+  auto f = gguf::File::parse(bare_bytes);
+  ASSERT_TRUE(f.ok());
+  auto m = Model::from_file(std::move(*f));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("attn_q_norm"), std::string::npos) << m.status().message();
+}
+
+// YaRN-scaled rotation through the fast path: the reference rotates in double with the same
+// closed-form frequencies, so this checks that the scaling reaches every layer's Q and K
+// (and that cos and sin carry the attention scaling); a short original context puts the
+// blend inside the 40 positions run here.
+TEST(Forward, YarnScaledRopeMatchesReference) {
+  SyntheticModelSpec spec;
+  spec.arch = "qwen3";
+  spec.qk_norm = true;
+  spec.yarn_factor = 4.0f;
+  spec.yarn_orig_ctx = 64;
+  Loaded l = load(spec);
+  ASSERT_TRUE(l.model);
+  EXPECT_EQ(l.model->hparams().rope_scaling, RopeScaling::kYarn);
+  auto toks = random_tokens(40, static_cast<int>(spec.n_vocab), 13);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  Diff d = compare(run(*l.model, toks, 16), *ref);
+  EXPECT_LT(d.rel_rms, 1e-3);
+  EXPECT_GT(d.min_cos, 0.99999);
+  // Unscaled, the same weights give other logits.
+  SyntheticModelSpec plain = spec;
+  plain.yarn_factor = 0;
+  Diff apart = compare(run(*load(plain).model, toks, 16), *ref);
+  EXPECT_GT(apart.rel_rms, 1e-3);
+}
+
+// phi3: Q, K and V as row ranges of one fused matrix, gate and up as the two halves of
+// ffn_up, rotated halves; the reference splits the dense matrices itself.
+TEST(Forward, Phi3FusedProjections) {
+  for (DType type : {DType::kF16, DType::kQ4_0}) {
+    SyntheticModelSpec spec;
+    spec.arch = "phi3";
+    spec.fused = true;
+    spec.tied_output = false;
+    spec.matrix_type = type;
+    Loaded l = load(spec);
+    ASSERT_TRUE(l.model);
+    EXPECT_TRUE(l.model->hparams().fused_qkv);
+    EXPECT_TRUE(l.model->hparams().fused_gate_up);
+    EXPECT_EQ(l.model->hparams().rope_type, RopeType::kNeox);
+    auto toks = random_tokens(24, static_cast<int>(spec.n_vocab), 17);
+    auto f = gguf::File::parse(l.bytes);
+    auto ref = reference_forward(*f, toks);
+    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    Diff d = compare(run(*l.model, toks, 9), *ref);
+    const bool is_float = type == DType::kF16;
+    EXPECT_LT(d.rel_rms, is_float ? 1e-3 : 0.05) << kernels::dtype_name(type);
+    EXPECT_GT(d.min_cos, is_float ? 0.99999 : 0.998) << kernels::dtype_name(type);
+  }
+}
+
+// gemma3: embeddings scaled by sqrt(n_embd), per-head norms, norms of the attention and FFN
+// outputs, GELU gating, and five sliding-window layers rotating at base 10000 to each global
+// one at the file's base (7 layers: layer 5 is global).
+TEST(Forward, Gemma3LayersAgainstTheReference) {
+  SyntheticModelSpec spec;
+  spec.arch = "gemma3";
+  spec.n_layer = 7;
+  spec.qk_norm = true;
+  spec.post_norms = true;
+  spec.rope_base = 1e6f;
+  spec.sliding_window = 64;
+  spec.n_ctx = 1024;
+  Loaded l = load(spec);
+  ASSERT_TRUE(l.model);
+  const HParams& hp = l.model->hparams();
+  EXPECT_TRUE(hp.has_post_norms && hp.gelu_ffn && hp.has_qk_norm);
+  EXPECT_FLOAT_EQ(hp.embd_scale, 16.0f);
+  EXPECT_TRUE(hp.is_local_layer(0) && hp.is_local_layer(4) && !hp.is_local_layer(5) && hp.is_local_layer(6));
+  EXPECT_EQ(hp.max_context(), 64u);
+  auto toks = random_tokens(40, static_cast<int>(spec.n_vocab), 19);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  Diff d = compare(run(*l.model, toks, 13), *ref);
+  EXPECT_LT(d.rel_rms, 1e-3);
+  EXPECT_GT(d.min_cos, 0.99999);
+  EXPECT_EQ(d.argmax_mismatch, 0);
+}
+
+// A sliding window caps the context metro runs the model with (where full attention is
+// exact); without one the trained context is the cap.
+TEST(Forward, SlidingWindowCapsTheContext) {
+  SyntheticModelSpec spec;
+  spec.arch = "mistral";
+  spec.n_ctx = 512;
+  spec.sliding_window = 128;
+  Loaded l = load(spec);
+  ASSERT_TRUE(l.model);
+  EXPECT_EQ(l.model->hparams().sliding_window, 128u);
+  EXPECT_EQ(l.model->hparams().max_context(), 128u);
+  spec.sliding_window = 4096;
+  EXPECT_EQ(load(spec).model->hparams().max_context(), 512u);
+  spec.sliding_window = 0;
+  EXPECT_EQ(load(spec).model->hparams().max_context(), 512u);
+}
+
 TEST(Forward, ChunkingAndThreadsDoNotChangeLogits) {
   SyntheticModelSpec spec;
   spec.matrix_type = DType::kQ4_0;

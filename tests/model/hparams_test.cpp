@@ -75,6 +75,51 @@ TEST(HParams, RefusesUnknownArchitectureByName) {
   EXPECT_NE(h.status().message().find("mamba"), std::string::npos);
 }
 
+// YaRN from metadata: factor, original context and the beta and attention keys; a factor
+// below 1 or betas the wrong way round are refused.
+TEST(HParams, ReadsYarnScaling) {
+  auto make = [](float factor, float beta_fast) {
+    gguf::Writer w;
+    w.add_string("general.architecture", "qwen3");
+    w.add_u32("qwen3.embedding_length", 16);
+    w.add_u32("qwen3.block_count", 1);
+    w.add_u32("qwen3.attention.head_count", 4);
+    w.add_u32("qwen3.feed_forward_length", 32);
+    w.add_u32("qwen3.context_length", 131072);
+    w.add_string("qwen3.rope.scaling.type", "yarn");
+    w.add_f32("qwen3.rope.scaling.factor", factor);
+    w.add_u32("qwen3.rope.scaling.original_context_length", 32768);
+    w.add_f32("qwen3.rope.scaling.yarn_beta_fast", beta_fast);
+    w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
+    std::vector<uint8_t> d(16 * 4, 0), hd(4 * 4, 0);
+    (void)w.add_tensor("blk.0.attn_norm.weight", gguf::GgmlType::kF32, {16}, d);
+    (void)w.add_tensor("blk.0.attn_q_norm.weight", gguf::GgmlType::kF32, {4}, hd);
+    return w.serialize();
+  };
+  auto bytes = make(4.0f, 16.0f);
+  auto f = gguf::File::parse(bytes);
+  ASSERT_TRUE(f.ok());
+  auto h = HParams::from_gguf(*f);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(h->rope_scale_factor, 4.0f);
+  EXPECT_EQ(h->rope_orig_ctx, 32768u);
+  EXPECT_EQ(h->yarn_beta_fast, 16.0f);
+  EXPECT_EQ(h->yarn_beta_slow, 1.0f);
+  EXPECT_EQ(h->rope_type, RopeType::kNeox);
+  EXPECT_TRUE(h->has_qk_norm);
+  const kernels::RopeConfig rc = rope_config(*h, nullptr);
+  EXPECT_EQ(rc.yarn.factor, 4.0f);
+  EXPECT_EQ(rc.yarn.orig_ctx, 32768);
+  EXPECT_EQ(rc.linear_scale, 1.0f);
+  for (auto [factor, beta] : {std::pair{0.5f, 32.0f}, std::pair{4.0f, 0.5f}}) {
+    auto b = make(factor, beta);
+    auto g = gguf::File::parse(b);
+    ASSERT_TRUE(g.ok());
+    EXPECT_FALSE(HParams::from_gguf(*g).ok()) << factor << " " << beta;
+  }
+}
+
 TEST(HParams, DefaultModelHasSmolLM2Shape) {
   REQUIRE_MODEL();
   auto f = gguf::File::open(metro::testing::default_model_path());

@@ -174,6 +174,14 @@ std::vector<Variant> variants() {
   s.qkv_bias = true;
   s.tied_output = false;
   v.push_back({"qwen2 biases, untied head", s});
+  s.arch = "qwen3";
+  s.qkv_bias = false;
+  s.qk_norm = true;
+  v.push_back({"qwen3 head norms", s});
+  s.arch = "phi3";
+  s.qk_norm = false;
+  s.fused = true;
+  v.push_back({"phi3 fused projections", s});
   return v;
 }
 

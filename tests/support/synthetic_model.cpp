@@ -25,6 +25,8 @@ std::vector<uint8_t> quantized(kernels::DType t, const std::vector<float>& v, in
 std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   std::mt19937 rng(static_cast<uint32_t>(s.seed));
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::mt19937 norm_rng(static_cast<uint32_t>(s.seed) + 7919u);
+  std::normal_distribution<float> norm_nd(0.0f, 1.0f);
   gguf::Writer w;
   const std::string a = s.arch + ".";
   w.add_string("general.architecture", s.arch);
@@ -37,6 +39,16 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   w.add_u32(a + "context_length", s.n_ctx);
   if (s.write_vocab_size) w.add_u32(a + "vocab_size", s.n_vocab);
   w.add_f32(a + "rope.freq_base", s.rope_base);
+  if (s.sliding_window != 0) w.add_u32(a + "attention.sliding_window", s.sliding_window);
+  if (s.yarn_factor > 1.0f) {
+    w.add_string(a + "rope.scaling.type", "yarn");
+    w.add_f32(a + "rope.scaling.factor", s.yarn_factor);
+    w.add_u32(a + "rope.scaling.original_context_length", s.yarn_orig_ctx);
+  }
+  if (s.head_dim != 0) {
+    w.add_u32(a + "attention.key_length", s.head_dim);
+    w.add_u32(a + "attention.value_length", s.head_dim);
+  }
   w.add_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   std::vector<std::string> toks;
   const uint32_t n_tokens = s.n_tokens > 0 ? s.n_tokens : s.n_vocab;
@@ -67,7 +79,7 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
                            {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
     (void)st;
   };
-  const uint64_t hd = s.n_embd / s.n_head;
+  const uint64_t hd = s.head_dim != 0 ? s.head_dim : s.n_embd / s.n_head;
   const uint64_t nq = s.n_head * hd, nkv = s.n_head_kv * hd;
   const float ws = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
   add("token_embd.weight", s.embd_type, {s.n_embd, s.n_vocab}, 1.0f);
@@ -76,18 +88,41 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     add_norm(p + "attn_norm.weight", s.n_embd);
-    add(p + "attn_q.weight", s.matrix_type, {s.n_embd, nq}, ws);
-    add(p + "attn_k.weight", s.matrix_type, {s.n_embd, nkv}, ws);
-    add(p + "attn_v.weight", s.matrix_type, {s.n_embd, nkv}, ws);
+    if (s.fused) {
+      add(p + "attn_qkv.weight", s.matrix_type, {s.n_embd, nq + 2 * nkv}, ws);
+    } else {
+      add(p + "attn_q.weight", s.matrix_type, {s.n_embd, nq}, ws);
+      add(p + "attn_k.weight", s.matrix_type, {s.n_embd, nkv}, ws);
+      add(p + "attn_v.weight", s.matrix_type, {s.n_embd, nkv}, ws);
+    }
     if (s.qkv_bias) {
       add(p + "attn_q.bias", kernels::DType::kF32, {nq}, 0.1f);
       add(p + "attn_k.bias", kernels::DType::kF32, {nkv}, 0.1f);
       add(p + "attn_v.bias", kernels::DType::kF32, {nkv}, 0.1f);
     }
+    if (s.qk_norm) {
+      // From a generator of their own: the other weights stay those of the same spec
+      // without the norms.
+      for (const char* n : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+        std::vector<float> v(hd);
+        for (auto& x : v) x = 1.0f + 0.3f * norm_nd(norm_rng);
+        auto st = w.add_tensor(p + n, gguf::GgmlType::kF32, {hd},
+                               {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
+        (void)st;
+      }
+    }
     add(p + "attn_output.weight", s.matrix_type, {nq, s.n_embd}, ws, s.zero_attn_output_cols);
     add_norm(p + "ffn_norm.weight", s.n_embd);
-    add(p + "ffn_gate.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
-    add(p + "ffn_up.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
+    if (s.post_norms) {
+      add_norm(p + "post_attention_norm.weight", s.n_embd);
+      add_norm(p + "post_ffw_norm.weight", s.n_embd);
+    }
+    if (s.fused) {
+      add(p + "ffn_up.weight", s.matrix_type, {s.n_embd, 2 * uint64_t{s.n_ff}}, ws);
+    } else {
+      add(p + "ffn_gate.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
+      add(p + "ffn_up.weight", s.matrix_type, {s.n_embd, s.n_ff}, ws);
+    }
     add(p + "ffn_down.weight", s.matrix_type, {s.n_ff, s.n_embd}, 1.0f / std::sqrt(static_cast<float>(s.n_ff)),
         s.zero_ffn_down_cols);
   }

@@ -26,6 +26,13 @@ struct SyntheticModelSpec {
   kernels::DType embd_type = kernels::DType::kF16;
   bool tied_output = true;
   bool qkv_bias = false;
+  bool qk_norm = false;   // per-head query and key norms (blk.N.attn_{q,k}_norm.weight)
+  uint32_t head_dim = 0;  // 0: n_embd / n_head; otherwise written as attention.key_length
+  bool post_norms = false;  // gemma3's post_attention_norm / post_ffw_norm
+  bool fused = false;     // phi3's layout: attn_qkv.weight, and gate then up rows in ffn_up.weight
+  uint32_t sliding_window = 0;  // written as attention.sliding_window when not 0
+  float yarn_factor = 0;  // > 1: rope.scaling.type yarn with this factor
+  uint32_t yarn_orig_ctx = 0;
   uint64_t seed = 1;
   // Columns [begin, end) of every layer's attention output and FFN down projections set to
   // zero (whole blocks: what makes one tensor-parallel rank's partial sums exactly 0).

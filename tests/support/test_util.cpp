@@ -33,6 +33,16 @@ std::string default_model_path() {
   return source_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
+std::string gemma3_model_path() {
+  if (const char* env = std::getenv("METRO_GEMMA3_MODEL")) return env;
+  return source_path("models/gemma-3-270m-q4_k_m.gguf");
+}
+
+bool have_gemma3_model() {
+  struct stat st {};
+  return ::stat(gemma3_model_path().c_str(), &st) == 0 && st.st_size > 0;
+}
+
 bool have_default_model() {
   struct stat st {};
   return ::stat(default_model_path().c_str(), &st) == 0 && st.st_size > 0;

@@ -10,6 +10,9 @@ namespace metro::testing {
 
 // models/SmolLM2-135M-Instruct.Q4_1.gguf in the source tree (METRO_MODEL overrides).
 std::string default_model_path();
+// Gemma 3 270M Q4_K_M (`make model-gemma3`), the real file of the gemma3 architecture.
+std::string gemma3_model_path();
+bool have_gemma3_model();
 // True when the default model is present; tests that need it call REQUIRE_MODEL().
 bool have_default_model();
 
@@ -42,6 +45,13 @@ CommandResult run_metro(const std::vector<std::string>& args, const std::string&
 std::string source_path(const std::string& relative);
 
 }  // namespace metro::testing
+
+// Fails (not skips) when the Gemma 3 file is absent: `make test` fetches it first.
+#define REQUIRE_GEMMA3()                                                                     \
+  do {                                                                                       \
+    if (!::metro::testing::have_gemma3_model())                                              \
+      GTEST_FAIL() << "Gemma 3 model missing: run `make model-gemma3` (or set METRO_GEMMA3_MODEL)"; \
+  } while (0)
 
 // Fails (not skips) when the default model is absent: `make test` fetches it first.
 #define REQUIRE_MODEL()                                                             \

@@ -70,6 +70,33 @@ TEST(ChatTemplate, FallsBackToChatmlWithoutTemplate) {
   EXPECT_EQ(*out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// A Gemma file without a template gets Gemma's turns (the format of Gemma 3's own template):
+// the system message leads the first user turn, the assistant's role is "model".
+TEST(ChatTemplate, FallsBackToGemmaTurnsForGemmaFiles) {
+  gguf::Writer w;
+  w.add_string("general.architecture", "gemma3");
+  w.add_string_array("tokenizer.ggml.tokens", {"<pad>", "<eos>", "<bos>"});
+  w.add_u32("tokenizer.ggml.bos_token_id", 2);
+  w.add_u32("tokenizer.ggml.eos_token_id", 1);
+  const auto bytes = w.serialize();
+  auto file = gguf::File::parse(bytes);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto t = ChatTemplate::from_gguf(*file);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->is_fallback());
+  ChatTemplateOptions opts;
+  opts.add_generation_prompt = true;
+  auto out = t->render(msgs({{"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello!"}, {"user", "Why?"}}), opts);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n");
+  opts.add_generation_prompt = false;
+  out = t->render(msgs({{"user", "U"}}), opts);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(*out, "<bos><start_of_turn>user\nU<end_of_turn>\n");
+}
+
 TEST(ChatTemplate, TemplateOfWrongTypeInFileIsAnError) {
   gguf::Writer w;
   w.add_u32("tokenizer.chat_template", 3);

@@ -202,6 +202,7 @@ class Executor {
     const kernels::Weight& w = cpu_matrix(o.table).weight;
     const uint8_t* src = w.data + static_cast<size_t>(step_.token[static_cast<size_t>(t)]) * w.row_stride;
     kernels::dequantize_row_ref(w.type, src, row(o.dst, t), w.n_cols);
+    if (o.scale != 1.0f) ks_.scale(row(o.dst, t), o.scale, w.n_cols);
   }
   void row_op(const RopeAnglesOp& o, int t) {
     float* cs = row(o.dst, t);
@@ -229,11 +230,20 @@ class Executor {
     ks_.kv_store(kv.layout, kv.k_page(block, o.layer), slot, row(o.k, t));
     ks_.kv_store(kv.layout, kv.v_page(block, o.layer), slot, row(o.v, t));
   }
+  void row_op(const HeadNormOp& o, int t) {
+    const int64_t hd = static_cast<int64_t>(st_.cols(o.x)) / o.n_head;
+    float* x = row(o.x, t);
+    for (int h = 0; h < o.n_head; ++h) ks_.rms_norm(x + h * hd, cpu_vector(o.weight), x + h * hd, hd, o.eps);
+  }
   void row_op(const AddOp& o, int t) {
     ks_.add(row(o.a, t), row(o.b, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
   }
   void row_op(const SwigluOp& o, int t) {
-    ks_.swiglu(row(o.gate, t), row(o.up, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
+    if (o.gelu) {
+      ks_.geglu(row(o.gate, t), row(o.up, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
+    } else {
+      ks_.swiglu(row(o.gate, t), row(o.up, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
+    }
   }
   // Not elementwise: never reached through run_elementwise.
   void row_op(const ProjectOp&, int) { METRO_CHECK(false); }

@@ -16,23 +16,24 @@ constexpr int kThreads = 256;
 int grid_for(int64_t count) { return static_cast<int>((count + kThreads - 1) / kThreads); }
 
 __global__ void embed_kernel(DType type, const uint8_t* table, int64_t row_bytes, int64_t n_cols,
-                             const int32_t* token, float* dst, int64_t ld) {
+                             const int32_t* token, float scale, float* dst, int64_t ld) {
   const int t = blockIdx.x;
   const BlockGeom g = block_geom(type);
   const uint8_t* row = table + static_cast<int64_t>(token[t]) * row_bytes;
   for (int64_t i = threadIdx.x; i < n_cols; i += blockDim.x) {
-    dst[t * ld + i] = dequant_elem(type, row + i / g.elems * g.bytes, static_cast<int>(i % g.elems));
+    dst[t * ld + i] = dequant_elem(type, row + i / g.elems * g.bytes, static_cast<int>(i % g.elems)) * scale;
   }
 }
 
-__global__ void rope_angles_kernel(const double* inv_freq, int half, const int32_t* pos, float* dst, int64_t ld) {
+__global__ void rope_angles_kernel(const double* inv_freq, int half, double mscale, const int32_t* pos, float* dst,
+                                   int64_t ld) {
   const int t = blockIdx.x;
   const double p = static_cast<double>(pos[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     double s, c;
     sincos(p * inv_freq[i], &s, &c);
-    dst[t * ld + i] = static_cast<float>(c);
-    dst[t * ld + half + i] = static_cast<float>(s);
+    dst[t * ld + i] = static_cast<float>(c * mscale);
+    dst[t * ld + half + i] = static_cast<float>(s * mscale);
   }
 }
 
@@ -91,11 +92,13 @@ __global__ void add_kernel(const float* a, const float* b, float* dst, int64_t c
   if (i < count) dst[i] = a[i] + b[i];
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, float* dst, int64_t count) {
+__global__ void swiglu_kernel(const float* gate, const float* up, float* dst, int64_t count, bool gelu) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) {
     const double g = gate[i];
-    dst[i] = static_cast<float>(g / (1.0 + exp(-g)) * static_cast<double>(up[i]));
+    // gelu (tanh approximation) as g / (1 + e^(-2z)), z = sqrt(2/pi) (g + 0.044715 g^3).
+    const double e = gelu ? -2.0 * 0.7978845608028654 * (g + 0.044715 * g * g * g) : -g;
+    dst[i] = static_cast<float>(g / (1.0 + exp(e)) * static_cast<double>(up[i]));
   }
 }
 
@@ -126,16 +129,16 @@ __global__ void kv_store_kernel(KvDev kv, int layer, const float* k, const float
 }  // namespace
 
 void launch_embed(cudaStream_t s, DType type, const uint8_t* table, int64_t row_bytes, int64_t n_cols, int64_t,
-                  const int32_t* token, int n, float* dst, int64_t ld) {
+                  const int32_t* token, int n, float scale, float* dst, int64_t ld) {
   if (n == 0) return;
-  embed_kernel<<<n, kThreads, 0, s>>>(type, table, row_bytes, n_cols, token, dst, ld);
+  embed_kernel<<<n, kThreads, 0, s>>>(type, table, row_bytes, n_cols, token, scale, dst, ld);
   METRO_CUDA_LAUNCHED();
 }
 
-void launch_rope_angles(cudaStream_t s, const double* inv_freq, int half, const int32_t* pos, int n, float* dst,
-                        int64_t ld) {
+void launch_rope_angles(cudaStream_t s, const double* inv_freq, int half, double mscale, const int32_t* pos, int n,
+                        float* dst, int64_t ld) {
   if (n == 0) return;
-  rope_angles_kernel<<<n, 128, 0, s>>>(inv_freq, half, pos, dst, ld);
+  rope_angles_kernel<<<n, 128, 0, s>>>(inv_freq, half, mscale, pos, dst, ld);
   METRO_CUDA_LAUNCHED();
 }
 
@@ -166,9 +169,9 @@ void launch_add(cudaStream_t s, const float* a, const float* b, float* dst, int6
   METRO_CUDA_LAUNCHED();
 }
 
-void launch_swiglu(cudaStream_t s, const float* gate, const float* up, float* dst, int64_t count) {
+void launch_swiglu(cudaStream_t s, const float* gate, const float* up, float* dst, int64_t count, bool gelu) {
   if (count == 0) return;
-  swiglu_kernel<<<grid_for(count), kThreads, 0, s>>>(gate, up, dst, count);
+  swiglu_kernel<<<grid_for(count), kThreads, 0, s>>>(gate, up, dst, count, gelu);
   METRO_CUDA_LAUNCHED();
 }
 

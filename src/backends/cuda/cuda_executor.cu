@@ -184,17 +184,24 @@ class Launcher {
 
   void operator()(const EmbedOp& o) {
     const CudaMatrix& m = cuda_matrix(o.table);
-    launch_embed(s_, m.type(), m.mem.as<uint8_t>(), m.row_bytes, m.n_cols(), m.n_rows(), token_, n_, st_.act(o.dst),
-                 st_.cols(o.dst));
+    launch_embed(s_, m.type(), m.mem.as<uint8_t>(), m.row_bytes, m.n_cols(), m.n_rows(), token_, n_, o.scale,
+                 st_.act(o.dst), st_.cols(o.dst));
   }
   void operator()(const RopeAnglesOp& o) {
-    launch_rope_angles(s_, rope_ + static_cast<size_t>(ropes_++) * kHalfRot, o.rope->config().n_rot / 2, pos_, n_,
+    launch_rope_angles(s_, rope_ + static_cast<size_t>(ropes_++) * kHalfRot, o.rope->config().n_rot / 2,
+                       o.rope->mscale(), pos_, n_,
                        st_.act(o.dst), st_.cols(o.dst));
   }
   void operator()(const RmsNormOp& o) {
     const bool logits = o.rows == RowSet::kLogits;
     launch_rms_norm(s_, st_.act(o.src), st_.cols(o.src), logits ? logit_rows_ : nullptr, logits ? n_logits_ : n_,
                     cuda_vector(o.weight), st_.act(o.dst), st_.cols(o.dst), st_.cols(o.src), o.eps);
+  }
+  void operator()(const HeadNormOp& o) {
+    // The heads of a token row are contiguous: the rows of a [tokens * n_head][head_dim]
+    // matrix, normed in place.
+    const int64_t hd = st_.cols(o.x) / o.n_head;
+    launch_rms_norm(s_, st_.act(o.x), hd, nullptr, n_ * o.n_head, cuda_vector(o.weight), st_.act(o.x), hd, hd, o.eps);
   }
   void operator()(const ProjectOp& p) {
     const int rows = p.rows == RowSet::kTokens ? n_ : n_logits_;
@@ -243,7 +250,7 @@ class Launcher {
     launch_add(s_, st_.act(o.a), st_.act(o.b), st_.act(o.dst), int64_t{n_} * st_.cols(o.dst));
   }
   void operator()(const SwigluOp& o) {
-    launch_swiglu(s_, st_.act(o.gate), st_.act(o.up), st_.act(o.dst), int64_t{n_} * st_.cols(o.dst));
+    launch_swiglu(s_, st_.act(o.gate), st_.act(o.up), st_.act(o.dst), int64_t{n_} * st_.cols(o.dst), o.gelu);
   }
   // A group of one adds nothing. Larger groups sum through host memory: the rows go to the
   // buffer's pinned mirror, the communicator adds the ranks' rows there, and they come
@@ -307,6 +314,7 @@ class KeyWriter {
   void operator()(const EmbedOp& o) {
     matrix(o.table);
     act(o.dst);
+    real(o.scale);
   }
   void operator()(const RopeAnglesOp& o) {
     rope(o.rope);
@@ -318,6 +326,12 @@ class KeyWriter {
     vec(o.weight);
     real(o.eps);
     put(static_cast<uint64_t>(o.rows));
+  }
+  void operator()(const HeadNormOp& o) {
+    act(o.x);
+    vec(o.weight);
+    put(static_cast<uint64_t>(o.n_head));
+    real(o.eps);
   }
   void operator()(const ProjectOp& o) {
     act(o.src);
@@ -359,6 +373,7 @@ class KeyWriter {
     act(o.gate);
     act(o.up);
     act(o.dst);
+    put(static_cast<uint64_t>(o.gelu));
   }
   void operator()(const AllReduceOp& o) {
     act(o.x);

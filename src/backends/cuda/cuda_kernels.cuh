@@ -57,12 +57,12 @@ struct RunsDev {
 
 // ---- elementwise ops (cuda_elementwise.cu) ----------------------------------------------
 
-// dst[t] = row token[t] of a padded-block table of n_cols columns, dequantized.
+// dst[t] = row token[t] of a padded-block table of n_cols columns, dequantized, times scale.
 void launch_embed(cudaStream_t s, DType type, const uint8_t* table, int64_t row_bytes, int64_t n_cols,
-                  int64_t n_rows, const int32_t* token, int n, float* dst, int64_t ld);
-// dst[t] = cos then sin of pos[t] * inv_freq[i], i < half.
-void launch_rope_angles(cudaStream_t s, const double* inv_freq, int half, const int32_t* pos, int n, float* dst,
-                        int64_t ld);
+                  int64_t n_rows, const int32_t* token, int n, float scale, float* dst, int64_t ld);
+// dst[t] = cos then sin of pos[t] * inv_freq[i], i < half, times mscale.
+void launch_rope_angles(cudaStream_t s, const double* inv_freq, int half, double mscale, const int32_t* pos, int n,
+                        float* dst, int64_t ld);
 // dst[r] = rms_norm(src[rows ? rows[r] : r]) * w over n values.
 void launch_rms_norm(cudaStream_t s, const float* src, int64_t ld_src, const int32_t* rows, int n_rows,
                      const float* w, float* dst, int64_t ld_dst, int64_t n, float eps);
@@ -73,8 +73,8 @@ void launch_rope(cudaStream_t s, float* x, int64_t ld, const float* cs, int64_t 
                  int head_dim, int n_rot, bool neox);
 // dst = a + b over count values.
 void launch_add(cudaStream_t s, const float* a, const float* b, float* dst, int64_t count);
-// dst = silu(gate) * up over count values.
-void launch_swiglu(cudaStream_t s, const float* gate, const float* up, float* dst, int64_t count);
+// dst = silu(gate) * up over count values, or gelu(gate) * up (tanh approximation) when gelu.
+void launch_swiglu(cudaStream_t s, const float* gate, const float* up, float* dst, int64_t count, bool gelu);
 // K and V rows of n tokens (ld floats apart, n_head_kv * head_dim each) into the slot of
 // pos[t] in block kv_block[t] of layer `layer`.
 void launch_kv_store(cudaStream_t s, const KvDev& kv, int layer, const float* k, const float* v, int64_t ld,
