@@ -56,7 +56,7 @@ struct HParams {
   float rope_freq_base_local = 0.0f;  // the sliding-window layers' base; 0: the global one
 
   // Reads `{arch}.*` keys; validates ranges and consistency against the tensors present.
-  // Architectures other than the llama family are refused by name.
+  // Architectures other than those of is_supported_architecture are refused by name.
   static Expected<HParams> from_gguf(const gguf::File& file);
 
   uint32_t n_gqa() const { return n_head / n_head_kv; }
@@ -64,11 +64,11 @@ struct HParams {
   uint64_t kv_bytes_per_token(double bytes_per_elem) const {
     return static_cast<uint64_t>(2.0 * n_layer * n_head_kv * head_dim * bytes_per_elem);
   }
+  // Whether layer il is a sliding-window layer with the local rotation.
+  bool is_local_layer(uint32_t il) const { return swa_pattern > 0 && il % swa_pattern < swa_pattern - 1; }
   // The longest context metro runs this model with: the trained one, or the sliding window
   // when the model has one (attention over a context within the window is full attention,
   // so it is exact without a windowed kernel).
-  // Whether layer il is a sliding-window layer with the local rotation.
-  bool is_local_layer(uint32_t il) const { return swa_pattern > 0 && il % swa_pattern < swa_pattern - 1; }
   uint32_t max_context() const {
     return sliding_window > 0 && sliding_window < n_ctx_train ? sliding_window : n_ctx_train;
   }
