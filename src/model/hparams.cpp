@@ -91,6 +91,10 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   METRO_ASSIGN_OR_RETURN(h.head_dim_v, opt_u32(f, a + "attention.value_length", h.head_dim, 1024));
   if (h.head_dim_v != h.head_dim) return unimplemented("value_length differs from key_length");
   if (h.head_dim % 2 != 0) return bad("head dimension " + std::to_string(h.head_dim) + " is odd");
+  // The attention kernels hold a head in registers and stack tiles of at most 256 values.
+  if (h.head_dim > 256) {
+    return unimplemented("head dimension " + std::to_string(h.head_dim) + " is above the 256 the attention kernels take");
+  }
   METRO_ASSIGN_OR_RETURN(h.n_rot, opt_u32(f, a + "rope.dimension_count", h.head_dim, h.head_dim));
   if (h.n_rot % 2 != 0) return bad("rope.dimension_count is odd");
 

@@ -336,6 +336,21 @@ TEST(Forward, Gemma3LayersAgainstTheReference) {
   EXPECT_EQ(d.argmax_mismatch, 0);
 }
 
+// A head wider than the attention kernels take is refused when the file is read, not
+// checked into a crash at the first step.
+TEST(Forward, RefusesHeadsWiderThanTheAttentionKernelsTake) {
+  SyntheticModelSpec spec;
+  spec.n_head = 1;
+  spec.n_head_kv = 1;
+  spec.head_dim = 512;
+  const auto bytes = make_synthetic_model(spec);
+  auto f = gguf::File::parse(bytes);
+  ASSERT_TRUE(f.ok());
+  auto m = Model::from_file(std::move(*f));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("head dimension 512"), std::string::npos) << m.status().message();
+}
+
 // A sliding window caps the context metro runs the model with (where full attention is
 // exact); without one the trained context is the cap.
 TEST(Forward, SlidingWindowCapsTheContext) {
