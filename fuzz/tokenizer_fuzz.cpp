@@ -2,9 +2,13 @@
 // the invariants that must hold for every input:
 //   - byte-level BPE with all 256 byte tokens: decode(encode(x)) == x, for any bytes;
 //   - SentencePiece: the same up to spaces written as U+2581 next to broken UTF-8;
+//   - WordPiece (normalizing, so no round trip): encoding the decoded text, special tokens
+//     shown and parsed, gives the same ids again;
 //   - streaming equals decoding with ill-formed bytes replaced, in valid UTF-8 chunks.
 // Input: a flags byte, then text. Inputs that start with "GGUF" are vocabulary files
 // instead: loading must fail cleanly or give a tokenizer that survives the same checks.
+// Inputs that start with '{' are Hugging Face tokenizer.json files: converting must fail
+// cleanly or give metadata that loads and survives them too.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "convert/hf_tokenizer.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "tokenizer/spm.h"
@@ -110,6 +115,36 @@ std::vector<uint8_t> spm_vocab() {
   return w.serialize();
 }
 
+// A WordPiece vocabulary in llama.cpp's spelling: every lowercase letter and digit as a
+// word start and a continuation, a few whole words, punctuation, CJK, Cyrillic, Greek.
+std::vector<uint8_t> wpm_vocab() {
+  const std::string ws = "\xE2\x96\x81";  // U+2581
+  std::vector<std::string> tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+  std::vector<int32_t> types = {3, 3, 3, 3, 3};
+  auto add = [&](std::string t) {
+    tokens.push_back(std::move(t));
+    types.push_back(1);
+  };
+  for (char c = 'a'; c <= 'z'; ++c) {
+    add(ws + c);
+    add(std::string(1, c));
+  }
+  for (char c = '0'; c <= '9'; ++c) add(ws + c);
+  for (const char* w : {"the", "and", "hello", "world", ",", ".", "!", "?", "'", "-", "[", "]",
+                        "\xE4\xB8\xAD", "\xE6\x96\x87", "\xD0\xB6", "\xCE\xB1"}) {
+    add(ws + w);
+  }
+  for (const char* w : {"ing", "ed", "es", "\xD0\xB8"}) add(w);
+  metro::gguf::Writer w;
+  w.add_string("tokenizer.ggml.model", "bert");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_i32_array("tokenizer.ggml.token_type", types);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 1);
+  w.add_u32("tokenizer.ggml.cls_token_id", 2);
+  w.add_u32("tokenizer.ggml.seperator_token_id", 3);
+  return w.serialize();
+}
+
 struct Tokenizers {
   std::vector<Tokenizer> all;
   Tokenizers() {
@@ -119,6 +154,7 @@ struct Tokenizers {
       all.push_back(load(bpe_vocab(pre)));
     }
     all.push_back(load(spm_vocab()));
+    all.push_back(load(wpm_vocab()));
   }
 };
 
@@ -136,10 +172,15 @@ void check(const Tokenizer& tok, std::string_view text, uint8_t flags, bool exac
   if (exact && !parse_special && !add_special && opt.strip_leading_space) {
     if (tok.kind() == metro::tokenizer::VocabKind::kBpe) {
       require(back == text, "byte-level BPE round trip");
-    } else {
+    } else if (tok.kind() == metro::tokenizer::VocabKind::kSpm) {
       require(metro::tokenizer::spm_escape_spaces(back) == metro::tokenizer::spm_escape_spaces(text),
               "SentencePiece round trip");
     }
+  }
+  if (exact && tok.kind() == metro::tokenizer::VocabKind::kWpm) {
+    metro::tokenizer::DecodeOptions shown;
+    shown.render_special = true;
+    require(tok.encode(tok.decode(ids, shown), false, true) == ids, "WordPiece re-encoding");
   }
 
   metro::tokenizer::IncrementalDetokenizer detok(tok, opt);
@@ -178,11 +219,31 @@ void fuzz_vocab_file(const uint8_t* data, size_t size) {
   }
 }
 
+void fuzz_tokenizer_json(const uint8_t* data, size_t size) {
+  metro::convert::HfTokenizerFiles files;
+  files.tokenizer_json.assign(reinterpret_cast<const char*>(data), size);
+  metro::gguf::Writer w;
+  if (!metro::convert::write_hf_tokenizer(files, w).ok()) return;
+  const std::vector<uint8_t> bytes = w.serialize();
+  auto f = metro::gguf::File::parse(bytes);
+  require(f.ok(), "converted tokenizer parses");
+  auto tok = Tokenizer::from_gguf(*f);
+  require(tok.ok(), "converted tokenizer loads");
+  for (std::string_view text : {"Hello [CLS] World, it's 12345!", "caf\xC3\xA9 \xE4\xB8\xAD\xFF\xC3", "  \n\t"}) {
+    check(*tok, text, 3, false);
+    check(*tok, text, 4, false);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= 4 && data[0] == 'G' && data[1] == 'G' && data[2] == 'U' && data[3] == 'F') {
     fuzz_vocab_file(data, size);
+    return 0;
+  }
+  if (size >= 1 && data[0] == '{') {
+    fuzz_tokenizer_json(data, size);
     return 0;
   }
   static const Tokenizers tokenizers;

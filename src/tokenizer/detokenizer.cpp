@@ -7,7 +7,7 @@ namespace metro::tokenizer {
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, DecodeOptions options)
     : tokenizer_(tokenizer),
       options_(options),
-      strip_next_(options.strip_leading_space && tokenizer.vocab().add_space_prefix()) {}
+      strip_next_(strips_first_space(tokenizer.vocab(), options)) {}
 
 std::string IncrementalDetokenizer::push(int32_t id) {
   append_decoded(tokenizer_.vocab(), id, options_, strip_next_, pending_);

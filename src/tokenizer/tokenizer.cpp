@@ -1,10 +1,79 @@
 #include "tokenizer/tokenizer.h"
 
+#include "tokenizer/bert_normalizer.h"
 #include "tokenizer/special_split.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/wordpiece.h"
 
 namespace metro::tokenizer {
+namespace {
+
+void encode_bpe(const PreTokenizer& pre, const BpeModel& bpe, const WordCache& cache,
+                std::string_view text, const std::vector<Fragment>& fragments,
+                std::vector<int32_t>& out) {
+  std::vector<TextSpan> words;
+  BpeScratch scratch;
+  out.reserve(out.size() + text.size() / 4 + 8);
+  for (const Fragment& f : fragments) {
+    if (f.is_token()) {
+      out.push_back(f.token);
+      continue;
+    }
+    const std::string_view chunk = text.substr(f.offset, f.length);
+    pre.split(chunk, words);
+    for (const TextSpan w : words) {
+      const std::string_view word = chunk.substr(w.offset, w.length);
+      if (cache.lookup(word, out)) continue;
+      const size_t before = out.size();
+      bpe.encode_word(word, out, scratch);
+      cache.insert(word, std::span<const int32_t>(out).subspan(before));
+    }
+  }
+}
+
+void encode_spm(const Vocab& v, std::string_view text, const std::vector<Fragment>& fragments,
+                std::vector<int32_t>& out) {
+  SpmScratch scratch;
+  bool prev_special = true;  // a space goes before the first text, as SentencePiece does
+  std::string piece;
+  for (const Fragment& f : fragments) {
+    if (f.is_token()) {
+      out.push_back(f.token);
+      prev_special = true;
+      continue;
+    }
+    piece.clear();
+    if (v.add_space_prefix() && prev_special) piece.push_back(' ');
+    piece.append(text.substr(f.offset, f.length));
+    spm_encode(v, spm_escape_spaces(piece), out, scratch);
+    prev_special = false;
+  }
+}
+
+// The cache is keyed by the normalized word, so "The" and "the" share an entry.
+void encode_wpm(const Vocab& v, const WordCache& cache, std::string_view text,
+                const std::vector<Fragment>& fragments, std::vector<int32_t>& out) {
+  BertWords words;
+  WordPieceScratch scratch;
+  for (const Fragment& f : fragments) {
+    if (f.is_token()) {
+      out.push_back(f.token);
+      continue;
+    }
+    bert_split_words(text.substr(f.offset, f.length), words);
+    out.reserve(out.size() + words.words.size() + 8);
+    for (const BertWord& w : words.words) {
+      const std::string_view word = std::string_view(words.text).substr(w.offset, w.length);
+      if (cache.lookup(word, out)) continue;
+      const size_t before = out.size();
+      wordpiece_encode_word(v, word, w.n_chars, out, scratch);
+      cache.insert(word, std::span<const int32_t>(out).subspan(before));
+    }
+  }
+}
+
+}  // namespace
 
 Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& file, const TokenizerOptions& options) {
   METRO_ASSIGN_OR_RETURN(Vocab vocab, Vocab::from_gguf(file));
@@ -26,45 +95,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   split_special(v, text, parse_special, fragments);
   if (add_special && v.add_bos()) out.push_back(v.bos_id());
 
-  if (v.kind() == VocabKind::kBpe) {
-    std::vector<TextSpan> words;
-    BpeScratch scratch;
-    const size_t reserve = text.size() / 4 + 8;
-    out.reserve(reserve);
-    for (const Fragment& f : fragments) {
-      if (f.is_token()) {
-        out.push_back(f.token);
-        continue;
-      }
-      const std::string_view chunk = text.substr(f.offset, f.length);
-      impl_->pre->split(chunk, words);
-      for (const TextSpan w : words) {
-        const std::string_view word = chunk.substr(w.offset, w.length);
-        if (impl_->cache.lookup(word, out)) continue;
-        const size_t before = out.size();
-        impl_->bpe->encode_word(word, out, scratch);
-        impl_->cache.insert(word, std::span<const int32_t>(out).subspan(before));
-      }
-    }
-  } else {
-    SpmScratch scratch;
-    bool prev_special = true;  // a space goes before the first text, as SentencePiece does
-    std::string piece;
-    for (const Fragment& f : fragments) {
-      if (f.is_token()) {
-        out.push_back(f.token);
-        prev_special = true;
-        continue;
-      }
-      piece.clear();
-      if (v.add_space_prefix() && prev_special) piece.push_back(' ');
-      piece.append(text.substr(f.offset, f.length));
-      spm_encode(v, spm_escape_spaces(piece), out, scratch);
-      prev_special = false;
-    }
+  switch (v.kind()) {
+    case VocabKind::kBpe:
+      encode_bpe(*impl_->pre, *impl_->bpe, impl_->cache, text, fragments, out);
+      break;
+    case VocabKind::kSpm:
+      encode_spm(v, text, fragments, out);
+      break;
+    case VocabKind::kWpm:
+      encode_wpm(v, impl_->cache, text, fragments, out);
+      break;
   }
 
   if (add_special && v.add_eos()) out.push_back(v.eos_id());
+  if (add_special && v.add_sep() && !(v.add_eos() && v.eos_id() == v.sep_id())) {
+    out.push_back(v.sep_id());
+  }
   return out;
 }
 
@@ -73,7 +119,17 @@ void append_decoded(const Vocab& vocab, int32_t id, const DecodeOptions& options
   if (!vocab.valid(id)) return;
   const TokenData& t = vocab.token(id);
   if (t.attrs & attr::kSpecialText) {
-    if (!(t.attrs & attr::kHidden) || options.render_special) out.append(t.piece);
+    const bool shown = !(t.attrs & attr::kHidden) || options.render_special;
+    if (vocab.kind() == VocabKind::kWpm) {
+      // A special token shown is a word of its own; a hidden one leaves no trace.
+      if (shown) {
+        if (!strip_next) out.push_back(' ');
+        out.append(t.piece);
+        strip_next = false;
+      }
+      return;
+    }
+    if (shown) out.append(t.piece);
     strip_next = options.strip_leading_space && vocab.add_space_prefix();
     return;
   }
@@ -91,7 +147,7 @@ void append_decoded(const Vocab& vocab, int32_t id, const DecodeOptions& options
 std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions& options) const {
   const Vocab& v = impl_->vocab;
   std::string out;
-  bool strip_next = options.strip_leading_space && v.add_space_prefix();
+  bool strip_next = strips_first_space(v, options);
   for (const int32_t id : ids) append_decoded(v, id, options, strip_next, out);
   return out;
 }

@@ -4,10 +4,13 @@
 //   std::vector<int32_t> ids = tok->encode(text, /*add_special=*/true, /*parse_special=*/false);
 //   std::string bytes = tok->decode(ids);
 //
-// Two vocabulary kinds: byte-level BPE ("gpt2": SmolLM2, Llama 3, Qwen2, ...) and
-// SentencePiece BPE ("llama": Llama 2, Mistral, Phi-3, ...). Token ids agree with
-// llama.cpp's tokenizer on the same file (tests/fixtures/tokenizer holds the evidence);
-// known differences are listed in docs of this header's functions.
+// Three vocabulary kinds: byte-level BPE ("gpt2": SmolLM2, Llama 3, Qwen2, ...) and
+// SentencePiece BPE ("llama": Llama 2, Mistral, Phi-3, ...), whose ids agree with
+// llama.cpp's tokenizer on the same file; and WordPiece ("bert": uncased BERT encoders such
+// as all-MiniLM-L6-v2), whose ids agree with Hugging Face tokenizers' on the model's
+// tokenizer.json (BertNormalizer, BertPreTokenizer, WordPiece; see bert_normalizer.h).
+// tests/fixtures/tokenizer holds the evidence; known differences are listed in docs of this
+// header's functions.
 //
 // A Tokenizer is a cheap handle to shared immutable state (plus an internally locked word
 // cache): copy it freely and call its const methods from any number of threads.
@@ -30,13 +33,14 @@ struct DecodeOptions {
   // Control and unknown tokens (<|im_start|>, <s>, ...) as their text; hidden otherwise.
   bool render_special = false;
   // SPM vocabularies with add_space_prefix: drop the one space encoding put before the
-  // first text and after each special token, so decode(encode(x)) == x. Set false when
-  // decoding a continuation (generated tokens after a prompt), whose leading space is real.
+  // first text and after each special token, so decode(encode(x)) == x. WordPiece: no space
+  // before the first word. Set false when decoding a continuation (generated tokens after a
+  // prompt), whose leading space is real.
   bool strip_leading_space = true;
 };
 
 struct TokenizerOptions {
-  // Words remembered with their BPE ids (0: no cache). 64 bytes each.
+  // Words remembered with their BPE or WordPiece ids (0: no cache). 64 bytes each.
   size_t word_cache_entries = 32768;
 };
 
@@ -47,9 +51,14 @@ class Tokenizer {
   }
   static Expected<Tokenizer> from_gguf(const gguf::File& file, const TokenizerOptions& options);
 
-  // add_special: BOS/EOS as the vocabulary asks (add_bos_token, add_eos_token).
+  // add_special: BOS/EOS as the vocabulary asks (add_bos_token, add_eos_token); WordPiece:
+  // [CLS] first and [SEP] last.
   // parse_special: text spelling a control token ("<|im_start|>") becomes that token;
-  // off for user content, where it stays plain text. Any bytes are accepted; invalid UTF-8
+  // off for user content, where it stays plain text. Hugging Face tokenizers always matches
+  // special tokens in text: WordPiece ids equal its encode(text) with parse_special on
+  // (and add_special on for its default add_special_tokens=True).
+  // WordPiece normalizes (lowercase, accents stripped, control characters dropped) and so
+  // does not round-trip; it drops invalid UTF-8. BPE and SPM accept any bytes: invalid UTF-8
   // is encoded byte for byte (BPE) or by byte fallback (SPM) rather than replaced with
   // U+FFFD as llama.cpp does, so it round-trips. Exception, as in llama.cpp: a byte-level
   // vocabulary may lack tokens for a few bytes (SmolLM2: 21 control and 0xC0/0xC1/0xF1..

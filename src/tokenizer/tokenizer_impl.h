@@ -23,13 +23,21 @@ struct Tokenizer::Impl {
   Vocab vocab;
   std::optional<PreTokenizer> pre;  // BPE only
   std::optional<BpeModel> bpe;      // BPE only; refers to `vocab`, so Impl never moves
-  WordCache cache;
+  WordCache cache;                  // BPE: word -> ids; WPM: normalized word -> ids
 };
 
-// Appends the bytes `id` contributes to a decoded text. `strip_next` carries the SPM
-// leading-space rule between tokens: after the start and after each special token, the
-// next text token loses one leading space (encoding added it).
+// Appends the bytes `id` contributes to a decoded text. `strip_next` carries the
+// leading-space rule between tokens. SPM: after the start and after each special token, the
+// next text token loses one leading space (encoding added it). WPM: the first word has no
+// space before it (word-initial pieces decode as " word"); a special token shown is a word
+// of its own, a hidden one changes nothing.
 void append_decoded(const Vocab& vocab, int32_t id, const DecodeOptions& options,
                     bool& strip_next, std::string& out);
+
+// `strip_next` at the start of a decoded text.
+inline bool strips_first_space(const Vocab& vocab, const DecodeOptions& options) {
+  return options.strip_leading_space &&
+         (vocab.add_space_prefix() || vocab.kind() == VocabKind::kWpm);
+}
 
 }  // namespace metro::tokenizer

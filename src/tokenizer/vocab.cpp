@@ -143,12 +143,14 @@ class VocabLoader {
       v_.kind_ = VocabKind::kBpe;
     } else if (*model == "llama") {
       v_.kind_ = VocabKind::kSpm;
+    } else if (*model == "bert") {
+      v_.kind_ = VocabKind::kWpm;
     } else {
       return unimplemented("tokenizer model " + quoted(*model) +
-                           " is not supported (metro reads 'gpt2' and 'llama')");
+                           " is not supported (metro reads 'gpt2', 'llama' and 'bert')");
     }
     auto pre = f_.get_string("tokenizer.ggml.pre");
-    if (v_.kind_ == VocabKind::kSpm) {
+    if (v_.kind_ != VocabKind::kBpe) {
       v_.pre_name_ = pre.ok() ? std::string(*pre) : "default";
       return {};
     }
@@ -257,7 +259,7 @@ class VocabLoader {
     if (v_.kind_ == VocabKind::kBpe) {
       ByteLevelMap map;
       for (int b = 0; b < 256; ++b) v_.byte_token_[b] = v_.find(map.encode(static_cast<uint8_t>(b)));
-    } else {
+    } else if (v_.kind_ == VocabKind::kSpm) {
       // Vocabularies without <0xNN> tokens may hold bytes as one-character strings.
       for (int b = 0; b < 256; ++b) {
         if (v_.byte_token_[b] < 0) {
@@ -288,6 +290,7 @@ class VocabLoader {
 
   Status read_special_ids() {
     const bool spm = v_.kind_ == VocabKind::kSpm;
+    const bool wpm = v_.kind_ == VocabKind::kWpm;
     auto dflt = [&](int32_t id) { return v_.valid(id) ? id : -1; };
     v_.bos_ = spm ? dflt(1) : -1;
     v_.eos_ = spm ? dflt(2) : -1;
@@ -299,16 +302,21 @@ class VocabLoader {
     if (auto id = read_id(p + "eom_token_id")) v_.eom_ = *id;
     if (auto id = read_id(p + "unknown_token_id")) v_.unk_ = *id;
     if (auto id = read_id(p + "padding_token_id")) v_.pad_ = *id;
-    if (!spm && v_.pre_spec_->no_bos && !f_.has(p + "bos_token_id")) v_.bos_ = -1;
+    if (wpm) read_wordpiece_ids();
+    if (v_.kind_ == VocabKind::kBpe && v_.pre_spec_->no_bos && !f_.has(p + "bos_token_id")) {
+      v_.bos_ = -1;
+    }
     for (const char* k : {"fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"}) {
       fim_[k] = read_id(p + k + "_token_id").value_or(-1);
     }
 
-    v_.add_bos_ = spm ? true : v_.pre_spec_->add_bos;
+    v_.add_bos_ = spm || wpm ? true : v_.pre_spec_->add_bos;
     v_.add_eos_ = false;
+    v_.add_sep_ = wpm;
     v_.add_space_prefix_ = spm;
     METRO_RETURN_IF_ERROR(read_bool(p + "add_bos_token", v_.add_bos_));
     METRO_RETURN_IF_ERROR(read_bool(p + "add_eos_token", v_.add_eos_));
+    if (wpm) METRO_RETURN_IF_ERROR(read_bool(p + "add_sep_token", v_.add_sep_));
     if (spm) METRO_RETURN_IF_ERROR(read_bool(p + "add_space_prefix", v_.add_space_prefix_));
     if (v_.add_bos_ && v_.bos_ < 0) {
       v_.warnings_.push_back("add_bos_token is set but there is no BOS token; no BOS is added");
@@ -318,7 +326,35 @@ class VocabLoader {
       v_.warnings_.push_back("add_eos_token is set but there is no EOS token; no EOS is added");
       v_.add_eos_ = false;
     }
+    if (v_.add_sep_ && v_.sep_ < 0) {
+      v_.warnings_.push_back("add_sep_token is set but there is no separator token; none is added");
+      v_.add_sep_ = false;
+    }
+    if (wpm && v_.unk_ < 0) {
+      v_.warnings_.push_back("this WordPiece vocabulary has no unknown token; words it cannot "
+                             "spell are left out");
+    }
     return {};
+  }
+
+  // WordPiece's ids. llama.cpp's converters write [CLS] as cls_token_id, bos_token_id or
+  // both, and [SEP] as seperator_token_id (sic), possibly also as eos_token_id. Files
+  // without the keys get the tokens of BERT's usual names.
+  void read_wordpiece_ids() {
+    const std::string p = "tokenizer.ggml.";
+    if (auto id = read_id(p + "seperator_token_id")) v_.sep_ = *id;
+    if (auto id = read_id(p + "cls_token_id")) v_.cls_ = *id;
+    if (auto id = read_id(p + "mask_token_id")) v_.mask_ = *id;
+    auto by_name = [&](int32_t& slot, std::string_view name) {
+      if (slot < 0) slot = v_.find(name);
+    };
+    if (!f_.has(p + "bos_token_id")) v_.bos_ = v_.cls_;
+    by_name(v_.cls_, "[CLS]");
+    by_name(v_.bos_, "[CLS]");
+    by_name(v_.sep_, "[SEP]");
+    by_name(v_.unk_, "[UNK]");
+    by_name(v_.pad_, "[PAD]");
+    by_name(v_.mask_, "[MASK]");
   }
 
   Status read_bool(const std::string& key, bool& out) {
@@ -357,12 +393,16 @@ class VocabLoader {
     };
     detect(v_.eot_, kEotNames);
     detect(v_.eom_, kEomNames);
-    detect(fim_["fim_pre"], kFimPreNames);
-    detect(fim_["fim_suf"], kFimSufNames);
-    detect(fim_["fim_mid"], kFimMidNames);
-    detect(fim_["fim_pad"], kFimPadNames);
-    detect(fim_["fim_rep"], kFimRepNames);
-    detect(fim_["fim_sep"], kFimSepNames);
+    // WordPiece vocabularies belong to encoders, which fill no middles; and their [PAD]
+    // must not be taken for a FIM padding token.
+    if (v_.kind_ != VocabKind::kWpm) {
+      detect(fim_["fim_pre"], kFimPreNames);
+      detect(fim_["fim_suf"], kFimSufNames);
+      detect(fim_["fim_mid"], kFimMidNames);
+      detect(fim_["fim_pad"], kFimPadNames);
+      detect(fim_["fim_rep"], kFimRepNames);
+      detect(fim_["fim_sep"], kFimSepNames);
+    }
 
     // Control tokens named "unused" are placeholders.
     for (auto& t : v_.tokens_) {
@@ -433,6 +473,9 @@ class VocabLoader {
       } else if (a & attr::kNormal) {
         if (v_.kind_ == VocabKind::kBpe) {
           t.piece = byte_level_decode(map, t.text);
+        } else if (v_.kind_ == VocabKind::kWpm) {
+          // A word-initial piece starts a new word; a continuation joins the previous one.
+          t.piece = t.text.starts_with("\xE2\x96\x81") ? " " + t.text.substr(3) : t.text;
         } else {
           t.piece = t.text;
           for (size_t pos = 0; (pos = t.piece.find("\xE2\x96\x81", pos)) != std::string::npos;) {

@@ -26,6 +26,7 @@ inline constexpr size_t kMaxTokenBytes = 4096;
 enum class VocabKind : uint8_t {
   kBpe,  // "gpt2": byte-level BPE with ranked merges and a regex pre-tokenizer
   kSpm,  // "llama": SentencePiece BPE by scores with <0xNN> byte fallback
+  kWpm,  // "bert": WordPiece, word-initial pieces marked with U+2581 (wordpiece.h)
 };
 
 // Token attributes as bits: a file's token_type gives one of the first six; the loader adds
@@ -50,7 +51,7 @@ inline constexpr uint16_t kSpecialText = kUnknown | kControl | kUserDefined;
 }  // namespace attr
 
 struct TokenData {
-  std::string text;   // as stored in the file (byte-level alphabet for BPE, ▁ for SPM)
+  std::string text;   // as stored in the file (byte-level alphabet for BPE, ▁ for SPM/WPM)
   std::string piece;  // the raw bytes this token decodes to
   float score = 0.0f;
   uint16_t attrs = attr::kNormal;
@@ -77,7 +78,7 @@ class Vocab {
   std::string_view model_name() const { return model_name_; }
   // tokenizer.ggml.pre as written ("default" when absent).
   std::string_view pre_name() const { return pre_name_; }
-  // BPE: the pre-tokenizer in use (GPT-2's for an unknown name); nullptr for SPM.
+  // BPE: the pre-tokenizer in use (GPT-2's for an unknown name); nullptr for SPM and WPM.
   const PreTokenizerSpec* pre_spec() const { return pre_spec_; }
   // False when tokenizer.ggml.pre named a pre-tokenizer metro does not know.
   bool pre_recognized() const { return pre_recognized_; }
@@ -97,7 +98,8 @@ class Vocab {
 
   // The most input bytes one token can stand for: its decoded bytes, or for a token matched
   // as special text, that text. So a text of n bytes is at least n / max_token_bytes()
-  // tokens (a cheap bound before tokenizing).
+  // tokens (a cheap bound before tokenizing). Not for WordPiece, whose normalizer drops
+  // control characters and combining marks: there the bound holds for the bytes it keeps.
   size_t max_token_bytes() const { return max_token_bytes_; }
 
   // Ids of tokens matched in text before model splitting, longest text first.
@@ -112,8 +114,16 @@ class Vocab {
   int32_t eom_id() const { return eom_; }
   int32_t pad_id() const { return pad_; }
   int32_t unk_id() const { return unk_; }
+  // WordPiece's [SEP], [CLS] and [MASK] (-1 elsewhere). For WPM the BOS is [CLS] unless
+  // the file names another (llama.cpp's converters write [CLS] as either key).
+  int32_t sep_id() const { return sep_; }
+  int32_t cls_id() const { return cls_; }
+  int32_t mask_id() const { return mask_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
+  // WPM: encoding with add_special ends with [SEP] (tokenizer.ggml.add_sep_token, default
+  // on), once: not again when add_eos already put the same token there.
+  bool add_sep() const { return add_sep_; }
   // SPM: a space goes before the first text (and after each special token), and decoding
   // from the start drops it again.
   bool add_space_prefix() const { return add_space_prefix_; }
@@ -138,7 +148,8 @@ class Vocab {
   size_t max_token_bytes_ = 1;
   std::vector<BpeMerge> merges_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1, unk_ = -1;
-  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
+  int32_t sep_ = -1, cls_ = -1, mask_ = -1;
+  bool add_bos_ = false, add_eos_ = false, add_sep_ = false, add_space_prefix_ = false;
   std::vector<int32_t> eog_;  // sorted
   std::vector<std::string> warnings_;
 };

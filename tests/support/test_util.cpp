@@ -43,6 +43,16 @@ bool have_gemma3_model() {
   return ::stat(gemma3_model_path().c_str(), &st) == 0 && st.st_size > 0;
 }
 
+std::string minilm_dir() {
+  if (const char* env = std::getenv("METRO_MINILM_DIR")) return env;
+  return source_path("models/all-MiniLM-L6-v2");
+}
+
+bool have_minilm() {
+  struct stat st {};
+  return ::stat((minilm_dir() + "/model.safetensors").c_str(), &st) == 0 && st.st_size > 0;
+}
+
 bool have_default_model() {
   struct stat st {};
   return ::stat(default_model_path().c_str(), &st) == 0 && st.st_size > 0;

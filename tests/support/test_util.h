@@ -13,6 +13,10 @@ std::string default_model_path();
 // Gemma 3 270M Q4_K_M (`make model-gemma3`), the real file of the gemma3 architecture.
 std::string gemma3_model_path();
 bool have_gemma3_model();
+// all-MiniLM-L6-v2 as Hugging Face ships it (`make model-minilm`): a directory with
+// config.json, model.safetensors and tokenizer.json; METRO_MINILM_DIR overrides.
+std::string minilm_dir();
+bool have_minilm();
 // True when the default model is present; tests that need it call REQUIRE_MODEL().
 bool have_default_model();
 
@@ -51,6 +55,13 @@ std::string source_path(const std::string& relative);
   do {                                                                                       \
     if (!::metro::testing::have_gemma3_model())                                              \
       GTEST_FAIL() << "Gemma 3 model missing: run `make model-gemma3` (or set METRO_GEMMA3_MODEL)"; \
+  } while (0)
+
+// Fails (not skips) when the MiniLM directory is absent: `make test` fetches it first.
+#define REQUIRE_MINILM()                                                                     \
+  do {                                                                                       \
+    if (!::metro::testing::have_minilm())                                                    \
+      GTEST_FAIL() << "all-MiniLM-L6-v2 missing: run `make model-minilm` (or set METRO_MINILM_DIR)"; \
   } while (0)
 
 // Fails (not skips) when the default model is absent: `make test` fetches it first.

@@ -1,0 +1,574 @@
+#include "convert/hf_tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "tokenizer/vocab.h"
+
+namespace metro::convert {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxTokenizerJsonBytes = size_t{256} << 20;
+constexpr size_t kMaxSideFileBytes = size_t{16} << 20;
+constexpr int kMaxJsonDepth = 64;
+constexpr std::string_view kWordStart = "\xE2\x96\x81";  // U+2581
+// A stored token is at most the vocabulary's limit, U+2581 prefix included.
+constexpr size_t kMaxTokenTextBytes = tokenizer::kMaxTokenBytes - kWordStart.size();
+// Ids may leave holes (filled with unused tokens), but not many more than there are tokens.
+constexpr size_t kMaxHoles = 1024;
+
+constexpr int32_t kTypeNormal = 1;
+constexpr int32_t kTypeControl = 3;
+constexpr int32_t kTypeUserDefined = 4;
+constexpr int32_t kTypeUnused = 5;
+
+// A string from the file, safe to print: printable ASCII kept, the rest as \xNN, cut short.
+std::string shown(std::string_view s) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < 48; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (s.size() > 48) out += "...";
+  return out + "'";
+}
+
+Status bad(const std::string& what) { return invalid_argument("tokenizer.json: " + what); }
+
+// Nothing nested deeper than `max_depth`, so no reader recurses far on hostile input.
+bool depth_ok(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+Expected<json> parse_json(std::string_view text, const std::string& name) {
+  if (!depth_ok(text, kMaxJsonDepth)) {
+    return invalid_argument(name + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels");
+  }
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    return invalid_argument(name + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+Expected<std::optional<std::string>> read_file(const std::string& path, const std::string& name,
+                                               size_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::optional<std::string>();
+  if (!S_ISREG(st.st_mode)) return invalid_argument(path + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return out_of_range(name + " is " + std::to_string(st.st_size) + " bytes; at most " +
+                        std::to_string(max_bytes) + " allowed");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot open " + path);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.gcount() != static_cast<std::streamsize>(text.size())) {
+    return io_error("cannot read " + path);
+  }
+  return std::optional<std::string>(std::move(text));
+}
+
+const json* member(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A token named in a config file: "[CLS]" or {"content": "[CLS]", ...}.
+std::optional<std::string> token_name(const json* obj, const char* key) {
+  if (obj == nullptr) return std::nullopt;
+  const json* v = member(*obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (const json* c = member(*v, "content"); c != nullptr && c->is_string()) {
+    return c->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::string type_of(const json& obj) {
+  const json* t = member(obj, "type");
+  return t != nullptr && t->is_string() ? t->get<std::string>() : std::string();
+}
+
+bool bool_or(const json& obj, const char* key, bool dflt) {
+  const json* v = member(obj, key);
+  return v != nullptr && v->is_boolean() ? v->get<bool>() : dflt;
+}
+
+class Converter {
+ public:
+  explicit Converter(const HfTokenizerFiles& files) : files_(files) {}
+
+  Status run(gguf::Writer& w, TokenizerInfo* info) {
+    METRO_ASSIGN_OR_RETURN(root_, parse_json(files_.tokenizer_json, "tokenizer.json"));
+    if (!root_.is_object()) return bad("not a JSON object");
+    METRO_RETURN_IF_ERROR(read_side_files());
+    METRO_RETURN_IF_ERROR(check_pipeline());
+    METRO_RETURN_IF_ERROR(read_vocab());
+    METRO_RETURN_IF_ERROR(read_added_tokens());
+    fill_holes();
+    METRO_RETURN_IF_ERROR(read_special_ids());
+    METRO_RETURN_IF_ERROR(read_post_processor());
+    read_token_type_count();
+    note_dropped_settings();
+    write(w);
+    if (info != nullptr) *info = std::move(info_);
+    return {};
+  }
+
+ private:
+  struct Token {
+    std::string text;  // as in the file
+    int32_t type = kTypeNormal;
+    bool present = false;
+  };
+
+  Status read_side_files() {
+    auto parse_side = [](const std::optional<std::string>& text, const char* name,
+                         std::optional<json>& out) -> Status {
+      if (!text) return {};
+      METRO_ASSIGN_OR_RETURN(json j, parse_json(*text, name));
+      if (!j.is_object()) return invalid_argument(std::string(name) + ": not a JSON object");
+      out = std::move(j);
+      return {};
+    };
+    METRO_RETURN_IF_ERROR(parse_side(files_.tokenizer_config_json, "tokenizer_config.json", config_));
+    METRO_RETURN_IF_ERROR(parse_side(files_.special_tokens_map_json, "special_tokens_map.json", special_map_));
+    METRO_RETURN_IF_ERROR(parse_side(files_.config_json, "config.json", model_config_));
+    return {};
+  }
+
+  // Refuses what metro's WordPiece would tokenize differently from the reference.
+  Status check_pipeline() {
+    model_ = member(root_, "model");
+    if (model_ == nullptr || !model_->is_object()) return bad("no 'model' object");
+    const std::string type = type_of(*model_);
+    if (type != "WordPiece") {
+      return unimplemented("this converter reads WordPiece tokenizers; this one is " +
+                           (type.empty() ? std::string("of no stated type") : shown(type)));
+    }
+    if (const json* m = member(*model_, "max_input_chars_per_word");
+        m != nullptr && !(m->is_number_integer() && m->get<int64_t>() == 100)) {
+      return unimplemented("tokenizer.json: max_input_chars_per_word is " + m->dump().substr(0, 40) +
+                           "; metro's WordPiece takes words of up to 100 characters");
+    }
+    prefix_ = "##";
+    if (const json* p = member(*model_, "continuing_subword_prefix"); p != nullptr) {
+      if (!p->is_string() || p->get<std::string>().empty()) {
+        return bad("continuing_subword_prefix is not a non-empty string");
+      }
+      prefix_ = p->get<std::string>();
+    }
+
+    const std::string want_norm =
+        "metro's WordPiece follows BERT uncased: a BertNormalizer that cleans text, splits "
+        "CJK ideographs, lowercases and strips accents";
+    const json* norm = member(root_, "normalizer");
+    if (norm == nullptr) return unimplemented(want_norm + "; this tokenizer.json has no normalizer");
+    if (type_of(*norm) != "BertNormalizer") {
+      return unimplemented(want_norm + "; this tokenizer.json's normalizer is " +
+                           shown(type_of(*norm)));
+    }
+    // strip_accents null (the usual) follows lowercase.
+    const bool lowercase = bool_or(*norm, "lowercase", true);
+    const bool strip = bool_or(*norm, "strip_accents", lowercase);
+    const bool clean = bool_or(*norm, "clean_text", true);
+    const bool cjk = bool_or(*norm, "handle_chinese_chars", true);
+    if (!lowercase || !strip || !clean || !cjk) {
+      auto flag = [](const char* name, bool v) { return std::string(name) + (v ? "=true" : "=false"); };
+      return unimplemented(want_norm + "; this one has " + flag("lowercase", lowercase) + ", " +
+                           flag("strip_accents", strip) + ", " + flag("clean_text", clean) + ", " +
+                           flag("handle_chinese_chars", cjk));
+    }
+    const json* pre = member(root_, "pre_tokenizer");
+    if (pre == nullptr || type_of(*pre) != "BertPreTokenizer") {
+      return unimplemented("metro's WordPiece splits words as BertPreTokenizer does; this "
+                           "tokenizer.json's pre_tokenizer is " +
+                           (pre == nullptr ? std::string("missing") : shown(type_of(*pre))));
+    }
+    return {};
+  }
+
+  // Places `text` at `id`, growing the table; refuses ids out of bounds.
+  Status place(const std::string& text, int64_t id, const char* where) {
+    if (id < 0 || static_cast<uint64_t>(id) >= tokenizer::kMaxVocabSize) {
+      return bad(std::string(where) + ": token " + shown(text) + " has id " + std::to_string(id) +
+                 "; ids must be in 0.." + std::to_string(tokenizer::kMaxVocabSize - 1));
+    }
+    if (static_cast<uint64_t>(id) >= tokens_.size() &&
+        static_cast<uint64_t>(id) >= 2 * n_placed_ + kMaxHoles) {
+      return bad(std::string(where) + ": id " + std::to_string(id) + " of " + shown(text) +
+                 " leaves most ids below it unused (" + std::to_string(n_placed_) + " tokens so far)");
+    }
+    if (text.size() > kMaxTokenTextBytes) {
+      return bad(std::string(where) + ": token " + shown(text) + " is " +
+                 std::to_string(text.size()) + " bytes long; at most " +
+                 std::to_string(kMaxTokenTextBytes) + " allowed");
+    }
+    if (text.empty()) return bad(std::string(where) + ": an empty token (id " + std::to_string(id) + ")");
+    const auto i = static_cast<size_t>(id);
+    if (i >= tokens_.size()) tokens_.resize(i + 1);
+    if (!tokens_[i].present) ++n_placed_;
+    tokens_[i].text = text;
+    tokens_[i].present = true;
+    return {};
+  }
+
+  Status read_vocab() {
+    const json* vocab = member(*model_, "vocab");
+    if (vocab == nullptr || !vocab->is_object()) return bad("model.vocab is not an object");
+    if (vocab->empty()) return bad("model.vocab is empty");
+    if (vocab->size() > tokenizer::kMaxVocabSize) {
+      return bad("model.vocab has " + std::to_string(vocab->size()) + " tokens; at most " +
+                 std::to_string(tokenizer::kMaxVocabSize) + " allowed");
+    }
+    // Ids first, to size the table once (the order of a JSON object is not the ids').
+    int64_t max_id = -1;
+    for (const auto& [text, id] : vocab->items()) {
+      if (!id.is_number_integer()) {
+        return bad("model.vocab: the id of " + shown(text) + " is not an integer");
+      }
+      max_id = std::max(max_id, id.get<int64_t>());
+    }
+    if (max_id >= 0 && static_cast<uint64_t>(max_id) >= 2 * vocab->size() + kMaxHoles) {
+      return bad("model.vocab: ids run up to " + std::to_string(max_id) + " for " +
+                 std::to_string(vocab->size()) + " tokens");
+    }
+    if (max_id >= 0) tokens_.resize(static_cast<size_t>(max_id) + 1);
+    for (const auto& [text, id] : vocab->items()) {
+      const int64_t i = id.get<int64_t>();
+      if (i >= 0 && static_cast<size_t>(i) < tokens_.size() && tokens_[static_cast<size_t>(i)].present) {
+        return bad("model.vocab: " + shown(text) + " and " + shown(tokens_[static_cast<size_t>(i)].text) +
+                   " share id " + std::to_string(i));
+      }
+      METRO_RETURN_IF_ERROR(place(text, i, "model.vocab"));
+      by_text_.emplace(text, static_cast<int32_t>(i));
+    }
+    return {};
+  }
+
+  Status read_added_tokens() {
+    const json* added = member(root_, "added_tokens");
+    if (added == nullptr) return {};
+    if (!added->is_array()) return bad("added_tokens is not an array");
+    if (added->size() > tokenizer::kMaxVocabSize) return bad("added_tokens is too long");
+    for (const json& t : *added) {
+      const json* id = member(t, "id");
+      const json* content = member(t, "content");
+      if (id == nullptr || !id->is_number_integer() || content == nullptr || !content->is_string()) {
+        return bad("added_tokens: an entry without an integer 'id' and a string 'content'");
+      }
+      const std::string text = content->get<std::string>();
+      const int64_t i = id->get<int64_t>();
+      if (i >= 0 && static_cast<size_t>(i) < tokens_.size() && tokens_[static_cast<size_t>(i)].present &&
+          tokens_[static_cast<size_t>(i)].text != text) {
+        const std::string& old = tokens_[static_cast<size_t>(i)].text;
+        info_.warnings.push_back("added token " + shown(text) + " replaces " + shown(old) +
+                                 " at id " + std::to_string(i));
+        if (auto it = by_text_.find(old); it != by_text_.end() && it->second == i) by_text_.erase(it);
+      }
+      METRO_RETURN_IF_ERROR(place(text, i, "added_tokens"));
+      const bool special = bool_or(t, "special", false);
+      tokens_[static_cast<size_t>(i)].type = special ? kTypeControl : kTypeUserDefined;
+      added_by_text_.emplace(text, static_cast<int32_t>(i));
+      for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+        if (bool_or(t, flag, false)) {
+          info_.warnings.push_back("added token " + shown(text) + " has " + flag +
+                                   " set, which the GGUF tokenizer does not carry");
+        }
+      }
+      if (bool_or(t, "normalized", !special)) {
+        info_.warnings.push_back("added token " + shown(text) +
+                                 " is matched in normalized text by Hugging Face, in raw text "
+                                 "by metro");
+      }
+    }
+    return {};
+  }
+
+  // Ids no token holds get an unused placeholder, as llama.cpp's converter writes them.
+  void fill_holes() {
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      if (tokens_[i].present) continue;
+      tokens_[i].text = "[PAD" + std::to_string(i) + "]";
+      tokens_[i].type = kTypeUnused;
+    }
+    info_.n_vocab = static_cast<int32_t>(tokens_.size());
+  }
+
+  int32_t find(const std::string& text) const {
+    if (auto it = added_by_text_.find(text); it != added_by_text_.end()) return it->second;
+    if (auto it = by_text_.find(text); it != by_text_.end()) return it->second;
+    return -1;
+  }
+
+  // The id of a special token named by tokenizer_config.json, special_tokens_map.json or
+  // BERT's usual name, in that order; -1 when none exists.
+  int32_t special_id(const char* key, const char* usual_name) {
+    const json* config = config_ ? &*config_ : nullptr;
+    const json* map = special_map_ ? &*special_map_ : nullptr;
+    for (const json* source : {config, map}) {
+      if (auto name = token_name(source, key)) {
+        const int32_t id = find(*name);
+        if (id < 0) {
+          info_.warnings.push_back(std::string(key) + " " + shown(*name) +
+                                   " is not in the vocabulary; ignored");
+        }
+        return id;
+      }
+    }
+    return find(usual_name);
+  }
+
+  Status read_special_ids() {
+    const json* unk = member(*model_, "unk_token");
+    if (unk == nullptr || !unk->is_string()) return bad("model.unk_token is not a string");
+    info_.unk_id = find(unk->get<std::string>());
+    if (info_.unk_id < 0) {
+      return bad("WordPiece's unknown token " + shown(unk->get<std::string>()) +
+                 " is not in the vocabulary");
+    }
+    info_.cls_id = special_id("cls_token", "[CLS]");
+    info_.sep_id = special_id("sep_token", "[SEP]");
+    info_.pad_id = special_id("pad_token", "[PAD]");
+    info_.mask_id = special_id("mask_token", "[MASK]");
+    return {};
+  }
+
+  Expected<int32_t> template_special(const json& proc, const json& item) {
+    const json* name = member(item, "id");
+    if (name == nullptr || !name->is_string()) return bad("post_processor: a SpecialToken without an id");
+    const json* specials = member(proc, "special_tokens");
+    const json* entry = specials != nullptr ? member(*specials, name->get<std::string>().c_str()) : nullptr;
+    const json* ids = entry != nullptr ? member(*entry, "ids") : nullptr;
+    if (ids == nullptr || !ids->is_array() || ids->size() != 1 || !(*ids)[0].is_number_integer()) {
+      return unimplemented("post_processor: special token " + shown(name->get<std::string>()) +
+                           " must stand for exactly one id");
+    }
+    const int64_t id = (*ids)[0].get<int64_t>();
+    if (id < 0 || id >= info_.n_vocab) {
+      return bad("post_processor: special token id " + std::to_string(id) + " is outside the vocabulary");
+    }
+    return static_cast<int32_t>(id);
+  }
+
+  // [first] $A [last], as TemplateProcessing spells it.
+  Status read_template(const json& proc) {
+    const json* single = member(proc, "single");
+    if (single == nullptr || !single->is_array()) return bad("post_processor: no 'single' template");
+    const std::string unsupported =
+        "post_processor: metro adds at most one token before a text and one after it; "
+        "this template is " + single->dump().substr(0, 200);
+    size_t seq_at = single->size();
+    for (size_t i = 0; i < single->size(); ++i) {
+      if (member((*single)[i], "Sequence") != nullptr) {
+        if (seq_at != single->size()) return unimplemented(unsupported);
+        seq_at = i;
+      }
+    }
+    if (seq_at == single->size() || seq_at > 1 || single->size() - seq_at > 2) {
+      return unimplemented(unsupported);
+    }
+    for (size_t i = 0; i < single->size(); ++i) {
+      if (i == seq_at) continue;
+      const json* special = member((*single)[i], "SpecialToken");
+      if (special == nullptr) return unimplemented(unsupported);
+      METRO_ASSIGN_OR_RETURN(int32_t id, template_special(proc, *special));
+      (i < seq_at ? info_.first_id : info_.last_id) = id;
+    }
+    return {};
+  }
+
+  // BertProcessing and RobertaProcessing: "cls": [text, id], "sep": [text, id].
+  Status read_cls_sep(const json& proc) {
+    auto read = [&](const char* key, int32_t& out) -> Status {
+      const json* v = member(proc, key);
+      if (v == nullptr || !v->is_array() || v->size() != 2 || !(*v)[1].is_number_integer()) {
+        return bad(std::string("post_processor: '") + key + "' is not [token, id]");
+      }
+      const int64_t id = (*v)[1].get<int64_t>();
+      if (id < 0 || id >= info_.n_vocab) {
+        return bad(std::string("post_processor: the ") + key + " id " + std::to_string(id) +
+                   " is outside the vocabulary");
+      }
+      out = static_cast<int32_t>(id);
+      return {};
+    };
+    METRO_RETURN_IF_ERROR(read("cls", info_.first_id));
+    return read("sep", info_.last_id);
+  }
+
+  Status read_one_processor(const json& proc, bool& added) {
+    const std::string type = type_of(proc);
+    if (type == "ByteLevel") return {};
+    if (added) return unimplemented("post_processor: more than one processor adds tokens");
+    added = true;
+    if (type == "TemplateProcessing") return read_template(proc);
+    if (type == "BertProcessing" || type == "RobertaProcessing") return read_cls_sep(proc);
+    return unimplemented("post_processor " + shown(type) + " is not supported (metro reads "
+                         "TemplateProcessing, BertProcessing and RobertaProcessing)");
+  }
+
+  Status read_post_processor() {
+    const json* proc = member(root_, "post_processor");
+    if (proc == nullptr) return {};
+    bool added = false;
+    if (type_of(*proc) != "Sequence") return read_one_processor(*proc, added);
+    const json* list = member(*proc, "processors");
+    if (list == nullptr || !list->is_array()) return bad("post_processor: a Sequence without processors");
+    for (const json& p : *list) METRO_RETURN_IF_ERROR(read_one_processor(p, added));
+    return {};
+  }
+
+  void read_token_type_count() {
+    if (!model_config_) return;
+    const json* n = member(*model_config_, "type_vocab_size");
+    if (n != nullptr && n->is_number_integer() && n->get<int64_t>() >= 1 && n->get<int64_t>() <= 1024) {
+      info_.token_type_count = static_cast<uint32_t>(n->get<int64_t>());
+    }
+  }
+
+  void note_dropped_settings() {
+    if (member(root_, "truncation") != nullptr) {
+      info_.warnings.push_back("tokenizer.json truncates to a fixed length; metro does not truncate");
+    }
+    if (member(root_, "padding") != nullptr) {
+      info_.warnings.push_back("tokenizer.json pads to a fixed length; metro does not pad");
+    }
+  }
+
+  // llama.cpp's spelling: continuations lose their prefix, other normal tokens gain U+2581,
+  // added and unused tokens stay as they are.
+  std::string stored(const Token& t) const {
+    if (t.type != kTypeNormal) return t.text;
+    if (t.text.size() > prefix_.size() && t.text.compare(0, prefix_.size(), prefix_) == 0) {
+      return t.text.substr(prefix_.size());
+    }
+    return std::string(kWordStart) + t.text;
+  }
+
+  void write(gguf::Writer& w) {
+    std::vector<std::string> texts;
+    std::vector<int32_t> types;
+    texts.reserve(tokens_.size());
+    types.reserve(tokens_.size());
+    std::unordered_map<std::string, size_t> seen;
+    size_t clashes = 0;
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      texts.push_back(stored(tokens_[i]));
+      types.push_back(tokens_[i].type);
+      if (!seen.emplace(texts.back(), i).second && clashes++ == 0) {
+        info_.warnings.push_back("tokens " + std::to_string(seen[texts.back()]) + " and " +
+                                 std::to_string(i) + " are both stored as " + shown(texts.back()) +
+                                 "; the first is used");
+      }
+    }
+    const std::string p = "tokenizer.ggml.";
+    w.add_string(p + "model", "bert");
+    w.add_string(p + "pre", "default");
+    w.add_string_array(p + "tokens", texts);
+    w.add_i32_array(p + "token_type", types);
+    w.add_u32(p + "token_type_count", info_.token_type_count);
+    auto id_key = [&](const char* key, int32_t id) {
+      if (id >= 0) w.add_u32(p + key, static_cast<uint32_t>(id));
+    };
+    id_key("unknown_token_id", info_.unk_id);
+    id_key("seperator_token_id", info_.sep_id);
+    id_key("padding_token_id", info_.pad_id);
+    id_key("cls_token_id", info_.cls_id);
+    id_key("mask_token_id", info_.mask_id);
+    id_key("bos_token_id", info_.first_id);
+    id_key("eos_token_id", info_.last_id);
+    w.add_bool(p + "add_bos_token", info_.first_id >= 0);
+    w.add_bool(p + "add_eos_token", info_.last_id >= 0);
+    w.add_bool(p + "add_sep_token", false);
+  }
+
+  const HfTokenizerFiles& files_;
+  json root_;
+  const json* model_ = nullptr;
+  std::optional<json> config_, special_map_, model_config_;
+  std::string prefix_;
+  std::vector<Token> tokens_;
+  size_t n_placed_ = 0;  // ids that hold a token of the file
+  std::map<std::string, int32_t> by_text_;
+  std::map<std::string, int32_t> added_by_text_;
+  TokenizerInfo info_;
+};
+
+}  // namespace
+
+Expected<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& hf_dir) {
+  HfTokenizerFiles files;
+  METRO_ASSIGN_OR_RETURN(auto tok, read_file(hf_dir + "/tokenizer.json", "tokenizer.json",
+                                             kMaxTokenizerJsonBytes));
+  if (!tok) {
+    struct stat st {};
+    if (::stat((hf_dir + "/vocab.txt").c_str(), &st) == 0) {
+      return not_found(hf_dir + " has vocab.txt but no tokenizer.json; metro reads the "
+                       "tokenizer.json that Hugging Face's fast tokenizers save");
+    }
+    return not_found(hf_dir + "/tokenizer.json is missing");
+  }
+  files.tokenizer_json = std::move(*tok);
+  METRO_ASSIGN_OR_RETURN(files.tokenizer_config_json,
+                         read_file(hf_dir + "/tokenizer_config.json", "tokenizer_config.json",
+                                   kMaxSideFileBytes));
+  METRO_ASSIGN_OR_RETURN(files.special_tokens_map_json,
+                         read_file(hf_dir + "/special_tokens_map.json", "special_tokens_map.json",
+                                   kMaxSideFileBytes));
+  METRO_ASSIGN_OR_RETURN(files.config_json,
+                         read_file(hf_dir + "/config.json", "config.json", kMaxSideFileBytes));
+  return files;
+}
+
+Status write_hf_tokenizer(const HfTokenizerFiles& files, gguf::Writer& w, TokenizerInfo* info) {
+  try {
+    return Converter(files).run(w, info);
+  } catch (const json::exception& e) {
+    return invalid_argument(std::string("tokenizer files: unexpected JSON shape (") + e.what() + ")");
+  }
+}
+
+Status write_hf_tokenizer(const std::string& hf_dir, gguf::Writer& w, TokenizerInfo* info) {
+  METRO_ASSIGN_OR_RETURN(HfTokenizerFiles files, read_hf_tokenizer_files(hf_dir));
+  return write_hf_tokenizer(files, w, info);
+}
+
+}  // namespace metro::convert

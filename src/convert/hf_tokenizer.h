@@ -1,0 +1,68 @@
+// A Hugging Face WordPiece tokenizer (tokenizer.json, with tokenizer_config.json and
+// special_tokens_map.json when present) written as GGUF tokenizer metadata in llama.cpp's
+// "bert" convention, which metro's tokenizer reads back (tokenizer/vocab.h):
+//
+//   tokenizer.ggml.model = "bert", tokenizer.ggml.pre = "default"
+//   tokenizer.ggml.tokens       continuation "##ing" as "ing", other normal tokens "play" as
+//                               "\u2581play", added tokens ([CLS], [SEP], ...) unchanged;
+//                               ids missing from the file filled with unused "[PADn]"
+//   tokenizer.ggml.token_type   3 (control) for added special tokens, 4 (user-defined) for
+//                               other added tokens, 5 (unused) for fillers, 1 otherwise
+//   tokenizer.ggml.token_type_count   config.json's type_vocab_size (2 when absent)
+//   tokenizer.ggml.{unknown,seperator,padding,cls,mask}_token_id   (llama.cpp's spelling)
+//   tokenizer.ggml.bos_token_id, eos_token_id, add_bos_token, add_eos_token, add_sep_token
+//                               the tokens the post-processor puts around a sequence
+//                               ([CLS] ... [SEP] for BERT) and whether it does
+//
+// Only what metro's WordPiece reproduces is accepted: model WordPiece with 100 characters a
+// word, normalizer BertNormalizer lowercasing (accents stripped), pre-tokenizer
+// BertPreTokenizer. Anything else is refused with an error that says what was found.
+// The files are untrusted: sizes, nesting and every id are checked; nothing is written to
+// the Writer unless the whole tokenizer is good.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/writer.h"
+
+namespace metro::convert {
+
+struct TokenizerInfo {
+  int32_t n_vocab = 0;
+  // -1 when the tokenizer has none.
+  int32_t unk_id = -1;
+  int32_t cls_id = -1;
+  int32_t sep_id = -1;
+  int32_t pad_id = -1;
+  int32_t mask_id = -1;
+  // What encoding a single text puts before and after it (-1: nothing): [CLS] and [SEP].
+  int32_t first_id = -1;
+  int32_t last_id = -1;
+  uint32_t token_type_count = 2;
+  // Settings of the files metro does not carry over (padding, truncation, lstrip on an
+  // added token, ...), one line each.
+  std::vector<std::string> warnings;
+};
+
+// The contents of a model directory's tokenizer files; nullopt: the file is absent.
+struct HfTokenizerFiles {
+  std::string tokenizer_json;
+  std::optional<std::string> tokenizer_config_json;
+  std::optional<std::string> special_tokens_map_json;
+  std::optional<std::string> config_json;
+};
+
+// Reads the files from `hf_dir`; tokenizer.json must exist.
+Expected<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& hf_dir);
+
+// Adds the tokenizer keys to `w`; fills `info` when given.
+Status write_hf_tokenizer(const HfTokenizerFiles& files, gguf::Writer& w,
+                          TokenizerInfo* info = nullptr);
+Status write_hf_tokenizer(const std::string& hf_dir, gguf::Writer& w,
+                          TokenizerInfo* info = nullptr);
+
+}  // namespace metro::convert
