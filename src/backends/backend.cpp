@@ -16,6 +16,10 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kSwiglu: return "swiglu";
     case OpKind::kAllReduce: return "all_reduce";
     case OpKind::kHeadNorm: return "head_norm";
+    case OpKind::kPosEmbed: return "pos_embed";
+    case OpKind::kLayerNorm: return "layer_norm";
+    case OpKind::kGelu: return "gelu";
+    case OpKind::kEncoderAttention: return "encoder_attention";
     case OpKind::kCount: break;
   }
   return "?";

@@ -9,7 +9,7 @@
 // row r is batch token logit_rows[r]); its cols are fixed. Every operand's width is its
 // buffer's cols.
 //
-// Elementwise ops (all but Project, Attention and AllReduce) compute output row r from
+// Elementwise ops (all but Project, Attention, EncoderAttention and AllReduce) compute output row r from
 // row r of their operands alone, so an executor may run a run of consecutive elementwise
 // ops over the same row set row by row, without synchronising between them. The other ops
 // read every row (or every sequence's keys) and need all earlier writes done.
@@ -128,6 +128,41 @@ struct SwigluOp {
   bool gelu = false;
 };
 
+// Encoder (BERT-family) ops.
+// x[t] += table[pos[t]]: learned absolute position embeddings (an F32 MatrixUse::kRows
+// matrix; an encoder folds its token-type row into it).
+struct PosEmbedOp {
+  const DeviceMatrix* table;
+  ActId x;
+};
+
+// dst[t] = (src[t] - mean) / sqrt(var + eps) * weight + bias (dst may be src).
+struct LayerNormOp {
+  ActId src;
+  ActId dst;
+  const DeviceVector* weight;
+  const DeviceVector* bias;
+  float eps;
+};
+
+// x[t] = gelu(x[t]), the exact (erf) form.
+struct GeluOp {
+  ActId x;
+};
+
+// Bidirectional attention within each sequence run of the step: every query of a run sees
+// every key of the same run (the whole input is in the step; nothing is read from or
+// written to KV memory). k and v hold n_head_kv heads per token.
+struct EncoderAttentionOp {
+  ActId q;
+  ActId k;
+  ActId v;
+  ActId out;
+  int n_head;
+  int n_head_kv;
+  float scale;
+};
+
 // x (its token rows) = the sum over the communicator's ranks of each rank's x: where the
 // ranks of a tensor-parallel group add up their partial products.
 struct AllReduceOp {
@@ -136,7 +171,8 @@ struct AllReduceOp {
 };
 
 using Op = std::variant<EmbedOp, RopeAnglesOp, RmsNormOp, ProjectOp, AddBiasOp, RopeOp, KvStoreOp,
-                        AttentionOp, AddOp, SwigluOp, AllReduceOp, HeadNormOp>;
+                        AttentionOp, AddOp, SwigluOp, AllReduceOp, HeadNormOp, PosEmbedOp, LayerNormOp,
+                        GeluOp, EncoderAttentionOp>;
 
 // One kind per alternative of Op, in the same order.
 enum class OpKind : uint8_t {
@@ -152,6 +188,10 @@ enum class OpKind : uint8_t {
   kSwiglu,
   kAllReduce,
   kHeadNorm,
+  kPosEmbed,
+  kLayerNorm,
+  kGelu,
+  kEncoderAttention,
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);
@@ -162,7 +202,8 @@ std::string_view op_name(OpKind kind);
 
 // Whether the op computes each output row from the same row of its operands (see above).
 inline bool is_elementwise(OpKind kind) {
-  return kind != OpKind::kProject && kind != OpKind::kAttention && kind != OpKind::kAllReduce;
+  return kind != OpKind::kProject && kind != OpKind::kAttention && kind != OpKind::kAllReduce &&
+         kind != OpKind::kEncoderAttention;
 }
 
 // The rows an op runs over.

@@ -66,6 +66,22 @@ class Validator {
     const int64_t n = width(o.x, kTok);
     METRO_CHECK(n % o.n_head == 0 && o.weight->size() == n / o.n_head);
   }
+  void operator()(const PosEmbedOp& o) {
+    METRO_CHECK(o.table->type() == kernels::DType::kF32 && width(o.x, kTok) == o.table->n_cols());
+    for (int32_t p : step_.pos) METRO_CHECK_MSG(p < o.table->n_rows(), "position past the position table");
+  }
+  void operator()(const LayerNormOp& o) {
+    const int64_t n = width(o.src, kTok);
+    METRO_CHECK(width(o.dst, kTok) == n && o.weight->size() == n && o.bias->size() == n);
+  }
+  void operator()(const GeluOp& o) { width(o.x, kTok); }
+  void operator()(const EncoderAttentionOp& o) {
+    METRO_CHECK(o.n_head > 0 && o.n_head_kv > 0 && o.n_head % o.n_head_kv == 0);
+    const int64_t q = width(o.q, kTok);
+    METRO_CHECK(q % o.n_head == 0 && width(o.out, kTok) == q);
+    const int64_t kv = q / o.n_head * o.n_head_kv;
+    METRO_CHECK(width(o.k, kTok) == kv && width(o.v, kTok) == kv);
+  }
   void operator()(const AllReduceOp& o) {
     METRO_CHECK(o.comm != nullptr);
     width(o.x, kTok);

@@ -100,9 +100,11 @@ json summarize(const gguf::File& f, const std::string& path) {
                  {"freq_factors", h.has_rope_freq_factors}};
     if (h.rope_scaling == model::RopeScaling::kYarn) j["rope"]["original_context"] = h.rope_orig_ctx;
     j["tied_output"] = h.tied_output;
+    j["encoder"] = h.encoder;
+    if (h.encoder) j["pooling"] = h.pooling == model::Pooling::kCls ? "cls" : "mean";
     j["qkv_bias"] = h.has_qkv_bias;
     j["qk_norm"] = h.has_qk_norm;
-    j["kv_bytes_per_token_f16"] = h.kv_bytes_per_token(2.0);
+    j["kv_bytes_per_token_f16"] = h.encoder ? 0 : h.kv_bytes_per_token(2.0);
     // Bind the weights as `metro serve` would, to report the layouts the kernels use.
     auto w = model::ModelWeights::bind(f, h, /*allow_repack=*/true);
     if (w.ok()) {
@@ -162,21 +164,29 @@ void print_text(const json& j, const gguf::File& f, bool tensors, bool metadata)
     std::printf("ffn:             %s\n", s("n_ff").c_str());
     std::printf("vocab:           %s\n", s("n_vocab").c_str());
     const json& r = j["rope"];
-    std::printf("rope:            %s, base %g, %d dims, scaling %s (x%g)%s\n",
-                r["type"].get<std::string>().c_str(), r["freq_base"].get<double>(),
-                r["n_rot"].get<int>(), r["scaling"].get<std::string>().c_str(),
-                r["scale_factor"].get<double>(),
-                r["freq_factors"].get<bool>() ? ", llama3 frequency factors" : "");
-    std::printf("rms norm eps:    %g\n", j["rms_eps"].get<double>());
-    std::printf("output head:     %s%s\n", j["tied_output"].get<bool>() ? "tied to token embedding" : "separate",
-                j["qkv_bias"].get<bool>() ? ", Q/K/V biases" : "");
+    const bool encoder = j.value("encoder", false);
+    if (encoder) {
+      std::printf("encoder:         bidirectional, learned positions, layer norms (eps %g), %s pooling; "
+                  "embeddings only\n",
+                  j["rms_eps"].get<double>(), s("pooling").c_str());
+    } else {
+      std::printf("rope:            %s, base %g, %d dims, scaling %s (x%g)%s\n",
+                  r["type"].get<std::string>().c_str(), r["freq_base"].get<double>(),
+                  r["n_rot"].get<int>(), r["scaling"].get<std::string>().c_str(),
+                  r["scale_factor"].get<double>(),
+                  r["freq_factors"].get<bool>() ? ", llama3 frequency factors" : "");
+      std::printf("rms norm eps:    %g\n", j["rms_eps"].get<double>());
+      std::printf("output head:     %s%s\n", j["tied_output"].get<bool>() ? "tied to token embedding" : "separate",
+                  j["qkv_bias"].get<bool>() ? ", Q/K/V biases" : "");
+    }
     if (j.contains("weight_layouts")) {
       std::printf("weights:         %s (kernels %s)\n", s("weight_layouts").c_str(), s("kernel_isa").c_str());
     } else if (j.contains("weights_error")) {
       std::printf("weights:         cannot be bound: %s\n", s("weights_error").c_str());
     }
-    std::printf("KV per token:    %s at F16\n",
-                human_bytes(j["kv_bytes_per_token_f16"].get<uint64_t>()).c_str());
+    if (!encoder) {
+      std::printf("KV per token:    %s at F16\n", human_bytes(j["kv_bytes_per_token_f16"].get<uint64_t>()).c_str());
+    }
   }
   const json& t = j["tokenizer"];
   std::printf("tokenizer:       %s (pre %s), %s tokens, %s merges\n",

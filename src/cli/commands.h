@@ -12,6 +12,8 @@ int cmd_bench(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
+int cmd_embed(int argc, char** argv);
 int cmd_sensitivity(int argc, char** argv);
 int cmd_bench_serve(int argc, char** argv);
 

@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
     {"perplexity", metro::cli::cmd_perplexity, "perplexity of a model over a text file"},
     {"sensitivity", metro::cli::cmd_sensitivity, "what lowering each weight matrix costs; a plan for a byte budget"},
     {"quantize", metro::cli::cmd_quantize, "rewrite a model's weight matrices in another format"},
+    {"convert", metro::cli::cmd_convert, "write a Hugging Face model directory (safetensors) as GGUF"},
+    {"embed", metro::cli::cmd_embed, "embed texts, one normalized vector per line"},
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
     {"tokenize", metro::cli::cmd_tokenize, "print the token ids and pieces of a text"},
     {"bench-serve", metro::cli::cmd_bench_serve, "load-test an OpenAI-compatible server"},

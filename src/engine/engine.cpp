@@ -93,6 +93,16 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
                             (hp.tied_output ? "output matrix 'token_embd.weight'" : "output matrix 'output.weight'") +
                             " has " + std::to_string(hp.n_vocab) + " rows; they must match");
   }
+  if (hp.encoder) {
+    if (cfg.proposer || cfg.low_tier) {
+      return invalid_argument("an encoder model makes embeddings only: no speculation or precision tiers");
+    }
+    // A whole input is computed in one step (bidirectional attention): the step takes the
+    // longest one.
+    const int ctx = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, static_cast<int>(hp.max_context()))
+                                  : static_cast<int>(hp.max_context());
+    cfg.max_batch_tokens = std::max(cfg.max_batch_tokens, ctx);
+  }
   auto e = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), cfg));
   auto impl = std::make_unique<Impl>(cfg.sla);
   impl->self = e.get();
@@ -109,7 +119,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->layout = m.kv_layout(cfg.kv_type, cfg.kv_block);
   const size_t block_bytes = impl->layout.page_bytes() * 2 * static_cast<size_t>(m.kv_layers());
   int64_t n_blocks;
-  if (cfg.kv_memory_bytes > 0) {
+  if (cfg.kv_memory_bytes > 0 && block_bytes > 0) {
     n_blocks = cfg.kv_memory_bytes / static_cast<int64_t>(block_bytes);
   } else {
     const int tokens = cfg.ctx_total > 0 ? cfg.ctx_total : 64 * 1024;
@@ -230,6 +240,10 @@ Status Engine::check(const Request& r) const {
     }
   }
   const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  if (model_->hparams().encoder && r.kind != RequestKind::kEmbed) {
+    return invalid_argument("this model is an encoder (" + model_->hparams().architecture +
+                            "): it makes embeddings only");
+  }
   int64_t max_tokens = 0;
   if (r.kind == RequestKind::kGenerate) {
     if (r.n < 1 || r.n > cfg_.max_n) return invalid_argument("n must be in [1, " + std::to_string(cfg_.max_n) + "]");
@@ -385,6 +399,7 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
     c->seq.deadline_ns = q.deadline_ns;
     c->seq.prefix_hash = q.prefix_hash;
     c->seq.use_prefix_cache = q.kind == RequestKind::kGenerate;
+    c->seq.whole_prompt = self->model_->hparams().encoder;
     c->seq.cache_scope = self->cache_scope(q.tenant);
     if (q.kind == RequestKind::kGenerate) {
       c->sampler = std::make_unique<Sampler>(q.sampling, base_seed + static_cast<uint64_t>(i));

@@ -356,7 +356,8 @@ void Engine::Impl::count_drafts(Choice& c, const sched::ScheduledSeq& ss, int ac
   }
 }
 
-// Embedding requests: the mean of their final hidden states, over every prompt token.
+// Embedding requests: the mean of their final hidden states over every prompt token (or an
+// encoder's CLS state, when it pools so).
 void Engine::Impl::pool_embeddings(const sched::StepPlan& plan, const model::ForwardOutput& out) {
   int tok = 0;
   for (const sched::ScheduledSeq& ss : plan.seqs) {
@@ -365,13 +366,16 @@ void Engine::Impl::pool_embeddings(const sched::StepPlan& plan, const model::For
     Choice& c = *by_seq.at(ss.seq->id);
     ActiveRequest& r = *c.req;
     if (r.req.kind != RequestKind::kEmbed || r.aborting || c.finished) continue;
-    const int n_embd = static_cast<int>(self->model_->hparams().n_embd);
+    const model::HParams& hp = self->model_->hparams();
+    const int n_embd = static_cast<int>(hp.n_embd);
     if (r.embed_sum.empty()) r.embed_sum.assign(static_cast<size_t>(n_embd), 0.0);
-    for (int t = start_tok; t < start_tok + ss.n_tokens; ++t) {
+    // CLS pooling (an encoder's whole input is one chunk): the first token's state alone.
+    const int n_rows = hp.encoder && hp.pooling == model::Pooling::kCls ? 1 : ss.n_tokens;
+    for (int t = start_tok; t < start_tok + n_rows; ++t) {
       const float* h = out.hidden_row(t, n_embd);
       for (int d = 0; d < n_embd; ++d) r.embed_sum[static_cast<size_t>(d)] += h[d];
     }
-    r.embed_rows += ss.n_tokens;
+    r.embed_rows += n_rows;
     if (ss.sample) finish_embedding(c);
   }
 }

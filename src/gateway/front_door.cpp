@@ -345,10 +345,11 @@ Decision FrontDoor::admit(const CallRequest& r) {
   // Prefix-cache hits are not queued work (embeddings compute every position).
   int cached = 0;
   for (const engine::Request& e : r.requests) {
+    if (r.cached_answer) break;
     if (e.kind == engine::RequestKind::kGenerate) cached += m.engine->cached_prefix_tokens(e.prompt, true, r.tenant);
   }
-  const int queued = uncached(r.prompt_tokens, cached);
-  if (m.admission) {
+  const int queued = r.cached_answer ? 0 : uncached(r.prompt_tokens, cached);
+  if (m.admission && !r.cached_answer) {
     Decision a = m.admission->admit(r.sla_class, queued, r.tenant, r.deadline_ns, now);
     if (!a.admit) {
       // Refused for lack of capacity (not for the request's own shape): the engine's
@@ -360,12 +361,17 @@ Decision FrontDoor::admit(const CallRequest& r) {
   }
   if (inflight_choices_.fetch_add(r.n_choices) + r.n_choices > cfg_.max_inflight_choices) {
     inflight_choices_.fetch_sub(r.n_choices);
-    if (m.admission) m.admission->release(r.sla_class, queued, r.tenant, now);
+    if (m.admission && !r.cached_answer) m.admission->release(r.sla_class, queued, r.tenant, now);
     refund();
     return refuse(r, Decision::reject(503, kReasonOverloaded, 1.0));
   }
   auto call = std::shared_ptr<Call>(new Call(this, r, queued, now));
-  call->queued_ = true;
+  call->queued_ = !r.cached_answer;
+  if (r.cached_answer) {
+    Decision d = Decision::admitted();
+    d.call = std::move(call);
+    return d;
+  }
   // Requests behind it that share its prefix are credited with it from now on.
   for (const engine::Request& e : r.requests) {
     if (e.kind != engine::RequestKind::kGenerate) continue;
@@ -378,7 +384,9 @@ Decision FrontDoor::admit(const CallRequest& r) {
 
 Expected<std::pair<double, double>> measure_prefill(engine::Engine& eng, int n_tokens) {
   engine::Request r;
-  r.kind = engine::RequestKind::kGenerate;
+  // An encoder makes embeddings only: its one timed pass is an embedding (no decode step).
+  const bool encoder = eng.model().hparams().encoder;
+  r.kind = encoder ? engine::RequestKind::kEmbed : engine::RequestKind::kGenerate;
   const int n = std::max(8, std::min(n_tokens, eng.n_ctx() - 2));
   // Any valid ids will do: the cost of a step does not depend on which tokens it holds.
   const int32_t vocab = static_cast<int32_t>(eng.tokenizer().n_vocab());
@@ -392,7 +400,7 @@ Expected<std::pair<double, double>> measure_prefill(engine::Engine& eng, int n_t
   for (;;) {
     auto e = h.stream->pop(std::chrono::milliseconds(60000));
     if (!e) return internal_error("calibration: the engine did not answer in 60 s");
-    if (e->kind == engine::Event::Kind::kDelta && !e->tokens.empty()) {
+    if ((e->kind == engine::Event::Kind::kDelta && !e->tokens.empty()) || e->kind == engine::Event::Kind::kEmbedding) {
       (first_ns == 0 ? first_ns : last_ns) = now_ns();
     } else if (e->kind == engine::Event::Kind::kFinish && e->reason == engine::FinishReason::kError) {
       return internal_error("calibration: " + e->message);

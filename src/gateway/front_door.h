@@ -92,6 +92,9 @@ struct CallRequest {
   // From enter(), when the server took the tenant's slot before tokenizing (null: admit()
   // takes it itself). Must be the same tenant's.
   std::shared_ptr<TenantSlot> slot;
+  // Answered from the semantic cache: the tenant's quota is charged, but the call takes no
+  // place in the engine's admission queue (it costs the engine nothing).
+  bool cached_answer = false;
 };
 
 // How an admitted request ended.

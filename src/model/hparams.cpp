@@ -3,11 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/encoder.h"
+
 namespace metro::model {
 
 bool is_supported_architecture(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
-         arch == "gemma3";
+         arch == "gemma3" || arch == "bert";
 }
 
 namespace {
@@ -98,6 +100,27 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   METRO_ASSIGN_OR_RETURN(h.n_rot, opt_u32(f, a + "rope.dimension_count", h.head_dim, h.head_dim));
   if (h.n_rot % 2 != 0) return bad("rope.dimension_count is odd");
 
+  if (h.architecture == "bert") {
+    h.encoder = true;
+    h.rms_eps = 1e-12f;
+    if (f.has(a + "attention.layer_norm_epsilon")) {
+      METRO_ASSIGN_OR_RETURN(h.rms_eps, f.get_f32(a + "attention.layer_norm_epsilon"));
+      if (!(h.rms_eps > 0.0f && h.rms_eps < 1.0f)) return bad("layer norm epsilon out of range");
+    }
+    if (h.n_head_kv != h.n_head) return unimplemented("an encoder with grouped key/value heads");
+    if (h.n_ctx_train > static_cast<uint32_t>(kernels::kMaxEncoderTokens)) {
+      return unimplemented("an encoder context of " + std::to_string(h.n_ctx_train) + " tokens (at most " +
+                           std::to_string(kernels::kMaxEncoderTokens) + ")");
+    }
+    if (f.has(a + "pooling_type")) {
+      METRO_ASSIGN_OR_RETURN(uint32_t pt, f.get_u32(a + "pooling_type"));
+      if (pt == 2) {
+        h.pooling = Pooling::kCls;
+      } else if (pt != 1) {
+        return unimplemented("pooling type " + std::to_string(pt) + " (mean = 1 and CLS = 2 are supported)");
+      }
+    }
+  }
   if (f.has(a + "attention.layer_norm_rms_epsilon")) {
     METRO_ASSIGN_OR_RETURN(h.rms_eps, f.get_f32(a + "attention.layer_norm_rms_epsilon"));
     if (!(h.rms_eps > 0.0f && h.rms_eps < 1.0f)) return bad("rms epsilon out of range");
@@ -184,17 +207,17 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   // Consistency with the tensors present (docs/reliability.md 4): a layer count far above the
   // tensors in the file is refused here, with the first missing tensor's name.
   for (uint32_t il = 0; il < h.n_layer; ++il) {
-    std::string name = "blk." + std::to_string(il) + ".attn_norm.weight";
+    std::string name = "blk." + std::to_string(il) + (h.encoder ? ".attn_output_norm.weight" : ".attn_norm.weight");
     if (!f.find_tensor(name)) {
       return bad("block_count is " + std::to_string(h.n_layer) + " but tensor '" + name +
                  "' is missing");
     }
   }
-  h.tied_output = f.find_tensor("output.weight") == nullptr;
+  h.tied_output = !h.encoder && f.find_tensor("output.weight") == nullptr;
   h.has_qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   h.has_qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   h.fused_qkv = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
-  h.fused_gate_up = f.find_tensor("blk.0.ffn_gate.weight") == nullptr && f.find_tensor("blk.0.ffn_up.weight") != nullptr;
+  h.fused_gate_up = !h.encoder && f.find_tensor("blk.0.ffn_gate.weight") == nullptr && f.find_tensor("blk.0.ffn_up.weight") != nullptr;
   if (f.find_tensor("rope_factors_long.weight") != nullptr || f.find_tensor("blk.0.rope_factors_long.weight") != nullptr) {
     return unimplemented("LongRoPE frequency factors (rope_factors_long / rope_factors_short) are not supported");
   }

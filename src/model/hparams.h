@@ -17,8 +17,12 @@ enum class RopeType : uint8_t {
 
 enum class RopeScaling : uint8_t { kNone, kLinear, kYarn };
 
+// How an encoder turns its tokens' final states into one vector (GGUF `{arch}.pooling_type`
+// values).
+enum class Pooling : uint8_t { kMean = 1, kCls = 2 };
+
 struct HParams {
-  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3"
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "bert"
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
@@ -30,7 +34,7 @@ struct HParams {
   uint32_t n_ff = 0;
   uint32_t n_vocab = 0;
   uint32_t n_rot = 0;  // rotary dimensions per head
-  float rms_eps = 1e-5f;
+  float rms_eps = 1e-5f;  // the norms' epsilon (an encoder's layer norms' too)
   float rope_freq_base = 10000.0f;
   RopeType rope_type = RopeType::kNormal;
   RopeScaling rope_scaling = RopeScaling::kNone;
@@ -54,6 +58,12 @@ struct HParams {
   bool gelu_ffn = false;
   uint32_t swa_pattern = 0;           // 0: every layer alike
   float rope_freq_base_local = 0.0f;  // the sliding-window layers' base; 0: the global one
+  // bert: an encoder. Bidirectional attention over the whole input (it must be computed in
+  // one step, and no prefix of it can be reused), learned position and token-type
+  // embeddings, layer norms with biases after each sublayer, biases on every product, an
+  // exact-GELU FFN without a gate, no output head: it makes embeddings only.
+  bool encoder = false;
+  Pooling pooling = Pooling::kMean;
 
   // Reads `{arch}.*` keys; validates ranges and consistency against the tensors present.
   // Architectures other than those of is_supported_architecture are refused by name.

@@ -74,6 +74,10 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Mode
 Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOptions& opts) {
   METRO_ASSIGN_OR_RETURN(HParams hp, HParams::from_gguf(file));
   std::shared_ptr<backends::Backend> backend = opts.backend ? opts.backend : backends::default_backend();
+  if (hp.encoder && !backend->name().starts_with("cpu")) {
+    return unimplemented("encoder models (" + hp.architecture + ") run on the CPU backend only, not on " +
+                         std::string(backend->name()));
+  }
   std::shared_ptr<dist::Communicator> comm = opts.comm;
   if (opts.shard.tp_size > 1) {
     if (!comm || comm->size() != opts.shard.tp_size || comm->rank() != opts.shard.tp_rank) {
@@ -120,8 +124,9 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   act(kRopeCs, hp_.n_rot);
   act(kRopeCsLocal, rope_local_ ? hp_.n_rot : 0);
   act(kHidden, g.ends_model ? n_embd : 0);
-  act(kXl, g.ends_model ? n_embd : 0, RowSet::kLogits);
-  act(kLogits, g.ends_model ? static_cast<int64_t>(hp_.n_vocab) : 0, RowSet::kLogits);
+  const bool head = g.ends_model && !hp_.encoder;
+  act(kXl, head ? n_embd : 0, RowSet::kLogits);
+  act(kLogits, head ? static_cast<int64_t>(hp_.n_vocab) : 0, RowSet::kLogits);
   // Per layer q, k, v, o, gate, up, down; then the head.
   spec.max_products = 7 * g.n_layer() + 1;
   spec.product_types = w_.matmul_types();
@@ -268,6 +273,43 @@ void Model::build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>&
   }
 }
 
+// An encoder layer (post-norm): the products of the stream plus biases, bidirectional
+// attention within each sequence, the output product added back and layer-normed; up
+// product, GELU, down product added back and layer-normed. The last norm writes the hidden
+// states when they are wanted.
+void Model::build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) const {
+  using namespace backends;
+  const float eps = hp_.rms_eps;
+  const int n_head = static_cast<int>(hp_.n_head), n_head_kv = static_cast<int>(hp_.n_head_kv);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  const RowSet tok = RowSet::kTokens;
+  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + 22 * shard().n_layer() + 2));
+  ops.clear();
+  ops.push_back(EmbedOp{w_.token_embd.get(), kX});
+  ops.push_back(PosEmbedOp{w_.pos_embd.get(), kX});
+  ops.push_back(LayerNormOp{kX, kX, w_.embd_norm.get(), w_.embd_norm_b.get(), eps});
+  for (size_t il = 0; il < w_.layers.size(); ++il) {
+    const LayerWeights& L = w_.layers[il];
+    ops.push_back(project(kX, tok, {L.wq.get(), L.wk.get(), L.wv.get()}, {kQ, kK, kV}));
+    ops.push_back(AddBiasOp{kQ, L.bq.get()});
+    ops.push_back(AddBiasOp{kK, L.bk.get()});
+    ops.push_back(AddBiasOp{kV, L.bv.get()});
+    ops.push_back(EncoderAttentionOp{kQ, kK, kV, kAtt, n_head, n_head_kv, scale});
+    ops.push_back(project(kAtt, tok, {L.wo.get()}, {kTmp}));
+    ops.push_back(AddBiasOp{kTmp, L.bo.get()});
+    ops.push_back(AddOp{kX, kTmp, kX});
+    ops.push_back(LayerNormOp{kX, kX, L.attn_out_norm.get(), L.attn_out_norm_b.get(), eps});
+    ops.push_back(project(kX, tok, {L.w_up.get()}, {kUp}));
+    ops.push_back(AddBiasOp{kUp, L.b_up.get()});
+    ops.push_back(GeluOp{kUp});
+    ops.push_back(project(kUp, tok, {L.w_down.get()}, {kTmp}));
+    ops.push_back(AddBiasOp{kTmp, L.b_down.get()});
+    ops.push_back(AddOp{kX, kTmp, kX});
+    const bool last = il + 1 == w_.layers.size();
+    ops.push_back(LayerNormOp{kX, last && want_hidden ? kHidden : kX, L.out_norm.get(), L.out_norm_b.get(), eps});
+  }
+}
+
 Expected<ForwardOutput> Model::forward(const Batch& b, const KvView& kv, Workspace& ws,
                                        ThreadPool& pool, const ForwardOptions& opts) const {
   return forward(b, {}, kv, ws, pool, opts);
@@ -289,7 +331,12 @@ Expected<ForwardOutput> Model::forward(const Batch& b, std::span<const float> re
                             " values; the batch needs " + std::to_string(T * n_embd));
   }
   const int n_logits = static_cast<int>(ws.logit_rows.size());
-  build_ops(opts.want_hidden, n_logits, ws.ops);
+  if (hp_.encoder) {
+    if (n_logits > 0) return invalid_argument("an encoder has no output head: no token of its batch can want logits");
+    build_encoder_ops(opts.want_hidden, ws.ops);
+  } else {
+    build_ops(opts.want_hidden, n_logits, ws.ops);
+  }
   if (!residual_in.empty()) ws.state_->upload(kX, residual_in);
 
   backends::StepDesc step;

@@ -134,7 +134,8 @@ class Model {
   bool file_changed_on_disk() const { return watch_ && watch_->changed(); }
   // The KV page layout of this shard's arena (its KV heads), with kv_layers() layers.
   kernels::KvPageLayout kv_layout(kernels::DType type, int block_size) const;
-  int kv_layers() const { return shard().n_layer(); }
+  // An encoder keeps nothing in KV memory: 0.
+  int kv_layers() const { return hp_.encoder ? 0 : shard().n_layer(); }
 
   Workspace make_workspace(const WorkspaceLimits& limits) const;
 
@@ -155,6 +156,7 @@ class Model {
         std::shared_ptr<dist::Communicator> comm);
   Status plan(const Batch& batch, const KvView& kv, Workspace& ws) const;
   void build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>& ops) const;
+  void build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) const;
 
   gguf::File file_;
   HParams hp_;

@@ -125,7 +125,11 @@ class Binder {
 }  // namespace
 
 std::vector<const backends::DeviceMatrix*> LayerWeights::matrices() const {
-  return {wq.get(), wk.get(), wv.get(), wo.get(), w_gate.get(), w_up.get(), w_down.get()};
+  std::vector<const backends::DeviceMatrix*> all;
+  for (const auto* m : {wq.get(), wk.get(), wv.get(), wo.get(), w_gate.get(), w_up.get(), w_down.get()}) {
+    if (m != nullptr) all.push_back(m);
+  }
+  return all;
 }
 
 Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp, bool allow_repack) {
@@ -135,6 +139,7 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
 
 Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp, const Shard& shard,
                                           backends::Backend& backend, bool allow_repack) {
+  if (hp.encoder) return bind_encoder(f, hp, shard, backend, allow_repack);
   ModelWeights w;
   const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff, hd = hp.head_dim;
   const uint64_t n_q = static_cast<uint64_t>(hp.n_head) * hd;
@@ -233,6 +238,93 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
       METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff, f0, f1));
     }
     METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd, 0, 0, f0, f1));
+  }
+  return w;
+}
+
+// An encoder's tensors as llama.cpp names BERT's: token_embd, position_embd, token_types,
+// token_embd_norm; per layer attn_q/k/v, attn_output, attn_output_norm, ffn_up, ffn_down,
+// layer_output_norm, each product with a bias. Whole models only.
+Expected<ModelWeights> ModelWeights::bind_encoder(const gguf::File& f, const HParams& hp, const Shard& shard,
+                                                  backends::Backend& backend, bool allow_repack) {
+  if (shard.layer_begin != 0 || (shard.layer_end != -1 && shard.layer_end != static_cast<int>(hp.n_layer)) ||
+      shard.tp_size != 1 || !shard.skip.empty()) {
+    return unimplemented("an encoder runs whole: it cannot be split into shards");
+  }
+  ModelWeights w;
+  const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff, n_ctx = hp.n_ctx_train;
+  METRO_ASSIGN_OR_RETURN(w.shard, ShardGeometry::resolve(shard, hp, 1));
+  Binder b(f, backend, allow_repack);
+
+  METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* embd, find(f, "token_embd.weight", {n_embd, n_vocab}));
+  METRO_ASSIGN_OR_RETURN(DType et, matrix_type(*embd, "token_embd.weight"));
+  if (!backend.reads(et)) {
+    return invalid_argument("tensor 'token_embd.weight' is " + std::string(kernels::dtype_name(et)) + ", which the " +
+                            std::string(backend.name()) + " backend does not read");
+  }
+  backends::HostMatrix embd_m;
+  embd_m.type = et;
+  embd_m.n_rows = static_cast<int64_t>(n_vocab);
+  embd_m.n_cols = static_cast<int64_t>(n_embd);
+  embd_m.data = embd->data;
+  embd_m.row_stride = kernels::row_bytes(et, static_cast<int64_t>(n_embd));
+  w.token_embd = backend.upload_matrix(embd_m, backends::MatrixUse::kRows, false);
+
+  // Position rows plus token type 0 (every input is one segment), summed once here.
+  METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* pos, find(f, "position_embd.weight", {n_embd, n_ctx}));
+  const gguf::TensorInfo* types = f.find_tensor("token_types.weight");
+  if (types == nullptr || types->n_dims != 2 || types->ne[0] != n_embd || types->ne[1] < 1) {
+    return data_loss("tensor 'token_types.weight' is missing or not [" + std::to_string(n_embd) + ", n_types]");
+  }
+  for (const gguf::TensorInfo* t : {pos, types}) {
+    auto dt = kernels::dtype_from_ggml(t->type());
+    if (!dt || (*dt != DType::kF32 && *dt != DType::kF16 && *dt != DType::kBF16)) {
+      return unimplemented("tensor '" + std::string(t->name) + "' has type " + std::string(t->type_info.name) +
+                           "; position and token-type embeddings must be F32, F16 or BF16");
+    }
+  }
+  std::vector<float> type0(n_embd);
+  kernels::dequantize_row_ref(*kernels::dtype_from_ggml(types->type()), types->data, type0.data(),
+                              static_cast<int64_t>(n_embd));
+  const DType pt = *kernels::dtype_from_ggml(pos->type());
+  const size_t pos_stride = kernels::row_bytes(pt, static_cast<int64_t>(n_embd));
+  w.pos_rows.resize(n_ctx * n_embd);
+  for (uint64_t p = 0; p < n_ctx; ++p) {
+    float* row = w.pos_rows.data() + p * n_embd;
+    kernels::dequantize_row_ref(pt, pos->data + p * pos_stride, row, static_cast<int64_t>(n_embd));
+    for (uint64_t i = 0; i < n_embd; ++i) row[i] += type0[i];
+  }
+  backends::HostMatrix pos_m;
+  pos_m.type = DType::kF32;
+  pos_m.n_rows = static_cast<int64_t>(n_ctx);
+  pos_m.n_cols = static_cast<int64_t>(n_embd);
+  pos_m.data = reinterpret_cast<const uint8_t*>(w.pos_rows.data());
+  pos_m.row_stride = n_embd * sizeof(float);
+  w.pos_embd = backend.upload_matrix(pos_m, backends::MatrixUse::kRows, false);
+  METRO_ASSIGN_OR_RETURN(w.embd_norm, b.vector("token_embd_norm.weight", n_embd));
+  METRO_ASSIGN_OR_RETURN(w.embd_norm_b, b.vector("token_embd_norm.bias", n_embd));
+
+  w.layers.resize(hp.n_layer);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    L.model_layer = static_cast<int>(il);
+    const std::string p = "blk." + std::to_string(il) + ".";
+    METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_embd));
+    METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(p + "attn_k.weight", n_embd, n_embd));
+    METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(p + "attn_v.weight", n_embd, n_embd));
+    METRO_ASSIGN_OR_RETURN(L.wo, b.matrix(p + "attn_output.weight", n_embd, n_embd));
+    METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff));
+    METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bq, b.vector(p + "attn_q.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bk, b.vector(p + "attn_k.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bv, b.vector(p + "attn_v.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bo, b.vector(p + "attn_output.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.b_up, b.vector(p + "ffn_up.bias", n_ff));
+    METRO_ASSIGN_OR_RETURN(L.b_down, b.vector(p + "ffn_down.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.attn_out_norm, b.vector(p + "attn_output_norm.weight", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.attn_out_norm_b, b.vector(p + "attn_output_norm.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.out_norm, b.vector(p + "layer_output_norm.weight", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.out_norm_b, b.vector(p + "layer_output_norm.bias", n_embd));
   }
   return w;
 }

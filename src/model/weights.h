@@ -36,7 +36,12 @@ struct LayerWeights {
   std::unique_ptr<backends::DeviceMatrix> w_gate;     // [n_ff][n_embd]
   std::unique_ptr<backends::DeviceMatrix> w_up;       // [n_ff][n_embd]
   std::unique_ptr<backends::DeviceMatrix> w_down;     // [n_embd][n_ff]
+  // Encoders (no w_gate): the biases of the output, up and down products, and the layer
+  // norms (weight, bias) after attention and after the FFN.
+  std::unique_ptr<backends::DeviceVector> bo, b_up, b_down;
+  std::unique_ptr<backends::DeviceVector> attn_out_norm, attn_out_norm_b, out_norm, out_norm_b;
 
+  // The product matrices present, in a fixed order.
   std::vector<const backends::DeviceMatrix*> matrices() const;
 };
 
@@ -46,6 +51,11 @@ struct ModelWeights {
   std::unique_ptr<backends::DeviceVector> output_norm;  // [n_embd]; last shard only
   std::unique_ptr<backends::DeviceMatrix> output;       // [n_vocab][n_embd]; last shard only
   std::vector<float> rope_freqs;    // [n_rot / 2] llama3 factors; empty when absent
+  // Encoders: position embeddings plus the token-type-0 row, F32 [n_ctx_train][n_embd]
+  // (pos_rows holds the values pos_embd was made from), and the embeddings' layer norm.
+  std::vector<float> pos_rows;
+  std::unique_ptr<backends::DeviceMatrix> pos_embd;
+  std::unique_ptr<backends::DeviceVector> embd_norm, embd_norm_b;
   std::vector<LayerWeights> layers;  // the shard's, layers[0] being layer shard.layer_begin
 
   // `allow_repack` lets the backend copy product matrices into the layouts its kernels
@@ -53,6 +63,9 @@ struct ModelWeights {
   // owns, or whatever bytes the gguf::File was parsed from).
   static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, const Shard& shard,
                                      backends::Backend& backend, bool allow_repack);
+  // An encoder's (HParams::encoder) weights; bind() calls it for one.
+  static Expected<ModelWeights> bind_encoder(const gguf::File& file, const HParams& hp, const Shard& shard,
+                                             backends::Backend& backend, bool allow_repack);
   // The whole model on the default backend (what `metro serve` would load).
   static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, bool allow_repack);
 

@@ -32,7 +32,7 @@ class FcfsScheduler final : public Scheduler {
     for (size_t i = 0; i < running_.size() && budget > 0;) {
       SeqState* s = running_[i];
       int n = std::min(s->n_to_compute(), budget);
-      if (n <= 0 || static_cast<int>(plan.seqs.size()) >= cfg_.max_seqs) {
+      if (n <= 0 || s->cuts_whole_prompt(n) || static_cast<int>(plan.seqs.size()) >= cfg_.max_seqs) {
         ++i;
         continue;
       }
@@ -65,6 +65,11 @@ class FcfsScheduler final : public Scheduler {
         if (s->n_preemptions == 0) s->n_cached_prompt = std::min(cached, s->n_prompt);
       }
       const int n = std::min(s->n_uncomputed(), budget);
+      if (s->cuts_whole_prompt(n)) {  // waits for a step with room for all of it
+        kv_.free(s->id);
+        s->n_computed = 0;
+        break;
+      }
       const ScheduledSeq entry = plan_entry(s, n);
       if (logits + entry.logit_rows() > cfg_.max_logits) break;
       if (!reserve_for(kv_, *s, n)) {

@@ -26,6 +26,9 @@ struct SeqState {
   int max_new_tokens = 0;        // upper bound on generated tokens
   int64_t arrival_ns = 0;
   bool use_prefix_cache = true;  // off for embeddings (every hidden state must be computed)
+  // The prompt is computed in one step or not at all: an encoder's attention is
+  // bidirectional, so no chunk of it can be computed before the rest is known.
+  bool whole_prompt = false;
   uint64_t cache_scope = 0;      // prefix-cache scope (KvCacheManager::computed_blocks); 0: global
 
   // Traffic policy: class, tenant, optional deadline.
@@ -49,6 +52,8 @@ struct SeqState {
   int n_to_compute() const {
     return n_uncomputed() + (n_uncomputed() == 1 ? static_cast<int>(draft.size()) : 0);
   }
+  // Whether computing n of its tokens this step would cut a prompt that must stay whole.
+  bool cuts_whole_prompt(int n) const { return whole_prompt && n > 0 && n < n_uncomputed(); }
 };
 
 }  // namespace metro::sched

@@ -637,6 +637,11 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
         n = plan.seqs.empty() ? std::max(fit, std::min(n, cfg_.min_step_tokens)) : fit;
       }
     }
+    if (s->cuts_whole_prompt(n)) {
+      // All of it or none: all when it would be the step's first work and fits the token
+      // budget (a step makes progress), else it waits for a step with room.
+      n = plan.seqs.empty() && s->n_uncomputed() <= budget ? s->n_uncomputed() : 0;
+    }
     const ScheduledSeq entry = n > 0 ? plan_entry(s, n) : ScheduledSeq{};
     const int rows = entry.logit_rows();
     const size_t cls_i = static_cast<size_t>(s->sla_class);

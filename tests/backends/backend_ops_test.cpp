@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "backends/backend_test_util.h"
+#include "backends/encoder_op_cases.h"
 #include "dist/communicator.h"
 #include "kernels/attention_impl.h"
 #include "kernels/kernel_set.h"
@@ -594,6 +595,10 @@ const KindCases kCases[] = {
     {OpKind::kAdd, [] { return add_cases(false); }},
     {OpKind::kSwiglu, swiglu_cases},
     {OpKind::kHeadNorm, head_norm_cases},
+    {OpKind::kPosEmbed, bt::pos_embed_cases},
+    {OpKind::kLayerNorm, bt::layer_norm_cases},
+    {OpKind::kGelu, bt::gelu_cases},
+    {OpKind::kEncoderAttention, bt::encoder_attention_cases},
 };
 
 void run_cases(const std::string& backend, OpKind kind) {
@@ -640,6 +645,15 @@ TEST_P(BackendOps, Attention) { run_cases(GetParam(), OpKind::kAttention); }
 TEST_P(BackendOps, Add) { run_cases(GetParam(), OpKind::kAdd); }
 TEST_P(BackendOps, Swiglu) { run_cases(GetParam(), OpKind::kSwiglu); }
 TEST_P(BackendOps, HeadNorm) { run_cases(GetParam(), OpKind::kHeadNorm); }
+// Encoder ops run on the CPU backend only (a device backend refuses encoder models at load).
+void run_encoder_cases(const std::string& backend, OpKind kind) {
+  if (!backend.starts_with("cpu")) GTEST_SKIP() << "encoder ops run on the CPU backend only";
+  run_cases(backend, kind);
+}
+TEST_P(BackendOps, PosEmbed) { run_encoder_cases(GetParam(), OpKind::kPosEmbed); }
+TEST_P(BackendOps, LayerNorm) { run_encoder_cases(GetParam(), OpKind::kLayerNorm); }
+TEST_P(BackendOps, Gelu) { run_encoder_cases(GetParam(), OpKind::kGelu); }
+TEST_P(BackendOps, EncoderAttention) { run_encoder_cases(GetParam(), OpKind::kEncoderAttention); }
 
 // Each rank's rows become the sum of every rank's, added in rank order: exactly the float
 // sum x_0 + x_1 + ..., the same bits on every rank; rows past the step's stay as they were.

@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/thread_pool.h"
 #include "dist/communicator.h"
+#include "kernels/encoder.h"
 #include "kernels/ops.h"
 #include "kernels/quant_ref.h"
 
@@ -130,6 +131,8 @@ class Executor {
       ap.scale = a->scale;
       const auto& seqs = st_.seqs[static_cast<size_t>(attention_++ % 2)];
       ks_.attention(ap, std::span<const kernels::AttentionSeq>(seqs.data(), step_.runs.size()), ith_, nth_);
+    } else if (const auto* e = std::get_if<EncoderAttentionOp>(&op)) {
+      encoder_attention(*e);
     } else if (const auto* r = std::get_if<AllReduceOp>(&op)) {
       if (ith_ == 0) {
         r->comm->all_reduce_sum({st_.act(r->x), static_cast<size_t>(n_tokens_) * st_.cols(r->x)});
@@ -164,6 +167,25 @@ class Executor {
       done[n_done++] = partner;
     }
     product_ += p.n_out;
+  }
+
+  // Items (run, head) dealt out round-robin: an encoder step holds whole inputs, so its
+  // runs are of similar length and the heads of a run cost the same.
+  void encoder_attention(const EncoderAttentionOp& a) {
+    const size_t q_cols = st_.cols(a.q), kv_cols = st_.cols(a.k), out_cols = st_.cols(a.out);
+    const int hd = static_cast<int>(q_cols) / a.n_head;
+    const int group = a.n_head / a.n_head_kv;
+    const int items = static_cast<int>(step_.runs.size()) * a.n_head;
+    for (int it = ith_; it < items; it += nth_) {
+      const SeqRun& run = step_.runs[static_cast<size_t>(it / a.n_head)];
+      const int h = it % a.n_head;
+      const size_t t0 = static_cast<size_t>(run.start);
+      const size_t kv_off = t0 * kv_cols + static_cast<size_t>(h / group * hd);
+      kernels::encoder_attention_head(st_.act(a.q) + t0 * q_cols + static_cast<size_t>(h * hd), q_cols,
+                                      st_.act(a.k) + kv_off, st_.act(a.v) + kv_off, kv_cols,
+                                      st_.act(a.out) + t0 * out_cols + static_cast<size_t>(h * hd), out_cols, run.n,
+                                      hd, a.scale);
+    }
   }
 
   // Thread 0 only: the sequence views and this layer's page pointers of the next attention.
@@ -245,9 +267,25 @@ class Executor {
       ks_.swiglu(row(o.gate, t), row(o.up, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
     }
   }
+  void row_op(const PosEmbedOp& o, int t) {
+    const kernels::Weight& w = cpu_matrix(o.table).weight;
+    const auto* table_row = reinterpret_cast<const float*>(
+        w.data + static_cast<size_t>(step_.pos[static_cast<size_t>(t)]) * w.row_stride);
+    float* x = row(o.x, t);
+    ks_.add(x, table_row, x, w.n_cols);
+  }
+  void row_op(const LayerNormOp& o, int t) {
+    kernels::layer_norm(row(o.src, t), cpu_vector(o.weight), cpu_vector(o.bias), row(o.dst, t),
+                        static_cast<int64_t>(st_.cols(o.src)), o.eps);
+  }
+  void row_op(const GeluOp& o, int t) {
+    float* x = row(o.x, t);
+    kernels::gelu_erf(x, x, static_cast<int64_t>(st_.cols(o.x)));
+  }
   // Not elementwise: never reached through run_elementwise.
   void row_op(const ProjectOp&, int) { METRO_CHECK(false); }
   void row_op(const AttentionOp&, int) { METRO_CHECK(false); }
+  void row_op(const EncoderAttentionOp&, int) { METRO_CHECK(false); }
   void row_op(const AllReduceOp&, int) { METRO_CHECK(false); }
 
   const kernels::KernelSet& ks_;

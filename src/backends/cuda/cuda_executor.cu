@@ -252,6 +252,11 @@ class Launcher {
   void operator()(const SwigluOp& o) {
     launch_swiglu(s_, st_.act(o.gate), st_.act(o.up), st_.act(o.dst), int64_t{n_} * st_.cols(o.dst), o.gelu);
   }
+  // Encoder models are refused on this backend when they load (Model::from_file).
+  void operator()(const PosEmbedOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
+  void operator()(const LayerNormOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
+  void operator()(const GeluOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
+  void operator()(const EncoderAttentionOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
   // A group of one adds nothing. Larger groups sum through host memory: the rows go to the
   // buffer's pinned mirror, the communicator adds the ranks' rows there, and they come
   // back (correct, not fast: a device all-reduce is future work).
@@ -378,6 +383,16 @@ class KeyWriter {
   void operator()(const AllReduceOp& o) {
     act(o.x);
     put(static_cast<uint64_t>(o.comm->size()));
+  }
+  void operator()(const PosEmbedOp& o) { act(o.x); }
+  void operator()(const LayerNormOp& o) {
+    act(o.src);
+    act(o.dst);
+  }
+  void operator()(const GeluOp& o) { act(o.x); }
+  void operator()(const EncoderAttentionOp& o) {
+    act(o.q);
+    act(o.out);
   }
 
  private:

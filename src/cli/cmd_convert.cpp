@@ -1,0 +1,57 @@
+// metro convert HF_DIR OUT.gguf [--type f16|f32|bf16|q8_0|q4_0|...]
+//
+// Writes a Hugging Face checkpoint directory (config.json, model.safetensors or its shards,
+// tokenizer.json) as a GGUF that metro and llama.cpp load: BERT-family encoders
+// (convert/convert.h). Matrices in --type, everything else F32; the output is written to a
+// temporary file and renamed, so a failed run leaves no partial file.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "convert/convert.h"
+#include "model/requantize.h"
+
+namespace metro::cli {
+
+int cmd_convert(int argc, char** argv) {
+  CLI::App app{"Convert a Hugging Face model directory (safetensors) to GGUF", "metro convert"};
+  std::string in_dir, out_path, type_name = "f16";
+  app.add_option("input", in_dir, "Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
+      ->required();
+  app.add_option("output", out_path, "GGUF file to write")->required();
+  app.add_option("--type", type_name, "format of the weight matrices (f32, f16, bf16, q8_0, q4_0, ...)")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  auto type = model::quant_format_named(type_name, "--type");
+  if (!type.ok()) return fail("convert", type.status());
+  if (*type == model::kKeepFormat) return fail("convert", invalid_argument("--type keep has no meaning here"));
+  convert::ConvertOptions opts;
+  opts.type = *type;
+  std::unique_ptr<Progress> progress;  // made once the checkpoint's size is known
+  uint64_t shown = 0;
+  opts.on_tensor = [&](uint64_t done, uint64_t total, std::string_view name) {
+    if (!progress) progress = std::make_unique<Progress>("convert", total);
+    progress->advance(done - shown, name);
+    shown = done;
+  };
+  convert::ConvertReport rep;
+  auto bytes = convert::convert_hf(in_dir, opts, &rep);
+  if (progress) progress->finish();
+  if (!bytes.ok()) return fail("convert", bytes.status());
+  if (Status st = write_file_atomically(out_path, bytes->data(), bytes->size()); !st.ok()) return fail("convert", st);
+  std::fprintf(stderr, "metro convert: %s, %d tensors, %d tokens, matrices %s: %.1f MiB -> %.1f MiB (%s)\n",
+               rep.architecture.c_str(), rep.n_tensors, rep.n_vocab, type_name.c_str(),
+               static_cast<double>(rep.source_bytes) / (1 << 20), static_cast<double>(rep.bytes) / (1 << 20),
+               out_path.c_str());
+  return 0;
+}
+
+}  // namespace metro::cli

@@ -1,0 +1,42 @@
+// Hugging Face checkpoint -> GGUF: `metro convert HF_DIR OUT.gguf [--type T]`. Reads
+// config.json, the safetensors weights (sharded or not) and the tokenizer files, and writes
+// the GGUF llama.cpp's converter would write for the same model (its tensor names and
+// metadata keys), so that both metro and llama.cpp load it.
+//
+// Architectures: BERT-family encoders (config model_type "bert": BertModel and the
+// sentence-transformers models built on it, with the pooling of 1_Pooling/config.json).
+// Decoder families are refused by name for now.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/dtype.h"
+
+namespace metro::convert {
+
+struct ConvertOptions {
+  // Format of the weight matrices: F32, F16, BF16, or any block format `metro quantize`
+  // writes (a K-quant falls back to a 32-block format where rows do not divide into 256).
+  // Norms, biases, position and token-type embeddings stay F32.
+  kernels::DType type = kernels::DType::kF16;
+  // Called as tensors are converted: bytes of the checkpoint done, of all of it, the tensor.
+  std::function<void(uint64_t done, uint64_t total, std::string_view name)> on_tensor;
+};
+
+struct ConvertReport {
+  std::string architecture;  // GGUF general.architecture written
+  int n_tensors = 0;
+  int n_vocab = 0;
+  uint64_t bytes = 0;        // of the GGUF
+  uint64_t source_bytes = 0; // of the checkpoint's tensors
+};
+
+// The GGUF bytes of the model in `hf_dir`.
+Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const ConvertOptions& opts,
+                                          ConvertReport* report = nullptr);
+
+}  // namespace metro::convert
