@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/model_specs.h"
+#include "cli/cache_flags.h"
 #include "cli/tier_flags.h"
 #include "base/sla.h"
 #include "engine/engine.h"
@@ -268,6 +269,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   TierFlags tier_flags;
   add_tier_flags(app, tier_flags);
+  CacheFlags cache_flags;
+  add_cache_flags(app, cache_flags);
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   app.add_option("--drain-timeout", sc.drain_timeout_s, "seconds in-flight requests get after SIGTERM")
       ->check(CLI::Range(0.0, 86400.0))
@@ -390,6 +393,7 @@ int cmd_serve(int argc, char** argv) {
   }
   ec.n_threads = threads;
   if (Status st = check_tier_flags(tier_flags); !st.ok()) return fail("serve", st);
+  if (Status st = check_cache_flags(cache_flags); !st.ok()) return fail("serve", st);
   {
     engine::EngineConfig check = ec;
     if (Status s = apply_spec_flags(spec, check); !s.ok()) return fail("serve", s);
@@ -484,7 +488,8 @@ int cmd_serve(int argc, char** argv) {
   raise_fd_limit();
 
   // Several engines take turns on one compute pool rather than oversubscribing the cores.
-  if (specs->size() > 1) ec.pool = std::make_shared<ThreadPool>(threads);
+  if (specs->size() > 1 || cache_flags.on) ec.pool = std::make_shared<ThreadPool>(threads);
+  if (Status st = build_semantic_cache(cache_flags, ec.pool, !no_repack, sc); !st.ok()) return fail("serve", st);
   const int64_t t_start = now_ns();
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who

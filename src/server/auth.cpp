@@ -68,8 +68,13 @@ Status parse_setting(std::string_view field, TenantSettings* ts, bool* explicit_
     METRO_RETURN_IF_ERROR(number(0, 1, &v));
     ts->capture_share = v;
     explicit_fields[4] = true;
+  } else if (name == "cache") {
+    if (value != "on" && value != "off") return invalid_argument("`cache` must be on or off");
+    ts->semantic_cache = value == "on";
+    explicit_fields[5] = true;
   } else {
-    return invalid_argument("unknown setting `" + std::string(name) + "` (class, tpm, burst, concurrency, capture)");
+    return invalid_argument("unknown setting `" + std::string(name) +
+                            "` (class, tpm, burst, concurrency, capture, cache)");
   }
   return Status();
 }
@@ -102,15 +107,16 @@ Expected<ApiKeys> ApiKeys::parse(std::string_view text) {
     std::string_view tenant;
     if (next < fields.size() && fields[next].find('=') == std::string_view::npos) tenant = fields[next++];
     TenantSettings ts;
-    bool given[5] = {false, false, false, false, false};
+    bool given[6] = {false, false, false, false, false, false};
     for (; next < fields.size(); ++next) {
       if (fields[next].find('=') == std::string_view::npos) {
         return invalid_argument(where +
-                                "expected `key [tenant] [class=C] [tpm=N] [burst=N] [concurrency=N] [capture=R]`");
+                                "expected `key [tenant] [class=C] [tpm=N] [burst=N] [concurrency=N] [capture=R] "
+                                "[cache=on]`");
       }
       if (Status s = parse_setting(fields[next], &ts, given); !s.ok()) return invalid_argument(where + s.message());
     }
-    const bool any = given[0] || given[1] || given[2] || given[3] || given[4];
+    const bool any = given[0] || given[1] || given[2] || given[3] || given[4] || given[5];
     auto known = std::find_if(keys.tenants_.begin(), keys.tenants_.end(),
                               [&](const auto& t) { return t.first == tenant; });
     if (known == keys.tenants_.end()) {

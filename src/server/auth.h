@@ -9,6 +9,8 @@
 //   concurrency=N  requests in flight at once (0 or absent: unlimited)
 //   capture=R      share (0 to 1) of its requests written to the teacher-capture dataset
 //                  (`--capture-teacher`; absent: none of them)
+//   cache=on|off   whether its requests may opt in to the semantic cache (`--semantic-cache`;
+//                  absent: off)
 //
 // Blank lines and lines starting with '#' are skipped. Several keys may share a tenant; its
 // settings may be written on any of its lines but must not disagree. When any key is set,
@@ -34,6 +36,7 @@ struct TenantSettings {
   double burst_tokens = 0.0;       // 0: tokens_per_minute
   int max_concurrent = 0;          // 0: unlimited
   std::optional<double> capture_share;  // teacher capture: opted in at this share
+  bool semantic_cache = false;          // cache=on: its requests may use the semantic cache
   bool operator==(const TenantSettings&) const = default;
 };
 

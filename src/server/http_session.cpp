@@ -368,6 +368,11 @@ void HttpSession::on_prepared(Prepared p, std::string label, int64_t start_ns) {
     for (const engine::Request& rq : pc.requests) call->capture_prompts.push_back(rq.prompt);
   }
   call_ = std::move(call);
+  call_->cache = std::move(p.cache);
+  if (call_->cache && call_->cache->found.hit && !call_->cache->found.verify) {
+    serve_from_cache();
+    return;
+  }
   // The front door submits at once or, for embeddings in a batching window, with the rest of
   // their batch; either way the handles come back on this strand. Meanwhile the session
   // stays in kPrepare (a client that leaves ends the call).
@@ -445,6 +450,9 @@ void HttpSession::pump_events() {
     events.clear();
     call_->handles[i].stream->drain(&events);
     if (call_->capture) capture_events(i, events);
+    if (call_->cache && !call_->from_cache && i == 0) {
+      call_->cache_events.insert(call_->cache_events.end(), events.begin(), events.end());
+    }
     for (const engine::Event& e : events) fmt.on_event(i, e, &sse);
   }
   if (fmt.spec().stream && !sse.empty()) {
@@ -517,6 +525,7 @@ void HttpSession::end_call(bool client_gone) {
     outcome.completion_tokens = u.completion_tokens;
   }
   if (call_->capture && outcome.completed) submit_capture();
+  if (call_->cache) settle_semantic_cache(outcome.completed);
   // Aborts in the engine whatever did not complete, and settles quotas and queues.
   call_->admitted->finish(outcome);
   preparing_ = false;

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 
+#include "cache/semantic_cache.h"
 #include "server/json_util.h"
 #include "server/openai_response.h"
 #include "server/request_id.h"
@@ -49,6 +50,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   enum class Phase { kReadRequest, kPrepare, kGenerate, kRespondDone, kLinger, kClosed };
 
   // A model request in flight.
+  struct CacheState;
   struct Call {
     std::shared_ptr<const gateway::ServedModel> model;
     std::shared_ptr<gateway::Call> admitted;  // the front door's side of it
@@ -69,6 +71,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     std::vector<std::vector<int32_t>> capture_prompts;
     std::map<std::pair<size_t, int>, std::vector<engine::TokenInfo>> capture_outputs;
     std::map<std::pair<size_t, int>, std::string> capture_finish;
+    // Semantic cache: the lookup this call made (null when it made none), whether it was
+    // answered from it, and the events of its computed answer (kept once it completes, or
+    // compared with the hit it verifies).
+    std::shared_ptr<CacheState> cache;
+    bool from_cache = false;
+    std::vector<engine::Event> cache_events;
+  };
+  // A semantic cache lookup: the request's namespace and embedding, and what it found.
+  struct CacheState {
+    uint64_t ns = 0;
+    std::vector<float> embedding;
+    cache::Lookup found;
   };
   // What a prep thread hands back: the prepared request and, when admitted, its Call.
   struct Prepared {
@@ -79,6 +93,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     bool injected = false;   // `result` is a fault injected into the variant (--fault)
     double delay_s = 0.0;    // injected latency before it goes on
     bool capture = false;    // drawn for teacher capture
+    std::shared_ptr<CacheState> cache;  // the semantic cache lookup, when one was made
   };
 
   // Reading and parsing.
@@ -108,6 +123,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // Teacher capture: what a drawn call's events carry, and its samples once it completed.
   void capture_events(size_t request_index, const std::deque<engine::Event>& events);
   void submit_capture();
+  // Semantic cache (http_session_cache.cpp): the lookup of an opted-in request on the prep
+  // thread (an error only for a malformed opt-in); a hit answered with its cached events;
+  // a completed computed answer kept, or compared with the hit it verifies.
+  std::optional<ApiError> look_up_semantic_cache(Endpoint endpoint, const nlohmann::json& body, PreparedCall& pc,
+                                                 const CallContext& call, Prepared& p);
+  void serve_from_cache();
+  void settle_semantic_cache(bool completed);
 
   // Writing.
   void respond(const HttpResponse& r, const std::string& endpoint_label, bool close_after = false);

@@ -99,8 +99,13 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
   p.result = prepare_parsed_request(endpoint, *json, ctx, call);
   if (!p.result.ok()) return p;
   PreparedCall& pc = *p.result;
+  if (std::optional<ApiError> err = look_up_semantic_cache(endpoint, *json, pc, call, p)) {
+    p.result = std::move(*err);
+    return p;
+  }
+  const bool cached_answer = p.cache && p.cache->found.hit && !p.cache->found.verify;
   if (TeacherCapture* cap = core_.config().teacher_capture.get();
-      cap && !pc.requests.empty() && pc.requests.front().kind == engine::RequestKind::kGenerate &&
+      cap && !cached_answer && !pc.requests.empty() && pc.requests.front().kind == engine::RequestKind::kGenerate &&
       cap->sample(call.tenant)) {
     // The engine reports the alternatives the dataset needs; the response keeps to what the
     // client asked for (ResponseFormatter).
@@ -122,6 +127,7 @@ HttpSession::Prepared HttpSession::prepare_on_worker(Endpoint endpoint, std::str
   }
   r.requests = pc.requests;
   r.slot = std::move(slot);
+  r.cached_answer = cached_answer;
   gateway::Decision d = door.admit(r);
   if (!d.admit) {
     p.result = refusal_error(d);

@@ -99,6 +99,9 @@ struct ResponseSpec {
   std::shared_ptr<const ToolRequest> tools;
   // /v1/responses: what the response object repeats and where it is stored.
   std::shared_ptr<const ResponsesCall> responses;
+  // Answered from the semantic cache at this similarity (-1: computed): the response says
+  // so in `"metro": {"cache": "semantic", "similarity": s}`.
+  double cache_similarity = -1.0;
 };
 
 struct PreparedCall {

@@ -1,6 +1,7 @@
 #include "server/openai_response.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "server/json_util.h"
@@ -95,7 +96,15 @@ OJson ResponseFormatter::chunk_base() const {
   j["model"] = spec_.model;
   j["system_fingerprint"] =
       system_fingerprint(last_tier_ >= 0 ? static_cast<uint8_t>(1u << last_tier_) : tiers_seen_, spec_.variant);
+  if (spec_.cache_similarity >= 0.0) j["metro"] = cache_mark();
   return j;
+}
+
+OJson ResponseFormatter::cache_mark() const {
+  OJson m = OJson::object();
+  m["cache"] = "semantic";
+  m["similarity"] = std::round(spec_.cache_similarity * 1e4) / 1e4;
+  return m;
 }
 
 OJson ResponseFormatter::usage_json() const {
@@ -436,6 +445,7 @@ std::string ResponseFormatter::finish_body() {
   j["created"] = created_;
   j["model"] = spec_.model;
   j["system_fingerprint"] = system_fingerprint(static_cast<uint8_t>(tiers_seen_ | usage_.tiers), spec_.variant);
+  if (spec_.cache_similarity >= 0.0) j["metro"] = cache_mark();
   OJson choices = OJson::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     ChoiceState& c = choices_[i];

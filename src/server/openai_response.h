@@ -68,6 +68,8 @@ class ResponseFormatter {
   };
 
   nlohmann::ordered_json chunk_base() const;
+  // `{"cache": "semantic", "similarity": s}` of an answer from the semantic cache.
+  nlohmann::ordered_json cache_mark() const;
   nlohmann::ordered_json usage_json() const;
   nlohmann::ordered_json chat_logprobs(const std::vector<engine::TokenInfo>& tokens) const;
   nlohmann::ordered_json completion_logprobs(const std::vector<engine::TokenInfo>& tokens, size_t* offset) const;

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "server/http_session.h"
 #include "server/server_core.h"
+#include "cache/semantic_cache.h"
 #include "server/teacher_capture.h"
 
 namespace metro::server {
@@ -56,6 +57,7 @@ ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
   metrics_registration_ = front_door_->metrics().add([this](metrics::Exposition& e) {
     metrics_.collect(e);
     if (config_.teacher_capture) config_.teacher_capture->export_metrics(e);
+    if (config_.semantic_cache) config_.semantic_cache->export_metrics(e);
   });
 }
 

@@ -12,6 +12,11 @@
 #include "gateway/front_door.h"
 #include "server/auth.h"
 
+namespace metro::cache {
+class SemanticCache;
+class Embedder;
+}  // namespace metro::cache
+
 namespace metro::server {
 
 class TeacherCapture;
@@ -66,6 +71,10 @@ struct ServerConfig {
   // Teacher capture (--capture-teacher): sampled answers written as a distillation dataset;
   // null: off.
   std::shared_ptr<TeacherCapture> teacher_capture;
+  // Semantic response cache (--semantic-cache) and the encoder that embeds requests for it
+  // (--cache-embed-model); null: off.
+  std::shared_ptr<cache::SemanticCache> semantic_cache;
+  std::shared_ptr<cache::Embedder> cache_embedder;
   // Quotas, admission, the models served; null: a front door that admits everything.
   std::shared_ptr<gateway::FrontDoor> front_door;
 };

@@ -55,7 +55,7 @@ def t_tiers_serve_each_tier_exactly(ctx):
     assert want["high"] != want["low"], "the two formats give the same text; the test cannot tell tiers apart"
     srv = _server(ctx, ctx.model_path, ["--tiers", "low=q4_0", "--tier-policy", "low", "--tier-shadow-every", "1"])
     try:
-        assert any("precision tiers: high" in line for line in srv.lines), "".join(srv.lines[-5:])
+        assert srv.wait_line("precision tiers: high"), "".join(srv.lines[-5:])
         got, fp = _chat(srv.port, ctx.model_name)
         assert (got, fp) == (want["low"], "metro-low"), (got, fp)
         got, fps = _chat(srv.port, ctx.model_name, stream=True)

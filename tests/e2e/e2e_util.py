@@ -67,6 +67,16 @@ class MetroServer:
             time.sleep(0.05)
         raise RuntimeError("not ready in time")
 
+    def wait_line(self, text, timeout=30):
+        """True once a line holding `text` was printed: the server writes its startup report
+        after it answers /ready, and the reader thread may lag behind it."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(text in line for line in self.lines):
+                return True
+            time.sleep(0.05)
+        return False
+
     def signal(self, sig):
         self.proc.send_signal(sig)
 
