@@ -271,6 +271,12 @@ int cmd_serve(int argc, char** argv) {
   add_tier_flags(app, tier_flags);
   CacheFlags cache_flags;
   add_cache_flags(app, cache_flags);
+  std::string metrics_compat = "none";
+  app.add_option("--metrics-compat", metrics_compat,
+                 "vllm: /metrics also carries the vllm: names fleet schedulers read (num_requests_waiting, "
+                 "num_requests_running, kv_cache_usage_perc, token counters)")
+      ->check(CLI::IsMember({"none", "vllm"}))
+      ->capture_default_str();
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   app.add_option("--drain-timeout", sc.drain_timeout_s, "seconds in-flight requests get after SIGTERM")
       ->check(CLI::Range(0.0, 86400.0))
@@ -394,6 +400,7 @@ int cmd_serve(int argc, char** argv) {
   ec.n_threads = threads;
   if (Status st = check_tier_flags(tier_flags); !st.ok()) return fail("serve", st);
   if (Status st = check_cache_flags(cache_flags); !st.ok()) return fail("serve", st);
+  sc.vllm_metric_names = metrics_compat == "vllm";
   {
     engine::EngineConfig check = ec;
     if (Status s = apply_spec_flags(spec, check); !s.ok()) return fail("serve", s);

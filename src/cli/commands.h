@@ -14,6 +14,7 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_embed(int argc, char** argv);
+int cmd_router(int argc, char** argv);
 int cmd_sensitivity(int argc, char** argv);
 int cmd_bench_serve(int argc, char** argv);
 

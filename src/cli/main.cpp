@@ -34,6 +34,7 @@ constexpr Command kCommands[] = {
     {"quantize", metro::cli::cmd_quantize, "rewrite a model's weight matrices in another format"},
     {"convert", metro::cli::cmd_convert, "write a Hugging Face model directory (safetensors) as GGUF"},
     {"embed", metro::cli::cmd_embed, "embed texts, one normalized vector per line"},
+    {"router", metro::cli::cmd_router, "route OpenAI requests over metro replicas"},
     {"inspect", metro::cli::cmd_inspect, "print a GGUF model's architecture, tokenizer, tensors"},
     {"tokenize", metro::cli::cmd_tokenize, "print the token ids and pieces of a text"},
     {"bench-serve", metro::cli::cmd_bench_serve, "load-test an OpenAI-compatible server"},

@@ -58,7 +58,25 @@ ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
     metrics_.collect(e);
     if (config_.teacher_capture) config_.teacher_capture->export_metrics(e);
     if (config_.semantic_cache) config_.semantic_cache->export_metrics(e);
+    if (config_.vllm_metric_names) export_vllm_names(e);
   });
+}
+
+// The names vLLM exports for the same quantities, per served model (model_name = its id).
+void ServerCore::export_vllm_names(metrics::Exposition& e) const {
+  for (const auto& m : front_door_->models().all()) {
+    const engine::EngineStats st = m->engine->stats();
+    const std::string l = metrics::labels({{"model_name", m->id()}});
+    const double kv = st.kv_blocks_total > 0 ? static_cast<double>(st.kv_blocks_used) / st.kv_blocks_total : 0.0;
+    e.gauge("vllm:num_requests_waiting", "Requests waiting to be processed (metro_requests_waiting).", l, st.waiting);
+    e.gauge("vllm:num_requests_running", "Requests in the model's steps (metro_requests_running).", l, st.running);
+    e.gauge("vllm:kv_cache_usage_perc", "KV cache usage, 0 to 1 (metro_kv_usage_ratio).", l, kv);
+    e.gauge("vllm:gpu_cache_usage_perc", "KV cache usage, 0 to 1 (the older name of vllm:kv_cache_usage_perc).", l, kv);
+    e.counter("vllm:prompt_tokens_total", "Prompt tokens computed (metro_prompt_tokens_total).", l,
+              static_cast<double>(st.prompt_tokens));
+    e.counter("vllm:generation_tokens_total", "Tokens generated (metro_generation_tokens_total).", l,
+              static_cast<double>(st.generated_tokens));
+  }
 }
 
 ServerCore::~ServerCore() {

@@ -71,6 +71,10 @@ struct ServerConfig {
   // Teacher capture (--capture-teacher): sampled answers written as a distillation dataset;
   // null: off.
   std::shared_ptr<TeacherCapture> teacher_capture;
+  // --metrics-compat vllm: /metrics also carries the vllm: names fleet schedulers read (the
+  // Gateway API Inference Extension's endpoint picker): waiting and running requests, KV
+  // cache use, prompt and generated tokens, labelled by model_name.
+  bool vllm_metric_names = false;
   // Semantic response cache (--semantic-cache) and the encoder that embeds requests for it
   // (--cache-embed-model); null: off.
   std::shared_ptr<cache::SemanticCache> semantic_cache;

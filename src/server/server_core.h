@@ -78,6 +78,8 @@ class ServerCore {
   }
 
  private:
+  void export_vllm_names(metrics::Exposition& e) const;
+
   const ServerConfig config_;
   std::shared_ptr<gateway::FrontDoor> front_door_;
   ServerMetrics metrics_;

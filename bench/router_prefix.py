@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""`metro router` policies on a shared-prefix workload (docs/benchmarks.md, "Router").
+
+    python3 bench/router_prefix.py --metro build/bin/metro \
+        --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--requests 96] [--policies prefix,round-robin]
+
+Two replicas (`metro serve -t 1` each: the two cores split between them) behind a router per
+policy, fresh for each. The workload: 8 long system prompts (about 1,000 tokens each) and
+short questions, requests drawn at random (seeded) from 8 x 12 combinations, 4 clients,
+streamed, max_tokens 32. A replica's prefix cache holds a system prompt once it has
+computed it; a policy that sends a prompt's requests to the replica that holds it computes
+each prompt about once, one that spreads them computes each on both. Reports output
+tokens/s over the run and TTFT p50 / p99 per policy.
+"""
+import argparse
+import concurrent.futures
+import json
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+
+def start(cmd, pattern):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while True:
+        line = p.stdout.readline()
+        if not line:
+            sys.exit("exited: " + " ".join(cmd))
+        m = re.search(pattern, line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()
+            return p, int(m.group(1))
+
+
+def ready(port):
+    while True:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5).status == 200:
+                return
+        except Exception:
+            time.sleep(0.1)
+
+
+def stream_chat(port, messages, max_tokens):
+    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    ttft, n = None, 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            d = json.loads(line[6:])
+            if d.get("choices") and d["choices"][0]["delta"].get("content"):
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                n += 1
+    return ttft or (time.perf_counter() - t0), n
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--metro", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--requests", type=int, default=96)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--policies", default="prefix,round-robin")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    topics = ["shipping logistics", "medical billing", "tax law", "kitchen safety", "aircraft maintenance",
+              "retail returns", "hotel bookings", "software licensing"]
+    systems = [(f"You are an assistant for {t}. " + " ".join(
+        f"Rule {i}: in matters of {t}, be precise about item {i} and cite the relevant clause {i * 7 % 31}."
+        for i in range(60))) for t in topics]
+    rng = random.Random(args.seed)
+    work = [(rng.randrange(8), rng.randrange(12)) for _ in range(args.requests)]
+    for policy in args.policies.split(","):
+        reps = [start([args.metro, "serve", "-m", args.model, "--model-name", "m", "--port", "0", "-t", "1",
+                       "--ctx", "2048", "--ctx-total", "16384", "--admission", "off"],
+                      r"listening on http://[\d.]+:(\d+)") for _ in range(2)]
+        for _, port in reps:
+            ready(port)
+        router, rport = start([args.metro, "router", "--port", "0", "--policy", policy] +
+                              sum([["--upstream", f"http://127.0.0.1:{p}"] for _, p in reps], []),
+                              r"listening on http://[\d.]+:(\d+)")
+        try:
+            t0 = time.time()
+            with concurrent.futures.ThreadPoolExecutor(args.clients) as ex:
+                out = list(ex.map(lambda w: stream_chat(rport, [
+                    {"role": "system", "content": systems[w[0]]},
+                    {"role": "user", "content": f"Question {w[1]}: what applies here?"}], 32), work))
+            wall = time.time() - t0
+        finally:
+            router.kill()
+            for p, _ in reps:
+                p.kill()
+        tok = sum(n for _, n in out)
+        ttfts = [t for t, _ in out]
+        print(f"{policy:12s} {len(work)} requests in {wall:.1f} s: {tok / wall:.1f} output tok/s, "
+              f"TTFT p50 {pct(ttfts, 0.5):.2f} s p99 {pct(ttfts, 0.99):.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
