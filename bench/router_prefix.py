@@ -7,10 +7,11 @@
 Two replicas (`metro serve -t 1` each: the two cores split between them) behind a router per
 policy, fresh for each. The workload: 8 long system prompts (about 1,000 tokens each) and
 short questions, requests drawn at random (seeded) from 8 x 12 combinations, 4 clients,
-streamed, max_tokens 32. A replica's prefix cache holds a system prompt once it has
-computed it; a policy that sends a prompt's requests to the replica that holds it computes
-each prompt about once, one that spreads them computes each on both. Reports output
-tokens/s over the run and TTFT p50 / p99 per policy.
+streamed, max_tokens 32. Each replica's KV budget (--ctx-total, default 6,144 tokens) holds
+about half of the prompts: a policy that sends a prompt's requests to the replica that
+holds it computes each prompt about once; one that spreads them makes both replicas cycle
+through all eight, evicting and computing them again. Reports output tokens/s over the run
+and TTFT p50 / p99 per policy.
 """
 import argparse
 import concurrent.futures
@@ -78,6 +79,9 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--policies", default="prefix,round-robin")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ctx-total", type=int, default=6144,
+                    help="each replica's KV budget in tokens: by default about half of the 8 prompts fit, as "
+                         "when a fleet's working set exceeds one replica's cache")
     args = ap.parse_args()
     topics = ["shipping logistics", "medical billing", "tax law", "kitchen safety", "aircraft maintenance",
               "retail returns", "hotel bookings", "software licensing"]
@@ -88,7 +92,7 @@ def main():
     work = [(rng.randrange(8), rng.randrange(12)) for _ in range(args.requests)]
     for policy in args.policies.split(","):
         reps = [start([args.metro, "serve", "-m", args.model, "--model-name", "m", "--port", "0", "-t", "1",
-                       "--ctx", "2048", "--ctx-total", "16384", "--admission", "off"],
+                       "--ctx", "2048", "--ctx-total", str(args.ctx_total), "--admission", "off"],
                       r"listening on http://[\d.]+:(\d+)") for _ in range(2)]
         for _, port in reps:
             ready(port)

@@ -40,7 +40,7 @@ struct PrefixConfig {
   size_t max_blocks = 1u << 20;     // block hashes remembered
   double load_penalty = 2.0;        // blocks a unit of load is worth
   double load_factor = 1.5;         // the load bound: least load x factor + slack
-  double load_slack = 2.0;
+  double load_slack = 4.0;
 };
 
 // Chained hashes of the text's whole blocks (a block's hash covers every byte before it).

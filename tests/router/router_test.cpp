@@ -53,8 +53,8 @@ TEST(RouterPolicy, PrefixSticksToTheReplicaThatHoldsItUnderTheLoadBound) {
   // Busier, but within the bound: the cached prefix wins.
   l[static_cast<size_t>(first)].inflight = 2;
   EXPECT_EQ(p.pick(l, blocks(shared + "question two")), first);
-  // Past the bound (least load x 1.5 + 2): the other replica, which then holds it too.
-  l[static_cast<size_t>(first)].inflight = 6;
+  // Past the bound (least load x 1.5 + 4): the other replica, which then holds it too.
+  l[static_cast<size_t>(first)].inflight = 5;
   const int other = p.pick(l, blocks(shared + "question three"));
   EXPECT_EQ(other, 1 - first);
   EXPECT_GT(p.matched(other, blocks(shared)), 0u);
