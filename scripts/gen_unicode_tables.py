@@ -171,6 +171,14 @@ def c_bytes(b):
     return "".join(out)
 
 
+
+def table(lines, decl, items, per_row):
+    """A C++ array initializer: `decl`, the items `per_row` to a line, the closing brace."""
+    lines.append(decl)
+    for i in range(0, len(items), per_row):
+        lines.append("    " + ", ".join(items[i:i + per_row]) + ",")
+    lines.append("};")
+
 def write(path, cls, mapping, disagree):
     ranges = class_ranges(cls)
     singles = {cp: ord(m) for cp, m in mapping.items() if len(m) == 1}
@@ -200,40 +208,16 @@ def write(path, cls, mapping, disagree):
     lines.append("// clang-format off")
     lines.append("")
     lines.append("// Code point classes as ranges, sorted and disjoint; absent: kDefault.")
-    lines.append("inline constexpr CpRange kCpRanges[] = {")
-    row = []
-    for a, b, k in ranges:
-        row.append("{0x%X, 0x%X, %s}" % (a, b, CLASS_NAMES[k]))
-        if len(row) == 4:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
+    table(lines, "inline constexpr CpRange kCpRanges[] = {",
+          ["{0x%X, 0x%X, %s}" % (a, b, CLASS_NAMES[k]) for a, b, k in ranges], 4)
     lines.append("")
     lines.append("// One-code-point mappings: first, first + stride, ... (count of them) -> cp + delta.")
-    lines.append("inline constexpr CpRun kCpRuns[] = {")
-    row = []
-    for first, count, stride, delta in runs:
-        row.append("{0x%X, %d, %d, %d}" % (first, count, stride, delta))
-        if len(row) == 5:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
+    table(lines, "inline constexpr CpRun kCpRuns[] = {",
+          ["{0x%X, %d, %d, %d}" % run for run in runs], 5)
     lines.append("")
     lines.append("// Longer mappings: code point -> UTF-8 bytes at kCpSeqBytes[offset, offset + n_bytes).")
-    lines.append("inline constexpr CpSeq kCpSeqs[] = {")
-    row = []
-    for cp, off, nb, nc in seqs:
-        row.append("{0x%X, %d, %d, %d}" % (cp, off, nb, nc))
-        if len(row) == 5:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
+    table(lines, "inline constexpr CpSeq kCpSeqs[] = {",
+          ["{0x%X, %d, %d, %d}" % seq for seq in seqs], 5)
     lines.append("inline constexpr char kCpSeqBytes[] =")
     for i in range(0, len(pool), 24):
         lines.append('    "%s"' % c_bytes(pool[i:i + 24]))

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
 namespace metro::convert {
@@ -29,23 +30,8 @@ constexpr int32_t kTypeControl = 3;
 constexpr int32_t kTypeUserDefined = 4;
 constexpr int32_t kTypeUnused = 5;
 
-// A string from the file, safe to print: printable ASCII kept, the rest as \xNN, cut short.
-std::string shown(std::string_view s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 48; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  if (s.size() > 48) out += "...";
-  return out + "'";
-}
+// A string from the file, safe to print.
+std::string shown(std::string_view s) { return tokenizer::quoted_for_message(s, 48); }
 
 Status bad(const std::string& what) { return invalid_argument("tokenizer.json: " + what); }
 

@@ -135,4 +135,21 @@ std::string byte_level_encode(const ByteLevelMap& map, std::string_view bytes) {
   return out;
 }
 
+std::string quoted_for_message(std::string_view s, size_t max_bytes) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (s.size() > max_bytes) out += "...";
+  return out + "'";
+}
+
 }  // namespace metro::tokenizer

@@ -34,6 +34,9 @@ struct Utf8Scan {
 Utf8Scan utf8_scan(std::string_view s);
 
 bool is_valid_utf8(std::string_view s);
+// Text from a file, safe to print in an error message: quoted, printable ASCII kept, other
+// bytes as \xNN, cut after `max_bytes` ("..." marks the cut).
+std::string quoted_for_message(std::string_view s, size_t max_bytes = 40);
 // Replaces each maximal ill-formed subpart with U+FFFD (a truncated tail included).
 std::string to_valid_utf8(std::string_view s);
 void append_utf8(std::string& out, uint32_t cp);

@@ -34,23 +34,8 @@ class Issue {
   std::vector<std::string> examples_;
 };
 
-// A token text safe to print in a message: bytes outside printable ASCII as \xNN, cut short.
-std::string quoted(std::string_view s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7F) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  if (s.size() > 40) out += "...";
-  return out + "'";
-}
+// A token text safe to print in a message.
+std::string quoted(std::string_view s) { return quoted_for_message(s, 40); }
 
 uint16_t attrs_from_type(int64_t type) {
   switch (type) {
