@@ -1,11 +1,24 @@
 #include "cache/embedder.h"
 
+#include <algorithm>
+
 #include "base/clock.h"
 #include "base/check.h"
 #include "engine/request_stream.h"
 #include "model/model.h"
 
 namespace metro::cache {
+
+std::vector<int32_t> embedding_input(const tokenizer::Tokenizer& tok, std::string_view text, int n_ctx) {
+  std::vector<int32_t> ids = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
+  const size_t max_len = static_cast<size_t>(std::max(1, n_ctx));
+  if (ids.size() > max_len) {
+    const int32_t last = ids.back();
+    ids.resize(max_len - 1);
+    ids.push_back(last);
+  }
+  return ids;
+}
 
 Embedder::Embedder(std::shared_ptr<engine::Engine> engine) : engine_(std::move(engine)) {
   METRO_CHECK(engine_ != nullptr);
@@ -15,13 +28,7 @@ Embedder::Embedder(std::shared_ptr<engine::Engine> engine) : engine_(std::move(e
 Expected<std::vector<float>> Embedder::embed(std::string_view text, std::chrono::milliseconds timeout) const {
   engine::Request r;
   r.kind = engine::RequestKind::kEmbed;
-  r.prompt = engine_->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
-  const size_t max_len = static_cast<size_t>(engine_->n_ctx());
-  if (r.prompt.size() > max_len) {
-    const int32_t last = r.prompt.back();
-    r.prompt.resize(max_len - 1);
-    r.prompt.push_back(last);
-  }
+  r.prompt = embedding_input(engine_->tokenizer(), text, engine_->n_ctx());
   if (r.prompt.empty()) return invalid_argument("nothing to embed");
   METRO_ASSIGN_OR_RETURN(engine::Handle h, engine_->submit(std::move(r)));
   const int64_t deadline = now_ns() + static_cast<int64_t>(timeout.count()) * 1000000;

@@ -12,6 +12,10 @@
 
 namespace metro::cache {
 
+// The ids an embedding of `text` is computed over: the tokenizer's, special tokens added;
+// longer than `n_ctx`, cut to it with the closing token ([SEP]) kept.
+std::vector<int32_t> embedding_input(const tokenizer::Tokenizer& tok, std::string_view text, int n_ctx);
+
 class Embedder {
  public:
   // The engine of an encoder model (hparams().encoder): it pools and normalizes.

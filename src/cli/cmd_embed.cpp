@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "cache/embedder.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
@@ -57,19 +58,13 @@ int cmd_embed(int argc, char** argv) {
   ec.max_batch_tokens = 512;
   auto eng = engine::Engine::create(lm->model, *lm->tokenizer, ec);
   if (!eng.ok()) return fail("embed", eng.status());
-  const size_t max_len = static_cast<size_t>((*eng)->n_ctx());
   const int64_t t0 = now_ns();
   std::vector<engine::Request> reqs;
   int64_t n_tokens = 0;
   for (const std::string& t : texts) {
     engine::Request r;
     r.kind = engine::RequestKind::kEmbed;
-    r.prompt = lm->tokenizer->encode(t, /*add_special=*/true, /*parse_special=*/false);
-    if (r.prompt.size() > max_len) {  // cut to the context, the closing token kept
-      const int32_t last = r.prompt.back();
-      r.prompt.resize(max_len - 1);
-      r.prompt.push_back(last);
-    }
+    r.prompt = cache::embedding_input(*lm->tokenizer, t, (*eng)->n_ctx());
     n_tokens += static_cast<int64_t>(r.prompt.size());
     reqs.push_back(std::move(r));
   }

@@ -1,5 +1,7 @@
 // Kernels of encoder (BERT-family) models: layer norm with bias, exact GELU, and
-// bidirectional attention of one head over a sequence held in activation rows.
+// bidirectional attention of one head over a sequence held in activation rows. They are not
+// part of a KernelSet: the attention's dot products and exponentials use the free functions
+// of ops.h (the widest set this CPU runs) whichever set the executor runs with.
 #pragma once
 
 #include <cstddef>

@@ -305,14 +305,14 @@ std::vector<ReplicaLoad> Router::loads() const {
   return out;
 }
 
-void Router::mark(size_t r, bool ok) {
+void Router::mark(size_t r, bool ok, bool at_once) {
   Replica& rep = *replicas_[r];
   if (ok) {
     rep.failures.store(0);
     if (!rep.healthy.exchange(true)) METRO_LOG_INFO("router: %s is back in the pool", rep.up.url.c_str());
     return;
   }
-  if (rep.failures.fetch_add(1) + 1 >= 2 && rep.healthy.exchange(false)) {
+  if ((rep.failures.fetch_add(1) + 1 >= 2 || at_once) && rep.healthy.exchange(false)) {
     ++rep.left_pool;
     picker_->forget(static_cast<int>(r));
     METRO_LOG_WARN("router: %s left the pool (health check failed)", rep.up.url.c_str());
@@ -414,8 +414,7 @@ void Router::serve(int fd) {
     up = connect_to(rep.up.host, rep.up.port, cfg_.connect_timeout_s);
     if (up < 0) {
       ++rep.connect_errors;
-      rep.failures.store(1);
-      mark(static_cast<size_t>(r), false);  // refused: out of the pool until it answers a health check
+      mark(static_cast<size_t>(r), false, /*at_once=*/true);  // out until it answers a health check
     }
   }
   if (up < 0) {

@@ -73,7 +73,9 @@ class Router {
   void serve(int fd);
   void poll_loop();
   void poll_once();
-  void mark(size_t r, bool ok);
+  // A health check's result; `at_once`: a refused connection takes it out without a second
+  // failure.
+  void mark(size_t r, bool ok, bool at_once = false);
   std::string metrics_text() const;
 
   RouterConfig cfg_;
