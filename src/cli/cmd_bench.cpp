@@ -18,7 +18,6 @@
 #include <random>
 
 #include "backends/registry.h"
-#include "base/aligned.h"
 #include "base/clock.h"
 #include "base/thread_pool.h"
 #include "cli/bench_spec.h"
@@ -26,6 +25,7 @@
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "kernels/matmul.h"
+#include "kernels/roofline.h"
 #include "kv/kv_arena.h"
 
 namespace metro::cli {
@@ -47,31 +47,34 @@ Spread spread(std::vector<double> v) {
   return s;
 }
 
-// Read bandwidth of this machine with `pool`'s threads, GB/s (best of a few passes over a
-// buffer far larger than the caches).
-double measure_read_bandwidth(ThreadPool& pool) {
-  const size_t n = (512u << 20) / sizeof(uint64_t);
-  AlignedBuffer<uint64_t> buf(n);
-  for (size_t i = 0; i < n; i += 512) buf[i] = i;
-  std::vector<uint64_t> sinks(static_cast<size_t>(pool.size()) * 8);
-  double best = 0;
-  for (int rep = 0; rep < 4; ++rep) {
-    const int64_t t0 = now_ns();
-    pool.parallel_for(n / 8, [&](size_t b, size_t e, int ith) {
-      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-      const uint64_t* p = buf.data();
-      for (size_t i = b * 8; i < e * 8; i += 8) {
-        a0 ^= p[i]; a1 ^= p[i + 1]; a2 ^= p[i + 2]; a3 ^= p[i + 3];
-        a4 ^= p[i + 4]; a5 ^= p[i + 5]; a6 ^= p[i + 6]; a7 ^= p[i + 7];
-      }
-      sinks[static_cast<size_t>(ith) * 8] = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
-    });
-    const double s = static_cast<double>(now_ns() - t0) * 1e-9;
-    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / s / 1e9);
+// Arithmetic of a run, in operations (a multiply-add is 2): the matrix products and the
+// attention (a query against a key: QK and PV, every head, every layer).
+struct OpCount {
+  double product = 0, attention = 0;
+  double total() const { return product + attention; }
+};
+
+// `tokens` tokens through the products, `logits` of them through the head too, and `keys`
+// (query, key) pairs of attention in all.
+OpCount count_ops(const model::Model& m, double tokens, double logits, double keys) {
+  const model::HParams& hp = m.hparams();
+  OpCount c;
+  c.product = 2.0 * (tokens * static_cast<double>(m.weights().product_macs(false)) +
+                     logits * static_cast<double>(m.weights().product_macs(true) - m.weights().product_macs(false)));
+  c.attention = 2.0 * keys * hp.n_layer * hp.n_head * (hp.head_dim + hp.head_dim_v);
+  return c;
+}
+
+// Sum of the key counts a sequence's queries at positions [from, to) attend to (causal).
+double causal_keys(double from, double to) { return (to * (to + 1) - from * (from + 1)) / 2; }
+
+// Whether every product multiplies int8 quants (block formats), so the int8 peak bounds it;
+// float weights are bound by the FP32 peak.
+bool products_in_int8(const model::Model& m) {
+  for (kernels::DType t : m.weights().matmul_types()) {
+    if (t == kernels::DType::kF32 || t == kernels::DType::kF16 || t == kernels::DType::kBF16) return false;
   }
-  volatile uint64_t keep = sinks[0];
-  (void)keep;
-  return best;
+  return true;
 }
 
 struct Runner {
@@ -148,6 +151,16 @@ json profile_ms(const backends::StepProfile& prof, int steps) {
     if (prof.calls(kind) > 0) o[std::string(backends::op_name(kind))] = 1e3 * prof.seconds(kind) / steps;
   }
   o["total"] = 1e3 * prof.total_seconds() / steps;
+  return o;
+}
+
+// Achieved GOP/s of the products and of attention in the profiled steps, whose arithmetic
+// was `ops` in all.
+json profile_gops(const backends::StepProfile& prof, const OpCount& ops) {
+  json o = json::object();
+  const double proj = prof.seconds(backends::OpKind::kProject), attn = prof.seconds(backends::OpKind::kAttention);
+  if (proj > 0) o["project"] = ops.product / proj / 1e9;
+  if (attn > 0) o["attention"] = ops.attention / attn / 1e9;
   return o;
 }
 
@@ -233,11 +246,28 @@ int cmd_bench(int argc, char** argv) {
   j["n_prompt"] = p;
   j["n_gen"] = n;
   j["repetitions"] = reps;
-  // The host's read bandwidth is the anchor of a CPU run only.
-  const double bw = on_cpu ? measure_read_bandwidth(pool) : 0.0;
+  // The host's ceilings are the anchors of a CPU run only.
+  kernels::MachinePeaks peaks;
+  if (on_cpu) peaks = kernels::measure_peaks(pool);
+  const double bw = peaks.read_gbps;
   const uint64_t bpt = m.weights().bytes_per_token();
   j["mem_read_gbps"] = bw;
   j["weight_bytes_per_token"] = bpt;
+  // The roofline: the peak that bounds the products (int8 for block formats), and what each
+  // test achieved against it; attention is counted in the achieved rate, in FP32.
+  const bool int8 = products_in_int8(m);
+  const double peak = int8 ? peaks.int8_gops : peaks.fp32_gflops;
+  json roof = {{"int8_peak_gops", peaks.int8_gops}, {"fp32_peak_gflops", peaks.fp32_gflops},
+               {"read_gbps", peaks.read_gbps}, {"products_bound_by", int8 ? "int8" : "fp32"},
+               {"product_macs_per_token", m.weights().product_macs(true)}};
+  auto fraction = [&](double gops) { return peak > 0 ? gops / peak : 0.0; };
+  auto roof_line = [&](const char* what, double gops) {
+    if (peak > 0) {
+      std::printf("%s: %.1f GOP/s, %.1f%% of the %s peak\n", what, gops, 100.0 * fraction(gops), int8 ? "int8" : "fp32");
+    } else {
+      std::printf("%s: %.1f GOP/s\n", what, gops);
+    }
+  };
 
   if (batches.empty()) {
     runner.run(1, 16, 4);  // warm-up: page in weights, settle the pool
@@ -261,7 +291,16 @@ int cmd_bench(int argc, char** argv) {
     }
     bar.clear();
     runner.profile = nullptr;
-    if (profile) j["decode_profile_ms"] = profile_ms(prof, reps * n);
+    // tg runs a 1-token prompt, then n steps at positions 1..n.
+    const OpCount pp_ops = count_ops(m, p, 1, causal_keys(0, p));
+    const OpCount tg_ops = count_ops(m, n, n, causal_keys(1, n + 1));
+    if (profile) {
+      j["decode_profile_ms"] = profile_ms(prof, reps * n);
+      OpCount all = tg_ops;
+      all.product *= reps;
+      all.attention *= reps;
+      j["decode_profile_gops"] = profile_gops(prof, all);
+    }
     const Spread a = spread(pp), b = spread(tg);
     j["pp"] = a.median;
     j["tg"] = b.median;
@@ -274,6 +313,13 @@ int cmd_bench(int argc, char** argv) {
     const double gbps = static_cast<double>(bpt) * b.median / 1e9;
     j["tg_gbps"] = gbps;
     j["tg_bw_fraction"] = bw > 0 ? gbps / bw : 0.0;
+    const double pp_gops = pp_ops.total() * a.median / p / 1e9, tg_gops = tg_ops.total() * b.median / n / 1e9;
+    roof["pp_gops"] = pp_gops;
+    roof["pp_peak_fraction"] = fraction(pp_gops);
+    roof["tg_gops"] = tg_gops;
+    roof["tg_peak_fraction"] = fraction(tg_gops);
+    roof["tg_bw_fraction"] = j["tg_bw_fraction"];
+    j["roofline"] = roof;
     if (as_json) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
@@ -283,13 +329,22 @@ int cmd_bench(int argc, char** argv) {
       std::printf("%-8s %12s %12s %12s\n", "test", "tokens/s", "min", "max");
       std::printf("pp%-6d %12.2f %12.2f %12.2f\n", p, a.median, a.min, a.max);
       std::printf("tg%-6d %12.2f %12.2f %12.2f\n", n, b.median, b.min, b.max);
-      if (profile) std::printf("tg ms per step by op: %s\n", j["decode_profile_ms"].dump().c_str());
+      if (profile) {
+        std::printf("tg ms per step by op: %s\n", j["decode_profile_ms"].dump().c_str());
+        std::printf("tg GOP/s by op: %s\n", j["decode_profile_gops"].dump().c_str());
+      }
       if (bw > 0) {
         std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s, %.0f%% of the %.2f GB/s measured read bandwidth\n",
                     static_cast<double>(bpt) / (1 << 20), gbps, 100.0 * gbps / bw, bw);
       } else {
         std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s\n", static_cast<double>(bpt) / (1 << 20), gbps);
       }
+      if (peak > 0) {
+        std::printf("roofline (%d threads): int8 peak %.0f GOP/s, fp32 peak %.0f GFLOP/s, read %.2f GB/s\n", threads,
+                    peaks.int8_gops, peaks.fp32_gflops, peaks.read_gbps);
+      }
+      roof_line(("pp" + std::to_string(p)).c_str(), pp_gops);
+      roof_line(("tg" + std::to_string(n)).c_str(), tg_gops);
     }
     return 0;
   }
@@ -300,7 +355,12 @@ int cmd_bench(int argc, char** argv) {
     std::printf("model: %s | backend %s | threads %d | kernels %s | KV %s | prompt %d, generate %d per sequence\n",
                 m.hparams().name.c_str(), std::string(m.backend()->name()).c_str(), threads,
                 std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), p, n);
-    std::printf("%6s %14s %14s %12s %16s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused", "weights GB/s");
+    if (peak > 0) {
+      std::printf("roofline (%d threads): int8 peak %.0f GOP/s, fp32 peak %.0f GFLOP/s, read %.2f GB/s\n", threads,
+                  peaks.int8_gops, peaks.fp32_gflops, peaks.read_gbps);
+    }
+    std::printf("%6s %14s %14s %12s %16s %14s %14s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused",
+                "weights GB/s", "prefill GOP/s", "decode GOP/s");
   }
   Progress bar("bench", static_cast<uint64_t>(reps) * batches.size());
   for (int ns : batches) {
@@ -324,13 +384,34 @@ int cmd_bench(int argc, char** argv) {
                    {"prefill_min", a.min}, {"prefill_max", a.max}, {"decode_min", b.min},
                    {"decode_max", b.max}, {"kv_unused_fraction", unused_frac},
                    {"kv_bytes", runner.kv_bytes}});
-    if (profile) arr.back()["decode_profile_ms"] = profile_ms(prof, reps * n);
+    const OpCount pre_ops = count_ops(m, static_cast<double>(ns) * p, ns, ns * causal_keys(0, p));
+    const OpCount dec_ops = count_ops(m, static_cast<double>(ns) * n, static_cast<double>(ns) * n, ns * causal_keys(p, p + n));
+    const double pre_gops = pre_ops.total() * a.median / (static_cast<double>(ns) * p) / 1e9;
+    const double dec_gops = dec_ops.total() * b.median / (static_cast<double>(ns) * n) / 1e9;
+    arr.back()["prefill_gops"] = pre_gops;
+    arr.back()["decode_gops"] = dec_gops;
+    arr.back()["prefill_peak_fraction"] = fraction(pre_gops);
+    arr.back()["decode_peak_fraction"] = fraction(dec_gops);
+    OpCount all = dec_ops;
+    all.product *= reps;
+    all.attention *= reps;
+    if (profile) {
+      arr.back()["decode_profile_ms"] = profile_ms(prof, reps * n);
+      arr.back()["decode_profile_gops"] = profile_gops(prof, all);
+    }
     if (!as_json) {
-      std::printf("%6d %14.2f %14.2f %11.1f%% %16.1f\n", ns, a.median, b.median, 100 * unused_frac, step_gbps);
-      if (profile) std::printf("       decode ms per step by op: %s\n", profile_ms(prof, reps * n).dump().c_str());
+      auto pct = [&](double g) { return peak > 0 ? " (" + std::to_string(static_cast<int>(100.0 * fraction(g) + 0.5)) + "%)" : std::string(); };
+      std::printf("%6d %14.2f %14.2f %11.1f%% %16.1f %14s %14s\n", ns, a.median, b.median, 100 * unused_frac, step_gbps,
+                  (std::to_string(static_cast<int>(pre_gops + 0.5)) + pct(pre_gops)).c_str(),
+                  (std::to_string(static_cast<int>(dec_gops + 0.5)) + pct(dec_gops)).c_str());
+      if (profile) {
+        std::printf("       decode ms per step by op: %s\n", profile_ms(prof, reps * n).dump().c_str());
+        std::printf("       decode GOP/s by op: %s\n", profile_gops(prof, all).dump().c_str());
+      }
     }
   }
   j["batch"] = arr;
+  j["roofline"] = roof;
   j["kv_bytes_per_token_f16"] = m.hparams().kv_bytes_per_token(2.0);
   if (as_json) std::printf("%s\n", j.dump(2).c_str());
   return 0;

@@ -221,6 +221,91 @@ void x8_micro(const uint8_t* group, const ActRows& a, float* y, size_t y_stride,
 // weight vector in 16 registers (3, 5 and 6 measured no better on Zen 3).
 constexpr int kX8TileActs = 4;
 
+// 4-bit formats (Q4_0, Q4_1): two 8-row groups times R act rows. A broadcast of an act's
+// 4 bytes costs a vector-pipe slot like a multiply does (it is not a pure load on Zen 3),
+// so feeding each broadcast to both groups' weight vectors cuts the slots per byte product
+// from about 4.4 to 3.7. Per output the integer block sums are exact and the float steps
+// are those of x8_micro in the same order, so the bits are the same.
+template <class F>
+constexpr bool kPairGroups = !is_5bit<F>() && !std::is_same_v<F, Q8_0Fmt>;
+constexpr int kX8PairActs = 4;  // 3, 5 and 6 measured the same
+
+template <class F, int R>
+void x8_micro2(const uint8_t* g0, size_t g_stride, const ActRows& a, float* y, size_t y_stride, int rows1,
+               const uint8_t* pf) {
+  using Act = typename F::Act;
+  constexpr int64_t kS = static_cast<int64_t>(sizeof(typename F::Group));
+  const uint8_t* g1 = g0 + g_stride;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  alignas(32) float acc[2][R][8];
+  for (int i = 0; i < R; ++i) {
+    _mm256_store_ps(acc[0][i], _mm256_setzero_ps());
+    _mm256_store_ps(acc[1][i], _mm256_setzero_ps());
+  }
+  for (int64_t b = 0; b < a.nb; ++b) {
+    if (pf != nullptr) {
+      for (int64_t off = (b * kS) & ~int64_t{63}; off < (b + 1) * kS; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf + g_stride + off), _MM_HINT_T0);
+      }
+    }
+    const uint8_t* b0 = g0 + b * kS;
+    const uint8_t* b1 = g1 + b * kS;
+    const uint8_t* aq[R];
+    for (int i = 0; i < R; ++i) {
+      aq[i] = a.a + static_cast<size_t>(i) * a.stride + static_cast<size_t>(b) * sizeof(Act) + act_qs_offset<Act>();
+    }
+    const uint8_t* q0 = b0 + offsetof(typename F::Group, qs);
+    const uint8_t* q1 = b1 + offsetof(typename F::Group, qs);
+    __m256i p0[R], p1[R];
+    for (int t = 0; t < 4; ++t) {
+      const __m256i w0 = load256(q0 + 32 * t);
+      const __m256i w1 = load256(q1 + 32 * t);
+      const __m256i lo0 = _mm256_and_si256(w0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
+      const __m256i lo1 = _mm256_and_si256(w1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
+      for (int i = 0; i < R; ++i) {
+        const __m256i al = bcast_i32(aq[i] + 4 * t);
+        const __m256i x0 = _mm256_maddubs_epi16(lo0, al), x1 = _mm256_maddubs_epi16(lo1, al);
+        p0[i] = t == 0 ? x0 : _mm256_add_epi16(p0[i], x0);
+        p1[i] = t == 0 ? x1 : _mm256_add_epi16(p1[i], x1);
+        keep(p0[i]);
+        keep(p1[i]);
+        const __m256i ah = bcast_i32(aq[i] + 16 + 4 * t);
+        p0[i] = _mm256_add_epi16(p0[i], _mm256_maddubs_epi16(hi0, ah));
+        p1[i] = _mm256_add_epi16(p1[i], _mm256_maddubs_epi16(hi1, ah));
+        keep(p0[i]);
+        keep(p1[i]);
+      }
+    }
+    const __m256 d0 = load_f16x8(b0), d1 = load_f16x8(b1);
+    __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+    if constexpr (F::kMin) {
+      m0 = load_f16x8(b0 + 16);
+      m1 = load_f16x8(b1 + 16);
+    }
+    for (int i = 0; i < R; ++i) {
+      _mm256_store_ps(acc[0][i], combine<F>(maddubs_sum(p0[i]), d0, m0, a, i, b, _mm256_load_ps(acc[0][i])));
+      _mm256_store_ps(acc[1][i], combine<F>(maddubs_sum(p1[i]), d1, m1, a, i, b, _mm256_load_ps(acc[1][i])));
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    store_lanes(y + static_cast<size_t>(i) * y_stride, _mm256_load_ps(acc[0][i]), kX8Rows);
+    store_lanes(y + static_cast<size_t>(i) * y_stride + kX8Rows, _mm256_load_ps(acc[1][i]), rows1);
+  }
+}
+
+template <class F, int N>
+void x8_rest2(int64_t n, const uint8_t* g0, size_t g_stride, const ActRows& a, float* y, size_t y_stride, int rows1,
+              const uint8_t* pf) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      x8_micro2<F, N>(g0, g_stride, a, y, y_stride, rows1, pf);
+    } else {
+      x8_rest2<F, N - 1>(n, g0, g_stride, a, y, y_stride, rows1, pf);
+    }
+  }
+}
+
 // The last n < R act rows of a tile.
 template <class F, int N>
 void x8_rest(int64_t n, const uint8_t* group, const ActRows& a, float* y, size_t y_stride, int rows,
@@ -239,7 +324,25 @@ void tile_x8(const MatmulTile& t) {
   constexpr int R = kX8TileActs;
   const ActRows a = act_rows(t);
   const int64_t groups = (t.n_rows + kX8Rows - 1) / kX8Rows;
-  for (int64_t g = 0; g < groups; ++g) {
+  int64_t g = 0;
+  // Pairs pay where arithmetic bounds the tile; a GEMV of a few act rows streams its weights,
+  // and the one-group order prefetches them better.
+  if (kPairGroups<F> && t.n_acts >= kX8PairActs) {
+    for (; g + 2 <= groups; g += 2) {
+      const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
+      const int rows1 = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - (g + 1) * kX8Rows));
+      float* yg = t.y + g * kX8Rows;
+      const uint8_t* pf = g + 3 < groups ? group + 2 * t.w_stride : nullptr;
+      int64_t i = 0;
+      constexpr int R2 = kX8PairActs;
+      for (; i + R2 <= t.n_acts; i += R2) {
+        x8_micro2<F, R2>(group, t.w_stride, a.from(i), yg + i * t.y_stride, t.y_stride, rows1, pf);
+        pf = nullptr;
+      }
+      x8_rest2<F, R2 - 1>(t.n_acts - i, group, t.w_stride, a.from(i), yg + i * t.y_stride, t.y_stride, rows1, pf);
+    }
+  }
+  for (; g < groups; ++g) {
     const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
     const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g * kX8Rows));
     float* yg = t.y + g * kX8Rows;

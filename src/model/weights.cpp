@@ -355,6 +355,15 @@ uint64_t ModelWeights::bytes_per_token() const {
   return total;
 }
 
+uint64_t ModelWeights::product_macs(bool with_head) const {
+  uint64_t total = 0;
+  for (const auto* m : product_matrices()) {
+    if (m == output.get() && !with_head) continue;
+    total += static_cast<uint64_t>(m->n_rows()) * static_cast<uint64_t>(m->n_cols());
+  }
+  return total;
+}
+
 std::string ModelWeights::describe_layouts() const {
   std::map<std::string, int> counts;
   for (const auto* m : product_matrices()) counts[m->describe()]++;

@@ -75,6 +75,9 @@ struct ModelWeights {
   std::vector<kernels::DType> matmul_types() const;
   // Bytes of weights a single decode token reads (every matrix once + its embedding row).
   uint64_t bytes_per_token() const;
+  // Multiply-adds of the matrix products one token passes through, with or without the
+  // head's (a prompt token whose logits nobody reads skips the head).
+  uint64_t product_macs(bool with_head) const;
   // e.g. "Q4_1 x8 interleaved (210), Q8_0 row-major (1)".
   std::string describe_layouts() const;
 };
