@@ -33,7 +33,7 @@ for m in "${MODELS[@]}"; do
         python3 -c 'import json,sys; r=json.load(sys.stdin); print(" ".join("%s=%.1f" % ("pp" if x["n_prompt"] else "tg", x["avg_ts"]) for x in r))')
     echo "llama.cpp $name round $round: $l"
     j=$("$METRO" bench -m "$m" -p 512 -n 128 -t "$THREADS" -r 3 --json |
-        python3 -c 'import json,sys; r=json.load(sys.stdin); print("pp=%.1f tg=%.1f tg_gbps=%.2f bw_frac=%.2f" % (r["pp"], r["tg"], r["tg_gbps"], r["tg_bw_fraction"]))')
+        python3 -c 'import json,sys; r=json.load(sys.stdin); f=r["roofline"]; print("pp=%.1f tg=%.1f tg_gbps=%.2f bw_frac=%.2f pp_gops=%.0f pp_peak_frac=%.2f int8_peak=%.0f" % (r["pp"], r["tg"], r["tg_gbps"], r["tg_bw_fraction"], f["pp_gops"], f["pp_peak_fraction"], f["int8_peak_gops"]))')
     echo "metro     $name round $round: $j"
   done
 done
