@@ -85,6 +85,18 @@ void TokenTrie::build_from(std::vector<std::pair<std::string, int32_t>> entries)
     }
     for (size_t k = kids.size(); k-- > 0;) work.push_back(kids[k]);
   }
+  // Children come after their parent in nodes_, so one pass from the end sees every child
+  // before its parent; a subtree's tokens end where its last child's do.
+  below_.assign(nodes_.size(), ByteSet{});
+  subtree_end_.assign(nodes_.size(), 0);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    const Node& n = nodes_[i];
+    subtree_end_[i] = n.n_children > 0 ? subtree_end_[n.first_child + n.n_children - 1] : n.tokens_end;
+    for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
+      for (int w = 0; w < 4; ++w) below_[i][static_cast<size_t>(w)] |= below_[c][static_cast<size_t>(w)];
+      below_[i][nodes_[c].byte >> 6] |= uint64_t{1} << (nodes_[c].byte & 63);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -272,8 +284,24 @@ int32_t Matcher::set_id(std::vector<const StackNode*> set) {
   std::array<int32_t, 256> row;
   row.fill(kUnknown);
   dfa_.next.push_back(row);
+  dfa_.loop.push_back(TokenTrie::ByteSet{});
+  dfa_.loop_known.push_back(0);
   dfa_.ids.emplace(std::move(set), id);
   return id;
+}
+
+const TokenTrie::ByteSet& Matcher::self_loop(int32_t id) {
+  const auto i = static_cast<size_t>(id);
+  if (!dfa_.loop_known[i]) {
+    TokenTrie::ByteSet loop{};
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = transition(id, static_cast<uint8_t>(b));
+      if (t != kDead && (t >> 1) == id) loop[static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
+    }
+    dfa_.loop[i] = loop;  // transition() may have grown the vectors: index again
+    dfa_.loop_known[i] = 1;
+  }
+  return dfa_.loop[i];
 }
 
 int32_t Matcher::transition(int32_t id, uint8_t b) {
@@ -290,6 +318,10 @@ int32_t Matcher::transition(int32_t id, uint8_t b) {
   dfa_.next[static_cast<size_t>(id)][b] = t;
   return t;
 }
+
+// Subtrees with at least this many tokens below their root are checked for the shortcut
+// in compute_mask (a set's self-loop costs its 256 transitions the first time).
+constexpr uint32_t kWholeSubtreeTokens = 32;
 
 std::shared_ptr<const TokenMask> Matcher::compute_mask() {
   const TokenTrie& t = g_->trie();
@@ -326,6 +358,22 @@ std::shared_ptr<const TokenMask> Matcher::compute_mask() {
     }
     const int32_t next_set = tr >> 1;
     if (nodes[child].n_children > 0 && !dfa_.sets[static_cast<size_t>(next_set)].empty()) {
+      // A large subtree whose every byte leads the set back to itself (the inside of a
+      // string, most often) has every token allowed: its tokens are marked without walking
+      // it. The same tokens as the walk: each of its nodes would be reached in this set.
+      const uint32_t end = t.subtree_end(child);
+      if (end - nodes[child].tokens_end >= kWholeSubtreeTokens) {
+        const TokenTrie::ByteSet& loop = self_loop(next_set);
+        const TokenTrie::ByteSet& below = t.bytes_below(child);
+        if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
+            (below[3] & ~loop[3]) == 0) {
+          for (uint32_t i = nodes[child].tokens_end; i < end; ++i) {
+            const auto id = static_cast<uint32_t>(toks[i]);
+            m[id >> 6] |= uint64_t{1} << (id & 63);
+          }
+          continue;
+        }
+      }
       path.push_back(Frame{child, 0, next_set});
     }
   }

@@ -51,9 +51,16 @@ class TokenTrie {
   static std::shared_ptr<const TokenTrie> from_pieces(const std::vector<std::string>& pieces,
                                                        const std::vector<int32_t>& eog);
 
+  // A set of byte values, bit b of word b / 64.
+  using ByteSet = std::array<uint64_t, 4>;
+
   int32_t n_vocab() const { return n_vocab_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The bytes on the edges below node n (its subtree without n's own edge), and the end of
+  // its subtree's tokens: they are tokens()[nodes()[n].tokens_begin, subtree_end(n)).
+  const ByteSet& bytes_below(uint32_t n) const { return below_[n]; }
+  uint32_t subtree_end(uint32_t n) const { return subtree_end_[n]; }
   const std::vector<int32_t>& eog() const { return eog_; }
   std::string_view piece(int32_t id) const;
 
@@ -61,6 +68,8 @@ class TokenTrie {
   void build_from(std::vector<std::pair<std::string, int32_t>> entries);
   int32_t n_vocab_ = 0;
   std::vector<Node> nodes_;  // nodes_[0] is the root
+  std::vector<ByteSet> below_;
+  std::vector<uint32_t> subtree_end_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> eog_;
   std::vector<std::string> pieces_;
@@ -193,10 +202,15 @@ class Matcher {
     };
     std::vector<std::vector<const StackNode*>> sets;
     std::vector<std::array<int32_t, 256>> next;  // (id << 1 | accept), kDead, or kUnknown
+    // The bytes that lead from a set back to itself, once asked for (self_loop).
+    std::vector<TokenTrie::ByteSet> loop;
+    std::vector<uint8_t> loop_known;
     std::unordered_map<std::vector<const StackNode*>, int32_t, Hash> ids;
     void clear() {
       sets.clear();
       next.clear();
+      loop.clear();
+      loop_known.clear();
       ids.clear();
     }
   };
@@ -204,6 +218,7 @@ class Matcher {
   static constexpr int32_t kDead = -2;  // no stack, not accepting
   int32_t set_id(std::vector<const StackNode*> set);
   int32_t transition(int32_t id, uint8_t b);
+  const TokenTrie::ByteSet& self_loop(int32_t id);
   NodeArena scratch_;
   SetAutomaton dfa_;
 };

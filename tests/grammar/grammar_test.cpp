@@ -10,6 +10,7 @@
 
 #include "engine/engine_test_util.h"
 #include "grammar/grammar_test_util.h"
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "support/test_util.h"
@@ -206,19 +207,13 @@ TEST(Matcher, LongRepetitionMakesNoNewStackNodes) {
   EXPECT_TRUE(m.is_accepting());
 }
 
-// On SmolLM2's 49k-token vocabulary: the mask at each step of a real text equals checking
-// every token one by one, and always holds the text's own next token.
-TEST(Matcher, MaskEqualsATokenByTokenCheckOnTheRealVocabulary) {
-  REQUIRE_MODEL();
+// On SmolLM2's 49k-token vocabulary: the mask at each step of `text` equals checking every
+// token one by one (accept_token on a copy, which never uses the mask walk or its shortcut
+// over self-looping subtrees), and always holds the text's own next token.
+void expect_masks_equal_token_checks(std::shared_ptr<const CompiledGrammar> g, const std::string& text) {
   const auto& tok = *metro::testing::default_model().tokenizer;
-  auto trie = TokenTrie::build(tok);
-  const json schema = json::parse(R"({"type":"object","properties":{"city":{"type":"string"},
-      "days":{"type":"integer","minimum":1},"tags":{"type":"array","items":{"enum":["rain","sun"]},"maxItems":3}},
-      "required":["city","days"]})");
-  auto g = compiled(*json_schema_grammar(schema), trie);
-  const std::string text = R"({"city": "Zürich", "days": 12, "tags": ["rain", "sun"]})";
   const std::vector<int32_t> ids = tok.encode(text, false, false);
-  Matcher m(g);
+  Matcher m(std::move(g));
   TokenMask mask;
   const size_t stride = metro::testing::sanitized() ? 6 : 2;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -237,10 +232,40 @@ TEST(Matcher, MaskEqualsATokenByTokenCheckOnTheRealVocabulary) {
     ASSERT_TRUE(m.accept_token(ids[i])) << i;
   }
   EXPECT_TRUE(m.is_accepting());
+}
+
+TEST(Matcher, MaskEqualsATokenByTokenCheckOnTheRealVocabulary) {
+  REQUIRE_MODEL();
+  const auto& tok = *metro::testing::default_model().tokenizer;
+  auto trie = TokenTrie::build(tok);
+  const json schema = json::parse(R"({"type":"object","properties":{"city":{"type":"string"},
+      "days":{"type":"integer","minimum":1},"tags":{"type":"array","items":{"enum":["rain","sun"]},"maxItems":3}},
+      "required":["city","days"]})");
+  auto g = compiled(*json_schema_grammar(schema), trie);
+  expect_masks_equal_token_checks(g, R"({"city": "Zürich", "days": 12, "tags": ["rain", "sun"]})");
+  Matcher m(g);
+  ASSERT_TRUE(m.accept_bytes(R"({"city": "Zürich", "days": 12, "tags": ["rain", "sun"]})"));
   EXPECT_FALSE(m.can_continue());
+  TokenMask mask;
   m.fill_mask(mask);
   for (int32_t t = 0; t < tok.n_vocab(); ++t) EXPECT_EQ(mask_has(mask, t), tok.is_eog(t)) << t;
   EXPECT_GT(g->cache_stats().entries, 0u);
+}
+
+// The same over states whose masks take the subtree shortcut in different ways: JSON mode's
+// long strings (every byte but a quote, a backslash and control bytes loops) and numbers,
+// and a GBNF repetition of a small class (lower-case letters and spaces loop, nothing else).
+TEST(Matcher, MasksOverSelfLoopingStatesEqualTokenByTokenChecks) {
+  REQUIRE_MODEL();
+  auto trie = TokenTrie::build(*metro::testing::default_model().tokenizer);
+  expect_masks_equal_token_checks(
+      compiled(json_object_grammar(), trie),
+      R"({"note": "a long sentence with spaces, commas, digits 12345 and an escape \" here", "n": [1.5e3, -2, 300000],)"
+      R"( "nested": {"k": "v\u00e9w"}})");
+  auto gb = gbnf_grammar(R"(root ::= [a-z ]+ "." [0-9]*)");
+  ASSERT_TRUE(gb.ok()) << gb.status().message();
+  expect_masks_equal_token_checks(compiled(std::move(*gb), trie),
+                                  "the quick brown fox jumps over the lazy dog and then some more words.2026");
 }
 
 }  // namespace
