@@ -1,7 +1,9 @@
 // libFuzzer target: regular expressions (`metro.regex`, schema `pattern`s) and GBNF and Lark
 // grammars (`metro.grammar`) arrive in requests. Compiling any text as either, and matching any text
 // against what compiles, must never crash, leak, overflow the stack or hang; what cannot be
-// compiled is an error Status.
+// compiled is an error Status. The first masks of each text must equal token-by-token
+// matching (the trie has a node with 256 tokens below it, where the mask walk may allow a
+// whole subtree at once).
 // Input: a selector byte (modulo 4: 0 and 2 regex, 1 GBNF, 3 Lark), the pattern, then
 // optionally a NUL byte and a text to match.
 #include <cstddef>
@@ -21,6 +23,7 @@ const std::shared_ptr<const metro::grammar::TokenTrie>& trie() {
     std::vector<std::string> pieces;
     for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
     for (const char* p : {"ab", "12", "  ", "\n", "é", "the", "::=", "%ignore", "start:"}) pieces.push_back(p);
+    for (int b = 0; b < 256; ++b) pieces.push_back(std::string("x") + static_cast<char>(b));
     pieces.push_back("<eos>");
     return metro::grammar::TokenTrie::from_pieces(pieces, {static_cast<int32_t>(pieces.size() - 1)});
   }();
@@ -44,10 +47,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!c.ok()) return 0;
   metro::grammar::Matcher m(*c);
   metro::grammar::TokenMask mask;
-  m.fill_mask(mask);
+  int checked = 0;
+  auto mask_and_check = [&] {
+    m.fill_mask(mask);
+    if (checked++ >= 4) return;
+    for (int32_t t = 0; t < trie()->n_vocab(); ++t) {
+      if (metro::grammar::mask_has(mask, t) != m.allows(t)) __builtin_trap();
+    }
+  };
+  mask_and_check();
   for (char ch : text) {
     if (!m.accept_bytes(std::string_view(&ch, 1))) break;
-    m.fill_mask(mask);
+    mask_and_check();
   }
   return 0;
 }

@@ -5,6 +5,11 @@
 
 namespace metro::kernels {
 
+// What both loops overwrite: the counter, the flags and ymm0-ymm13.
+#define PEAK_LOOP_CLOBBERS                                                                                  \
+  "rcx", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
+      "xmm12", "xmm13"
+
 void peak_loop_maddubs(int64_t iters) {
   __asm__ volatile(
       "vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
@@ -28,8 +33,7 @@ void peak_loop_maddubs(int64_t iters) {
       "vzeroupper\n\t"
       :
       : "r"(iters)
-      : "rcx", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13");
+      : PEAK_LOOP_CLOBBERS);
 }
 
 void peak_loop_fma(int64_t iters) {
@@ -55,8 +59,9 @@ void peak_loop_fma(int64_t iters) {
       "vzeroupper\n\t"
       :
       : "r"(iters)
-      : "rcx", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-        "xmm10", "xmm11", "xmm12", "xmm13");
+      : PEAK_LOOP_CLOBBERS);
 }
+
+#undef PEAK_LOOP_CLOBBERS
 
 }  // namespace metro::kernels
