@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 
 import yaml
 
@@ -17,13 +18,13 @@ from e2e_util import promtool, request
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _serve_flags(metro):
-    out = subprocess.run([metro, "serve", "--help"], capture_output=True, text=True, timeout=30).stdout
+def _serve_flags(metro, command="serve"):
+    out = subprocess.run([metro, command, "--help"], capture_output=True, text=True, timeout=30).stdout
     return set(re.findall(r"(--[a-z][a-z0-9-]*)", out)) | set(re.findall(r"\s(-[a-zA-Z])[\s,]", out))
 
 
-def _check_args(args, flags, where):
-    assert args[0] == "serve", (where, args)
+def _check_args(args, flags, where, command="serve"):
+    assert args[0] == command, (where, args)
     for a in args[1:]:
         if a.startswith("-"):
             assert a in flags, (where, a)
@@ -111,4 +112,83 @@ def t_deploy_files(t):
     t.note(f"deploy: {len(rules)} alerting rules over {len(used)} metric families, promtool check and test pass")
 
 
-TESTS = [t_deploy_files]
+def t_router_deploy_files(t):
+    """deploy/k8s/router.yaml and inferencepool.yaml: the router's --upstream list names
+    exactly the StatefulSet's pods through its headless Service, every flag is one the
+    command takes, the Services and the pool select the pods they mean."""
+    serve_flags = _serve_flags(t.metro)
+    router_flags = _serve_flags(t.metro, "router")
+    with open(os.path.join(ROOT, "deploy", "k8s", "router.yaml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    sts = by[("StatefulSet", "metro-replica")]
+    headless = by[("Service", sts["spec"]["serviceName"])]
+    router = by[("Deployment", "metro-router")]
+    router_svc = by[("Service", "metro-router")]
+
+    # The replicas: metro serve with valid flags, the vllm: series on, probes, drain.
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    drain = _check_args(c["args"], serve_flags, "StatefulSet args")
+    assert c["args"][c["args"].index("--metrics-compat") + 1] == "vllm"
+    assert pod["terminationGracePeriodSeconds"] > drain
+    assert c["readinessProbe"]["httpGet"]["path"] == "/ready"
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert sts["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["selector"].items() <= labels.items()
+    port = c["ports"][0]["containerPort"]
+
+    # The router: valid flags, one --upstream per replica pod, by its stable DNS name.
+    rc = router["spec"]["template"]["spec"]["containers"][0]
+    args = rc["args"]
+    _check_args(args, router_flags, "router args", command="router")
+    upstreams = [args[i + 1] for i, a in enumerate(args) if a == "--upstream"]
+    name, svc = sts["metadata"]["name"], headless["metadata"]["name"]
+    want = [f"http://{name}-{i}.{svc}:{port}" for i in range(sts["spec"]["replicas"])]
+    assert upstreams == want, (upstreams, want)
+    assert "tcpSocket" in rc["livenessProbe"], "the router's /health is 503 without replicas: not a liveness check"
+    assert rc["readinessProbe"]["httpGet"]["path"] == "/health"
+    r_port = int(args[args.index("--port") + 1])
+    assert rc["ports"][0]["containerPort"] == r_port
+    r_labels = router["spec"]["template"]["metadata"]["labels"]
+    assert router["spec"]["selector"]["matchLabels"].items() <= r_labels.items()
+    assert router_svc["spec"]["selector"].items() <= r_labels.items()
+
+    # The router really starts with these arguments and answers the probe path: the
+    # replicas' names do not resolve here, so once its health checks have run it reports
+    # none healthy (503: not ready).
+    local = list(args)
+    local[local.index("--host") + 1] = "127.0.0.1"
+    local[local.index("--port") + 1] = "0"
+    proc = subprocess.Popen([t.metro] + local, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = ""
+        for _ in range(50):
+            line = proc.stdout.readline()
+            m = re.search(r"127\.0\.0\.1:(\d+)", line)
+            if m:
+                break
+        assert m, line
+        deadline = time.time() + 30
+        while True:
+            st, _, body = request(int(m.group(1)), "GET", "/health", timeout=10)
+            if st == 503 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert st == 503 and json.loads(body)["replicas"] == len(want), (st, body)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    # The Inference Extension pool: the replica pods, on their serving port.
+    with open(os.path.join(ROOT, "deploy", "k8s", "inferencepool.yaml")) as f:
+        pool = next(d for d in yaml.safe_load_all(f) if d)
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1" and pool["kind"] == "InferencePool"
+    assert pool["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert [p["number"] for p in pool["spec"]["targetPorts"]] == [port]
+    assert pool["spec"]["endpointPickerRef"]["name"] and pool["spec"]["endpointPickerRef"]["port"]["number"]
+    t.note(f"deploy: router over {len(want)} replicas, pool on port {port}")
+
+
+TESTS = [t_deploy_files, t_router_deploy_files]
