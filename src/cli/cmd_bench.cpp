@@ -8,7 +8,9 @@
 // of this machine's measured read bandwidth. With --batch, like llama-batched-bench: for
 // each count of sequences, prefill of p tokens each and decode of n tokens each, summed.
 // --profile times every op of the decode steps (on a device backend an event per op and a
-// wait per step, which slows them) and adds the milliseconds per step of each op kind.
+// wait per step, which slows them) and adds the milliseconds per step of each op kind and
+// the GOP/s of the products and of attention; without --batch, also of one more prompt
+// (prefill_profile_*), run after the timed ones.
 // With --spec, single-sequence decoding through the engine with speculation off and on
 // (bench_spec.cpp).
 #include <CLI/CLI.hpp>
@@ -84,7 +86,8 @@ struct Runner {
   kernels::DType kv_type = kernels::DType::kF16;
   std::mt19937 rng{1234};
   size_t kv_bytes = 0;  // the last run's KV arena
-  backends::StepProfile* profile = nullptr;  // observes the decode steps when set
+  backends::StepProfile* profile = nullptr;          // observes the decode steps when set
+  backends::StepProfile* prefill_profile = nullptr;  // observes the prefill steps when set
 
   int32_t random_token() {
     return static_cast<int32_t>(rng() % m.hparams().n_vocab);
@@ -123,7 +126,9 @@ struct Runner {
         done[static_cast<size_t>(s)] += take;
         remaining -= take;
       }
-      auto out = m.forward(batch, view, ws, pool);
+      model::ForwardOptions pfo;
+      pfo.observer = prefill_profile;
+      auto out = m.forward(batch, view, ws, pool, pfo);
       METRO_CHECK_MSG(out.ok(), out.status().message().c_str());
     }
     const int64_t t1 = now_ns();
@@ -191,7 +196,8 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--batch", batch_list, "sequence counts for batched prefill/decode, e.g. 1,4,16,32");
   app.add_option("--kv-type", kv_type, "KV cache type, as metro serve's: f16 or q8_0")->capture_default_str();
   app.add_flag("--json", as_json, "print one JSON object");
-  app.add_flag("--profile", profile, "time each op of the decode steps (slower) and report ms per step by op kind");
+  app.add_flag("--profile", profile,
+               "time each op of the decode steps (slower; without --batch also one more prompt) and report ms and GOP/s by op kind");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   SpecBenchOptions sb;
@@ -295,6 +301,13 @@ int cmd_bench(int argc, char** argv) {
     const OpCount pp_ops = count_ops(m, p, 1, causal_keys(0, p));
     const OpCount tg_ops = count_ops(m, n, n, causal_keys(1, n + 1));
     if (profile) {
+      // One more prompt, timed op by op (not counted in pp: the timing slows it).
+      backends::StepProfile pprof;
+      runner.prefill_profile = &pprof;
+      runner.run(1, p, 1);
+      runner.prefill_profile = nullptr;
+      j["prefill_profile_ms"] = profile_ms(pprof, 1);
+      j["prefill_profile_gops"] = profile_gops(pprof, pp_ops);
       j["decode_profile_ms"] = profile_ms(prof, reps * n);
       OpCount all = tg_ops;
       all.product *= reps;
@@ -330,6 +343,8 @@ int cmd_bench(int argc, char** argv) {
       std::printf("pp%-6d %12.2f %12.2f %12.2f\n", p, a.median, a.min, a.max);
       std::printf("tg%-6d %12.2f %12.2f %12.2f\n", n, b.median, b.min, b.max);
       if (profile) {
+        std::printf("pp ms per prompt by op: %s\n", j["prefill_profile_ms"].dump().c_str());
+        std::printf("pp GOP/s by op: %s\n", j["prefill_profile_gops"].dump().c_str());
         std::printf("tg ms per step by op: %s\n", j["decode_profile_ms"].dump().c_str());
         std::printf("tg GOP/s by op: %s\n", j["decode_profile_gops"].dump().c_str());
       }
