@@ -89,6 +89,31 @@ TEST(BenchCli, TheRooflineCountsTheModelsArithmetic) {
   EXPECT_LT(row["decode_peak_fraction"].get<double>(), 1.0);
 }
 
+// --profile without --batch times one more prompt op by op: its products' GOP/s are the
+// prompt's product arithmetic over the time the profile gave them.
+TEST(BenchCli, TheProfileTimesAPromptOpByOp) {
+  REQUIRE_MODEL();
+  const int p = 32;
+  auto r = run_metro({"bench", "-m", metro::testing::default_model_path(), "-p", std::to_string(p), "-n", "4", "-r",
+                      "1", "-t", "1", "--profile", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("prefill_profile_ms") && j.contains("prefill_profile_gops")) << j.dump();
+  const nlohmann::json& ms = j["prefill_profile_ms"];
+  double sum = 0;
+  for (const auto& [op, v] : ms.items()) {
+    if (op != "total") sum += v.get<double>();
+  }
+  // The total adds the backend's waits (none to speak of on the CPU) to the ops.
+  EXPECT_LE(sum, ms["total"].get<double>() * (1 + 1e-9));
+  EXPECT_GT(sum, 0.95 * ms["total"].get<double>());
+  const double macs = product_macs_from_file(true), macs_no_head = product_macs_from_file(false);
+  const double ops = 2.0 * (p * macs_no_head + (macs - macs_no_head));
+  EXPECT_NEAR(j["prefill_profile_gops"]["project"].get<double>(), ops / (ms["project"].get<double>() * 1e-3) / 1e9,
+              1e-6 * j["prefill_profile_gops"]["project"].get<double>());
+  EXPECT_GT(j["prefill_profile_gops"]["attention"].get<double>(), 0.0);
+}
+
 TEST(BenchCli, RefusesAnUnknownKvType) {
   auto r = run_metro({"bench", "-m", "none.gguf", "--kv-type", "q4_0"});
   EXPECT_EQ(r.exit_code, 1);
