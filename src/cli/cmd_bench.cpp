@@ -267,6 +267,11 @@ int cmd_bench(int argc, char** argv) {
                {"read_gbps", peaks.read_gbps}, {"products_bound_by", int8 ? "int8" : "fp32"},
                {"product_macs_per_token", m.weights().product_macs(true)}};
   auto fraction = [&](double gops) { return peak > 0 ? gops / peak : 0.0; };
+  auto print_peaks = [&] {
+    if (peak <= 0) return;
+    std::printf("roofline (%d threads): int8 peak %.0f GOP/s, fp32 peak %.0f GFLOP/s, read %.2f GB/s\n", threads,
+                peaks.int8_gops, peaks.fp32_gflops, peaks.read_gbps);
+  };
   auto roof_line = [&](const char* what, double gops) {
     if (peak > 0) {
       std::printf("%s: %.1f GOP/s, %.1f%% of the %s peak\n", what, gops, 100.0 * fraction(gops), int8 ? "int8" : "fp32");
@@ -354,10 +359,7 @@ int cmd_bench(int argc, char** argv) {
       } else {
         std::printf("tg reads %.1f MiB of weights per token: %.2f GB/s\n", static_cast<double>(bpt) / (1 << 20), gbps);
       }
-      if (peak > 0) {
-        std::printf("roofline (%d threads): int8 peak %.0f GOP/s, fp32 peak %.0f GFLOP/s, read %.2f GB/s\n", threads,
-                    peaks.int8_gops, peaks.fp32_gflops, peaks.read_gbps);
-      }
+      print_peaks();
       roof_line(("pp" + std::to_string(p)).c_str(), pp_gops);
       roof_line(("tg" + std::to_string(n)).c_str(), tg_gops);
     }
@@ -370,10 +372,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("model: %s | backend %s | threads %d | kernels %s | KV %s | prompt %d, generate %d per sequence\n",
                 m.hparams().name.c_str(), std::string(m.backend()->name()).c_str(), threads,
                 std::string(kernels::kernel_isa()).c_str(), kv_type.c_str(), p, n);
-    if (peak > 0) {
-      std::printf("roofline (%d threads): int8 peak %.0f GOP/s, fp32 peak %.0f GFLOP/s, read %.2f GB/s\n", threads,
-                  peaks.int8_gops, peaks.fp32_gflops, peaks.read_gbps);
-    }
+    print_peaks();
     std::printf("%6s %14s %14s %12s %16s %14s %14s\n", "n_seq", "prefill tok/s", "decode tok/s", "KV unused",
                 "weights GB/s", "prefill GOP/s", "decode GOP/s");
   }

@@ -341,6 +341,13 @@ std::shared_ptr<const TokenMask> Matcher::compute_mask() {
   std::vector<Frame> path{{0, 0, set_id(ready_)}};
   const auto& nodes = t.nodes();
   const auto& toks = t.tokens();
+  // Allows the tokens tokens()[from, to).
+  auto allow = [&](uint32_t from, uint32_t to) {
+    for (uint32_t i = from; i < to; ++i) {
+      const auto id = static_cast<uint32_t>(toks[i]);
+      m[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  };
   while (!path.empty()) {
     Frame& f = path.back();
     const TokenTrie::Node& n = nodes[f.node];
@@ -352,10 +359,7 @@ std::shared_ptr<const TokenMask> Matcher::compute_mask() {
     const int32_t tr = transition(f.set, nodes[child].byte);
     if (tr == kDead) continue;
     // The token's bytes are all consumed: allowed (accepting or not: stacks remain).
-    for (uint32_t i = nodes[child].tokens_begin; i < nodes[child].tokens_end; ++i) {
-      const auto id = static_cast<uint32_t>(toks[i]);
-      m[id >> 6] |= uint64_t{1} << (id & 63);
-    }
+    allow(nodes[child].tokens_begin, nodes[child].tokens_end);
     const int32_t next_set = tr >> 1;
     if (nodes[child].n_children > 0 && !dfa_.sets[static_cast<size_t>(next_set)].empty()) {
       // A large subtree whose every byte leads the set back to itself (the inside of a
@@ -367,10 +371,7 @@ std::shared_ptr<const TokenMask> Matcher::compute_mask() {
         const TokenTrie::ByteSet& below = t.bytes_below(child);
         if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
             (below[3] & ~loop[3]) == 0) {
-          for (uint32_t i = nodes[child].tokens_end; i < end; ++i) {
-            const auto id = static_cast<uint32_t>(toks[i]);
-            m[id >> 6] |= uint64_t{1} << (id & 63);
-          }
+          allow(nodes[child].tokens_end, end);
           continue;
         }
       }

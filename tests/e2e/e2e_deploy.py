@@ -13,7 +13,7 @@ import time
 
 import yaml
 
-from e2e_util import promtool, request
+from e2e_util import promtool, request, wait_listening
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -163,16 +163,10 @@ def t_router_deploy_files(t):
     local[local.index("--port") + 1] = "0"
     proc = subprocess.Popen([t.metro] + local, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        line = ""
-        for _ in range(50):
-            line = proc.stdout.readline()
-            m = re.search(r"127\.0\.0\.1:(\d+)", line)
-            if m:
-                break
-        assert m, line
+        local_port = wait_listening(proc, [], 30, "metro router")
         deadline = time.time() + 30
         while True:
-            st, _, body = request(int(m.group(1)), "GET", "/health", timeout=10)
+            st, _, body = request(local_port, "GET", "/health", timeout=10)
             if st == 503 or time.time() > deadline:
                 break
             time.sleep(0.2)

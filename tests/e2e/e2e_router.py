@@ -3,14 +3,13 @@ affinity for a shared system prompt, a replica killed mid-stream (the stream end
 error event, the pool shrinks, requests keep succeeding), /metrics through promtool; the
 replicas' `--metrics-compat vllm` names."""
 import json
-import re
 import subprocess
 import threading
 import time
 
 import openai
 
-from e2e_util import MetroServer, env_int, metrics, promtool, request
+from e2e_util import MetroServer, env_int, metrics, promtool, request, wait_listening
 
 
 class RouterProc:
@@ -20,17 +19,7 @@ class RouterProc:
             cmd += ["--upstream", u]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline and self.port is None:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("metro router exited:\n" + "".join(self.lines))
-            self.lines.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-        assert self.port, "".join(self.lines)
+        self.port = wait_listening(self.proc, self.lines, 30, "metro router")
         threading.Thread(target=lambda: [self.lines.append(l) for l in self.proc.stdout], daemon=True).start()
 
     def stop(self):

@@ -20,6 +20,21 @@ def env_int(name, default):
     return int(value) if value else default
 
 
+def wait_listening(proc, lines, timeout, what):
+    """Reads a metro process's output into `lines` until its "listening on
+    http://127.0.0.1:PORT" line (serve and router print one once bound); returns PORT."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{what} exited early:\n" + "".join(lines))
+        lines.append(line)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise RuntimeError(f"{what}: no 'listening on' line in {timeout} s:\n" + "".join(lines))
+
+
 class MetroServer:
     """`metro serve` on a free loopback port; stdout/stderr are collected."""
 
@@ -33,19 +48,8 @@ class MetroServer:
     def start(self, timeout=60):
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      errors="replace")
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("metro serve exited early:\n" + "".join(self.lines))
-            self.lines.append(line)
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                self.listening_at = time.time()
-                break
-        if self.port is None:
-            raise RuntimeError("no 'listening on' line in time")
+        self.port = wait_listening(self.proc, self.lines, timeout, "metro serve")
+        self.listening_at = time.time()
         threading.Thread(target=self._drain_output, daemon=True).start()
         return self
 
