@@ -86,8 +86,16 @@ def t_router_over_two_replicas(ctx):
                                                 extra_body={"ignore_eos": True})
         first = next(iter(stream))
         assert first is not None
-        busy = [i for i, rep in enumerate(reps)
-                if metrics(rep.port).get("metro_requests_running", 0) > 0]
+        # The role chunk can come back before the scheduler has seated the request (the
+        # running gauge moves at the step), so wait for one replica to show it running.
+        deadline = time.time() + 10
+        busy = []
+        while time.time() < deadline:
+            busy = [i for i, rep in enumerate(reps)
+                    if metrics(rep.port).get("metro_requests_running", 0) > 0]
+            if busy:
+                break
+            time.sleep(0.05)
         assert len(busy) == 1, busy
         victim = busy[0]
         reps[victim].kill()
