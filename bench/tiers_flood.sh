@@ -20,6 +20,11 @@ EXTRA="${EXTRA:-}"
 PORT=18299
 mkdir -p "$OUT"
 for policy in $POLICIES; do
+  # A server left on the port would answer in place of this one (and with a warm prefix cache).
+  if curl -s -o /dev/null "http://127.0.0.1:$PORT/ready"; then
+    echo "tiers_flood: port $PORT is already in use" >&2
+    exit 1
+  fi
   # shellcheck disable=SC2086
   "$METRO" serve -m "$MODEL" --port "$PORT" -t "$THREADS" --tiers "$TIERS" --tier-policy "$policy" $EXTRA \
     > "$OUT/serve-$policy.log" 2>&1 &
@@ -28,6 +33,7 @@ for policy in $POLICIES; do
     curl -sf "http://127.0.0.1:$PORT/ready" > /dev/null 2>&1 && break
     sleep 0.2
   done
+  kill -0 "$pid" 2> /dev/null || { echo "tiers_flood: metro serve exited:" >&2; cat "$OUT/serve-$policy.log" >&2; exit 1; }
   "$METRO" bench-serve --url "http://127.0.0.1:$PORT" --rate "$RATE" --num-requests "$N" --input-len 128 \
     --output-len 64 --classes realtime:0.2,standard:0.8 --slo 'ttft=2,tpot=0.2;realtime:ttft=0.5,tpot=0.1' \
     --seed 7 --quiet --json "$OUT/$policy.json" > "$OUT/$policy.txt"

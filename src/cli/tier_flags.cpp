@@ -1,6 +1,7 @@
 #include "cli/tier_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "base/clock.h"
@@ -93,6 +94,32 @@ Expected<std::shared_ptr<const model::Model>> make_tier(const TierSource& src, c
   return std::shared_ptr<const model::Model>(std::move(m));
 }
 
+// "MODE=SCALE[,MODE=SCALE...]" over the controller's load modes; modes left out keep theirs.
+Status parse_batch_budget(const std::string& spec, engine::adaptive::TierControllerConfig* cfg) {
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t comma = spec.find(',', pos);
+    const std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t eq = item.find('=');
+    engine::adaptive::LoadMode mode;
+    if (eq == std::string::npos || !engine::adaptive::parse_load_mode(item.substr(0, eq), &mode)) {
+      return invalid_argument("--tier-batch-budget takes MODE=SCALE (MODE: low_latency, normal, high_load), got '" +
+                              item + "'");
+    }
+    const std::string v = item.substr(eq + 1);
+    char* end = nullptr;
+    const double x = v.empty() ? 0.0 : std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(x >= 0.25 && x <= 4.0)) {
+      return invalid_argument("--tier-batch-budget: " + item.substr(0, eq) + " needs a scale in [0.25, 4], got '" +
+                              v + "'");
+    }
+    cfg->step_scale[static_cast<size_t>(mode)] = x;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return {};
+}
+
 }  // namespace
 
 void add_tier_flags(CLI::App& app, TierFlags& f) {
@@ -121,6 +148,14 @@ void add_tier_flags(CLI::App& app, TierFlags& f) {
                  "on: realtime requests always run in the high tier; off: they follow the load")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  app.add_option("--tier-batch-budget", f.batch_budget,
+                 "the factor each load mode scales the scheduler's step length by, "
+                 "MODE=SCALE,... (MODE: low_latency, normal, high_load; SCALE in [0.25, 4]; default 1 each)");
+  app.add_option("--tier-admission-margin", f.admission_margin,
+                 "at high load admission refuses a request predicted later than this many "
+                 "times its class's TTFT objective, when below --ttft-margin (0: no change at high load)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
 }
 
 Status check_tier_flags(const TierFlags& f) {
@@ -129,6 +164,10 @@ Status check_tier_flags(const TierFlags& f) {
     return invalid_argument("--tier-policy must be auto, high or low");
   }
   if (!f.tiers.empty()) METRO_RETURN_IF_ERROR(parse_tiers(f.tiers).status());
+  if (!f.batch_budget.empty()) {
+    engine::adaptive::TierControllerConfig scratch;
+    METRO_RETURN_IF_ERROR(parse_batch_budget(f.batch_budget, &scratch));
+  }
   return {};
 }
 
@@ -149,6 +188,8 @@ Expected<TierModels> build_tiers(const TierFlags& f, const std::shared_ptr<const
   config.shadow.kl_max = f.kl_max;
   config.shadow.drift_max = f.drift_max;
   config.tier_control.pin_realtime = f.pin_realtime == "on";
+  if (!f.batch_budget.empty()) METRO_RETURN_IF_ERROR(parse_batch_budget(f.batch_budget, &config.tier_control));
+  config.tier_control.high_load_ttft_margin = f.admission_margin;
   return out;
 }
 

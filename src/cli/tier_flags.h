@@ -11,6 +11,10 @@
 //   --tier-cooldown S            seconds the high tier holds after a rollback
 //   --tier-switches-per-min N    bound on tier switches in any minute
 //   --tier-pin-realtime on|off   realtime requests always in the high tier (default on)
+//   --tier-batch-budget M=X,...  the step-length factor of each load mode (the controller's
+//                                batch budget)
+//   --tier-admission-margin X    at high load admission refuses past X times a class's TTFT
+//                                objective when below --ttft-margin (0: no change)
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -32,6 +36,8 @@ struct TierFlags {
   double cooldown_s = 60.0;
   int switches_per_min = 6;
   std::string pin_realtime = "on";
+  std::string batch_budget;
+  double admission_margin = 1.0;
 };
 void add_tier_flags(CLI::App& app, TierFlags& flags);
 // The flags' syntax and values alone (to refuse bad flags before loading anything).

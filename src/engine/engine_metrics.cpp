@@ -87,6 +87,9 @@ void write_tier_metrics(metrics::Exposition& e, const std::string& model, const 
   }
   e.gauge("metro_precision_pressure", "The adaptive controller's load pressure (1: at an objective).", l,
           st.tier.pressure);
+  e.gauge("metro_precision_step_scale",
+          "The adaptive controller's batch budget: the factor the scheduler's step length is scaled by.", l,
+          st.tier.step_scale);
   e.counter("metro_precision_switches_total", "Switches of the active precision tier.", l,
             static_cast<double>(st.tier.switches));
   e.counter("metro_precision_switches_deferred_total", "Tier switches held back by the per-minute bound.", l,

@@ -398,6 +398,7 @@ void Engine::Impl::emit(const sched::StepPlan& plan, const model::ForwardOutput&
 void Engine::Impl::report(const sched::StepPlan& plan, const model::ForwardOutput& out,
                           const backends::StepProfile& profile, int64_t t0) {
   StepReport rep;
+  if (tiers) rep.admission_ttft_margin_cap = decision.admission_ttft_margin_cap;
   uint64_t prompt_tokens = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const sched::ScheduledSeq& ss = plan.seqs[i];

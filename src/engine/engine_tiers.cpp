@@ -55,6 +55,7 @@ void Engine::Impl::decide_tier(int64_t now) {
   s.kv_used = stats.kv_blocks_total > 0 ? static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total : 0.0;
   const adaptive::Tier before = decision.tier;
   decision = tiers->decide(s);
+  sched->set_step_scale(decision.step_scale);
   // KV depends on the weights: a waiting sequence looks up (and will publish) prefix-cache
   // blocks only in the scope of the tier it is about to run in.
   for (auto& [id, c] : by_seq) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <limits>
 
 #include "base/sla.h"
 #include "sched/step_cost_fit.h"
@@ -25,6 +26,9 @@ struct StepReport {
   // not ended after it (running or paused): together the pace each class's output keeps.
   std::array<int, kNumSlaClasses> output_tokens_by_class{};
   std::array<int, kNumSlaClasses> begun_by_class{};
+  // The adaptive controller's cap on admission's TTFT margin after this step (its strategy
+  // table's high-load row; +infinity without a controller or below high load).
+  double admission_ttft_margin_cap = std::numeric_limits<double>::infinity();
 };
 
 class StepObserver {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "base/clock.h"
@@ -112,7 +113,11 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
   const ClassQueueLimits& lim = cfg_.limits[k];
   const int prompt = std::max(0, prompt_tokens);
   const double drain = std::max(kMinRate, order_->by_class() ? q_.drain_tokens_per_s[k] : q_.fifo_drain_tokens_per_s);
-  const double limit = cfg_.ttft_margin * cfg_.sla.of(cls).ttft_s;
+  // The request's own shape is judged by the configured margin (a prompt too long for its
+  // class stays too long whatever the load); the queue by the margin the load allows now.
+  const double shape_limit = cfg_.ttft_margin * cfg_.sla.of(cls).ttft_s;
+  const double margin = std::min(cfg_.ttft_margin, margin_cap_);
+  const double limit = margin * cfg_.sla.of(cls).ttft_s;
 
   // What no amount of waiting would let in is not load: 400 naming the bound, no Retry-After.
   if (prompt > lim.max_prompt_tokens) {
@@ -122,13 +127,13 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
     return d;
   }
   const double idle_ttft = prompt / std::max(kMinRate, q_.prefill_tokens_per_s) + q_.step_s;
-  if (idle_ttft > limit) {
+  if (idle_ttft > shape_limit) {
     Decision d = Decision::reject(400, kReasonTooLongForClass, 0.0);
     char buf[256];
     std::snprintf(buf, sizeof(buf),
                   "the prompt's %d tokens take about %.1f s to prefill even on an idle server, over the %s class's "
                   "bound on time to first token (%.1f s); use a lower class or a shorter prompt",
-                  prompt, idle_ttft, sla_class_name(cls), limit);
+                  prompt, idle_ttft, sla_class_name(cls), shape_limit);
     d.message = buf;
     return d;
   }
@@ -167,7 +172,7 @@ Decision AdmissionController::admit(SlaClass cls, int prompt_tokens, const std::
   // Output that has begun but crawls is the same promise broken later: a class whose begun
   // requests are behind pace takes no more until they catch up or end.
   if (q_.begun[k] > 0) {
-    const double pace_bound = cfg_.ttft_margin * cfg_.sla.of(cls).tpot_s;
+    const double pace_bound = margin * cfg_.sla.of(cls).tpot_s;
     if (q_.pace_s[k] > pace_bound) {
       // Room comes when about one of them ends: each has some dozens of tokens to go.
       Decision d = refuse(kReasonTpot, std::max(1.0, q_.pace_s[k] * 16.0));
@@ -221,6 +226,7 @@ int64_t AdmissionController::shed_deadline_ns(SlaClass c, int64_t admitted_ns, i
 void AdmissionController::observe_step(const StepObservation& o) {
   if (!std::isfinite(o.step_s) || o.step_s <= 0.0) return;
   std::lock_guard lock(mu_);
+  margin_cap_ = o.ttft_margin_cap > 0.0 ? o.ttft_margin_cap : std::numeric_limits<double>::infinity();
   const double a = cfg_.ewma_alpha;
   q_.step_s += a * (o.step_s - q_.step_s);
   int total = 0;
@@ -267,6 +273,11 @@ void AdmissionController::observe_step(const StepObservation& o) {
       above_backlogged = above_backlogged || o.backlogged[k];
     }
   }
+}
+
+double AdmissionController::effective_ttft_margin() const {
+  std::lock_guard lock(mu_);
+  return std::min(cfg_.ttft_margin, margin_cap_);
 }
 
 void AdmissionController::calibrate(double prefill_tokens_per_s, double step_s) {

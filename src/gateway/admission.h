@@ -41,6 +41,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <string>
@@ -105,6 +106,12 @@ struct StepObservation {
   // such sequences there were (running or paused).
   std::array<int, kNumSlaClasses> output_tokens{};
   std::array<int, kNumSlaClasses> begun{};
+  // The engine's adaptive controller at high load (engine/adaptive/tier_controller.h): a
+  // cap on ttft_margin for the requests that come next, so that at a peak admission
+  // refuses what is predicted to miss its objective instead of what would miss it by
+  // ttft_margin times. +infinity: no cap. A promise already given (an admitted request's
+  // shed deadline) keeps the configured margin.
+  double ttft_margin_cap = std::numeric_limits<double>::infinity();
 };
 
 class AdmissionController {
@@ -135,6 +142,9 @@ class AdmissionController {
   // the prefill rate and every class's drain rate become `prefill_tokens_per_s`.
   void calibrate(double prefill_tokens_per_s, double step_s);
 
+  // The margin admit() refuses past now: ttft_margin, or the engine's cap if lower.
+  double effective_ttft_margin() const;
+
   // Predicted TTFT of a request of class c (and tenant) with this prompt, given the queue now.
   double predicted_ttft_s(SlaClass c, int prompt_tokens, const std::string& tenant = {}) const;
   // `now_ns` (0: the clock) dates oldest_wait_s.
@@ -159,6 +169,7 @@ class AdmissionController {
   // ratio is the class's pace.
   std::array<double, kNumSlaClasses> pace_seq_s_{};
   std::array<double, kNumSlaClasses> pace_tokens_{};
+  double margin_cap_ = std::numeric_limits<double>::infinity();  // StepObservation::ttft_margin_cap
 };
 
 }  // namespace metro::gateway

@@ -43,6 +43,7 @@ class AdmissionFeed final : public engine::StepObserver {
     }
     o.output_tokens = rep.output_tokens_by_class;
     o.begun = rep.begun_by_class;
+    o.ttft_margin_cap = rep.admission_ttft_margin_cap;
     admission_->observe_step(o);
   }
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include "base/check.h"
@@ -25,7 +26,8 @@ class FcfsScheduler final : public Scheduler {
 
   StepPlan schedule(int64_t now_ns) override {
     StepPlan plan;
-    int budget = cfg_.max_batch_tokens;
+    const int budget_total = step_tokens();
+    int budget = budget_total;
     int logits = 0;
 
     // 1. Running sequences, oldest admission first: their next token or prefill chunk.
@@ -87,7 +89,7 @@ class FcfsScheduler final : public Scheduler {
       budget -= n;
       logits += entry.logit_rows();
     }
-    plan.n_tokens = cfg_.max_batch_tokens - budget;
+    plan.n_tokens = budget_total - budget;
     return plan;
   }
 
@@ -114,12 +116,21 @@ class FcfsScheduler final : public Scheduler {
   // FCFS plans by tokens alone; it fits the step cost anyway so that every policy reports
   // what a step costs.
   void observe_step(const StepCostSample& sample) override { cost_.observe(sample); }
-  SchedulerStats stats() const override { return {counts(), cfg_.max_batch_tokens, cost_.model()}; }
+  void set_step_scale(double scale) override {
+    METRO_CHECK(scale > 0.0);
+    scale_ = scale;
+  }
+  SchedulerStats stats() const override { return {counts(), step_tokens(), cost_.model()}; }
   std::shared_ptr<const QueueOrder> queue_order() const override { return fifo_queue_order(); }
 
   const char* name() const override { return "fcfs"; }
 
  private:
+  // FCFS sizes steps by tokens: the budget is max_batch_tokens scaled down (never up).
+  int step_tokens() const {
+    return std::max(1, static_cast<int>(std::floor(cfg_.max_batch_tokens * std::min(1.0, scale_))));
+  }
+
   // Allocates n slots for running sequence s, preempting the most recently admitted running
   // sequences until it fits. Returns false if s itself had to be preempted.
   bool allocate_or_preempt(SeqState* s, int n, StepPlan* plan) {
@@ -156,6 +167,7 @@ class FcfsScheduler final : public Scheduler {
   uint64_t admit_counter_ = 0;
   uint64_t preemptions_ = 0;
   StepCostTracker cost_;
+  double scale_ = 1.0;
 };
 
 }  // namespace

@@ -105,6 +105,11 @@ class Scheduler {
   virtual void finish(SeqState* seq) { remove(seq); }
   // What each step cost (after it ran). Policies that size steps by time learn from it.
   virtual void observe_step(const StepCostSample& sample) = 0;
+  // The batch budget the adaptive controller sets by load (engine/adaptive/tier_controller.h):
+  // a factor on the length of the coming steps, 1 until set. It scales the time target of a
+  // policy that sizes steps by time; the token budget follows it but never exceeds
+  // max_batch_tokens (the engine's buffers are sized for that). Must be > 0.
+  virtual void set_step_scale(double scale) = 0;
   virtual SchedulerCounts counts() const = 0;
   virtual SchedulerStats stats() const = 0;
   // How this policy orders waiting prompts, for admission control's TTFT prediction.

@@ -148,6 +148,10 @@ class SlaSchedulerImpl final : public SlaScheduler {
   void observe_step(const StepCostSample& sample) override {
     if (cost_tracker_.observe(sample)) cfg_.cost = cost_tracker_.model();
   }
+  void set_step_scale(double scale) override {
+    METRO_CHECK(scale > 0.0);
+    step_scale_ = scale;
+  }
   SchedulerStats stats() const override { return {counts(), last_budget_, cfg_.cost}; }
   std::shared_ptr<const QueueOrder> queue_order() const override { return queue_order_; }
 
@@ -451,6 +455,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
   int seats_ = 0;  // this step's running cap: max_running_, cut to a share of a small budget
   int32_t watermark_blocks_ = 0;
   int last_budget_ = 0;
+  double step_scale_ = 1.0;  // set_step_scale()
   uint64_t admit_counter_ = 0;
   uint64_t preemptions_ = 0;
 };
@@ -558,8 +563,9 @@ StepPlan SlaSchedulerImpl::schedule(int64_t now_ns) {
   // CPU a decode costs two or three prompt tokens: attention over its context, the LM head,
   // sampling). Counting every token at the dearer of the two would halve prefill throughput
   // near saturation (steps of half the tokens the objective allows).
-  const int budget_total = cfg_.base.max_batch_tokens;
-  const double target_s = step_target_s(now_ns, decode_allow, lowest_prompt_class);
+  const int budget_total =
+      std::max(1, static_cast<int>(std::floor(cfg_.base.max_batch_tokens * std::min(1.0, step_scale_))));
+  const double target_s = step_target_s(now_ns, decode_allow, lowest_prompt_class) * step_scale_;
   const bool timed = std::isfinite(target_s);
   const StepCostModel& cost = cfg_.cost;
   const double per_prefill = std::max(cost.per_prefill_token_s, 1e-9);

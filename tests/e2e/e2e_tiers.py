@@ -53,7 +53,8 @@ def t_tiers_serve_each_tier_exactly(ctx):
         finally:
             srv.kill()
     assert want["high"] != want["low"], "the two formats give the same text; the test cannot tell tiers apart"
-    srv = _server(ctx, ctx.model_path, ["--tiers", "low=q4_0", "--tier-policy", "low", "--tier-shadow-every", "1"])
+    srv = _server(ctx, ctx.model_path, ["--tiers", "low=q4_0", "--tier-policy", "low", "--tier-shadow-every", "1",
+                                            "--tier-batch-budget", "low_latency=0.75,normal=0.75"])
     try:
         assert srv.wait_line("precision tiers: high"), "".join(srv.lines[-5:])
         got, fp = _chat(srv.port, ctx.model_name)
@@ -75,6 +76,8 @@ def t_tiers_serve_each_tier_exactly(ctx):
         for name in ("metro_precision_switches_total", "metro_precision_shadow_kl",
                      "metro_precision_shadow_scored_total", "metro_precision_pressure"):
             assert name in m, name
+        # Idle: the batch budget of the low-latency / normal rows, as configured (x0.75).
+        assert m["metro_precision_step_scale"] == 0.75, m.get("metro_precision_step_scale")
         low_tokens = m['metro_precision_tier_tokens_total{tier="low"}']
         ctx.note(f"tiers: Q4_0 low tier derived at start-up, {low_tokens:.0f} tokens computed by it")
     finally:
@@ -86,7 +89,9 @@ def t_tiers_flags_refused(ctx):
                        (["--tiers", "low"], "--tiers takes high=SRC,low=SRC"),
                        (["--tiers", "high=model,low=model"], "the same model"),
                        (["--tiers", "low=q4_0,low=q8_0"], "given twice"),
-                       (["--tiers", "low=q4_0", "--tier-policy", "sometimes"], "--tier-policy must be auto")):
+                       (["--tiers", "low=q4_0", "--tier-policy", "sometimes"], "--tier-policy must be auto"),
+                       (["--tiers", "low=q4_0", "--tier-batch-budget", "peak=2"], "--tier-batch-budget takes MODE=SCALE"),
+                       (["--tiers", "low=q4_0", "--tier-batch-budget", "high_load=9"], "needs a scale in [0.25, 4]")):
         p = subprocess.run([ctx.metro, "serve", "-m", ctx.model_path, "--port", "0"] + args, capture_output=True,
                            text=True, timeout=60)
         assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr[-300:])

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace metro::engine::adaptive {
@@ -54,6 +55,41 @@ TEST(TierController, StrategyTableByLoad) {
   EXPECT_EQ(d.tier, Tier::kLow);
   EXPECT_FALSE(d.speculate);
   EXPECT_EQ(ctl.stats().switches, 1u);
+}
+
+TEST(TierController, BatchBudgetAndAdmissionByMode) {
+  TierControllerConfig c;
+  c.step_scale = {0.5, 1.0, 1.5};
+  c.high_load_ttft_margin = 1.2;
+  TierController ctl(c);
+  TierDecision d = ctl.decide(at(0.0, 0.0, 0));
+  ASSERT_EQ(d.mode, LoadMode::kLowLatency);
+  EXPECT_DOUBLE_EQ(d.step_scale, 0.5);
+  EXPECT_TRUE(std::isinf(d.admission_ttft_margin_cap));
+  d = ctl.decide(at(1.0, 0.5));
+  ASSERT_EQ(d.mode, LoadMode::kNormal);
+  EXPECT_DOUBLE_EQ(d.step_scale, 1.0);
+  EXPECT_TRUE(std::isinf(d.admission_ttft_margin_cap));
+  d = ctl.decide(at(2.0, 1.2));
+  ASSERT_EQ(d.mode, LoadMode::kHighLoad);
+  EXPECT_DOUBLE_EQ(d.step_scale, 1.5);
+  EXPECT_DOUBLE_EQ(d.admission_ttft_margin_cap, 1.2);
+  EXPECT_DOUBLE_EQ(ctl.stats().step_scale, 1.5);
+  // Held through the hysteresis band with the rest of the row, released with it.
+  d = ctl.decide(at(4.5, 0.7));
+  ASSERT_EQ(d.mode, LoadMode::kHighLoad);
+  EXPECT_DOUBLE_EQ(d.admission_ttft_margin_cap, 1.2);
+  d = ctl.decide(at(5.0, 0.5));
+  ASSERT_EQ(d.mode, LoadMode::kNormal);
+  EXPECT_DOUBLE_EQ(d.step_scale, 1.0);
+  EXPECT_TRUE(std::isinf(d.admission_ttft_margin_cap));
+  // 0 leaves admission alone at high load.
+  c.high_load_ttft_margin = 0.0;
+  TierController uncapped(c);
+  EXPECT_TRUE(std::isinf(uncapped.decide(at(0.0, 3.0)).admission_ttft_margin_cap));
+  // The defaults: the scheduler's own step length in every mode.
+  TierController defaults;
+  EXPECT_DOUBLE_EQ(defaults.decide(at(0.0, 3.0)).step_scale, 1.0);
 }
 
 TEST(TierController, CapacityRefusalsHoldHighLoadWhileTheQueueLooksShort) {
@@ -124,8 +160,11 @@ TEST(TierController, FixedPoliciesIgnoreTheLoad) {
   TierController low(c);
   EXPECT_EQ(low.decide(at(0, 0.0, 0)).tier, Tier::kLow);
   EXPECT_EQ(low.stats().switches, 0u);
-  // The mode (and with it speculation) still follows the load.
-  EXPECT_FALSE(high.decide(at(1, 5.0)).speculate);
+  // The mode (and with it speculation, the batch budget and admission) still follows the load.
+  const TierDecision d = high.decide(at(1, 5.0));
+  EXPECT_FALSE(d.speculate);
+  EXPECT_EQ(d.tier, Tier::kHigh);
+  EXPECT_DOUBLE_EQ(d.admission_ttft_margin_cap, c.high_load_ttft_margin);
 }
 
 TEST(TierController, RollbackForcesHighForTheCooldownThenLoadDecidesAgain) {
@@ -158,6 +197,10 @@ TEST(TierController, Names) {
   EXPECT_EQ(p, TierPolicy::kAuto);
   EXPECT_FALSE(parse_tier_policy("", &p));
   EXPECT_STREQ(load_mode_name(LoadMode::kHighLoad), "high_load");
+  LoadMode m = LoadMode::kNormal;
+  EXPECT_TRUE(parse_load_mode("low_latency", &m));
+  EXPECT_EQ(m, LoadMode::kLowLatency);
+  EXPECT_FALSE(parse_load_mode("peak", &m));
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <cmath>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "base/clock.h"
@@ -168,14 +170,43 @@ TEST(Tiers, HighPolicyIsTheHighModelAlone) {
   EXPECT_EQ(eng->stats().tier_steps[1], 0u);
 }
 
+// What the steps told their observers about admission's margin.
+class MarginWatch final : public StepObserver {
+ public:
+  void on_step(const StepReport& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = r.admission_ttft_margin_cap;
+  }
+  double last() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
+
+ private:
+  std::mutex mu_;
+  double last_ = 0.0;
+};
+
 TEST(Tiers, AutoFollowsTheLoadIncludingCapacityRefusals) {
   ASSERT_NE(low_q4_0(), nullptr);
-  auto eng = tiered(TierPolicy::kAuto, low_q4_0());
+  EngineConfig cfg = small_config();
+  cfg.low_tier = low_q4_0();
+  cfg.tier_control.policy = TierPolicy::kAuto;
+  cfg.tier_control.step_scale[static_cast<size_t>(adaptive::LoadMode::kHighLoad)] = 0.5;
+  auto eng = engine_of(default_model().model, cfg);
   ASSERT_TRUE(eng);
+  auto watch = std::make_shared<MarginWatch>();
+  eng->add_observer(watch);
   const Request r = greedy_request(prompt("Once upon a time"), 8);
   EXPECT_EQ(collect(*eng->submit(r)).usage.tiers, kHighBit);  // idle: high
+  EXPECT_TRUE(std::isinf(watch->last()));                      // admission as configured
+  EXPECT_DOUBLE_EQ(eng->stats().tier.step_scale, 1.0);
   eng->note_overload(now_ns());  // the front door refused work for lack of capacity
   EXPECT_EQ(collect(*eng->submit(r)).usage.tiers, kLowBit);
+  // The rest of the high-load row: admission refuses what would be late, steps are halved.
+  EXPECT_DOUBLE_EQ(watch->last(), cfg.tier_control.high_load_ttft_margin);
+  EXPECT_DOUBLE_EQ(eng->stats().tier.step_scale, 0.5);
+  EXPECT_LE(eng->stats().scheduler.step_budget_tokens, cfg.max_batch_tokens / 2);
   Request realtime = r;
   realtime.sla_class = SlaClass::kRealtime;
   EXPECT_EQ(collect(*eng->submit(realtime)).usage.tiers, kHighBit);  // pinned

@@ -111,6 +111,40 @@ TEST(Admission, PredictedTtftOverTheObjectiveIsRefusedEarly) {
   EXPECT_DOUBLE_EQ(far.retry_after_s, 2.0);
 }
 
+// At high load the engine's adaptive controller caps the margin: what is predicted to miss
+// its objective at all is refused, not only what would miss it by ttft_margin times; the
+// prompt's own shape is still judged by the configured margin, and the cap lifts with the
+// load.
+TEST(Admission, TheControllersMarginCapRefusesEarlierAtHighLoad) {
+  AdmissionConfig cfg = base_cfg();
+  cfg.ttft_margin = 3.0;  // standard: refused past 6 s
+  AdmissionController a = make(cfg, sched::class_queue_order(/*shortest_first=*/false));
+  ASSERT_TRUE(admit(a, {SlaClass::kStandard, 3000}, 0).admit);  // 3.05 s predicted
+  EXPECT_DOUBLE_EQ(a.effective_ttft_margin(), 3.0);
+  gateway::StepObservation idle;  // a step that moves no rate
+  idle.step_s = 0.05;
+  gateway::StepObservation peak = idle;
+  peak.ttft_margin_cap = 1.0;
+  a.observe_step(peak);
+  EXPECT_DOUBLE_EQ(a.effective_ttft_margin(), 1.0);
+  Decision d = admit(a, {SlaClass::kStandard, 500}, 0);  // 3.55 s: late, not 3x late
+  EXPECT_FALSE(d.admit);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_EQ(d.reason, kReasonTtft);
+  // 5000 tokens take 5.05 s on an idle server: within 3 x 2 s, so load (503), not shape (400).
+  d = admit(a, {SlaClass::kStandard, 5000}, 0);
+  EXPECT_EQ(d.http_status, 503);
+  // Realtime is judged by the same cap against its own objective (0.5 s): 100 tokens fit.
+  EXPECT_TRUE(admit(a, {SlaClass::kRealtime, 100}, 0).admit);
+  a.observe_step(idle);  // the load eased: the configured margin again
+  EXPECT_DOUBLE_EQ(a.effective_ttft_margin(), 3.0);
+  EXPECT_TRUE(admit(a, {SlaClass::kStandard, 500}, 0).admit);
+  // A cap above the configured margin changes nothing.
+  peak.ttft_margin_cap = 5.0;
+  a.observe_step(peak);
+  EXPECT_DOUBLE_EQ(a.effective_ttft_margin(), 3.0);
+}
+
 TEST(Admission, HigherClassesDoNotWaitBehindLowerOnes) {
   AdmissionController a = make(base_cfg());
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(admit(a, {SlaClass::kBatch, 2000}, 0).admit);

@@ -76,6 +76,17 @@ TEST(FcfsScheduler, DecodeFirstThenPrefillChunksInArrivalOrder) {
   EXPECT_EQ(sim.kv.stats().blocks_used, 0);
 }
 
+TEST(FcfsScheduler, StepScaleCutsTheTokenBudgetNeverRaisesIt) {
+  Sim sim(64, 16, {.max_batch_tokens = 32, .max_seqs = 8, .max_logits = 8});
+  sim.add(100, 2);
+  sim.s->set_step_scale(0.5);
+  EXPECT_EQ(sim.step().n_tokens, 16);
+  EXPECT_EQ(sim.s->stats().step_budget_tokens, 16);
+  sim.s->set_step_scale(4.0);
+  EXPECT_EQ(sim.step().n_tokens, 32);
+  EXPECT_EQ(sim.s->stats().step_budget_tokens, 32);
+}
+
 TEST(FcfsScheduler, SequenceCapAndLogitCap) {
   Sim sim(64, 16, {.max_batch_tokens = 512, .max_seqs = 3, .max_logits = 3});
   for (int i = 0; i < 6; ++i) sim.add(4, 3, 100 * i);

@@ -332,6 +332,35 @@ TEST(SlaScheduler, StepBudgetFollowsTheTightestObjective) {
   EXPECT_EQ(h.s->last_step_budget(), 29);
 }
 
+// The adaptive controller's batch budget: a factor on the step's time target; the token
+// budget follows it down, never above max_batch_tokens.
+TEST(SlaScheduler, StepScaleStretchesAndShrinksTheBudget) {
+  SlaSchedulerConfig cfg = small_cfg(256, 64);
+  cfg.cost = {.fixed_s = 0.006, .per_prefill_token_s = 0.0025, .per_decode_seq_s = 0.0025};
+  cfg.class_memory_s = 0.0;
+  cfg.tpot_slack = false;
+  Harness h(1024, 16, cfg);
+  h.add(SlaClass::kBatch, 4000, 10);
+  h.s->set_step_scale(0.5);
+  h.step();
+  EXPECT_EQ(h.s->last_step_budget(), 128);  // no objective binds: half of max_batch_tokens
+  h.s->set_step_scale(3.0);
+  h.step();
+  EXPECT_EQ(h.s->last_step_budget(), 256);  // never above it
+  h.s->set_step_scale(1.0);
+  h.add(SlaClass::kRealtime, 10, 20);
+  h.step();
+  h.step();
+  EXPECT_EQ(h.s->last_step_budget(), 29);  // realtime decoding: (0.08 - 0.006) / 0.0025
+  h.s->set_step_scale(2.0);
+  const StepPlan wide = h.step();
+  EXPECT_EQ(h.s->last_step_budget(), 61);  // (2 x 0.08 - 0.006) / 0.0025
+  EXPECT_EQ(wide.n_tokens, 61);            // the batch prompt fills it
+  h.s->set_step_scale(0.5);
+  h.step();
+  EXPECT_EQ(h.s->last_step_budget(), 16);  // 0.04 s would fit 13: min_step_tokens
+}
+
 // Attention makes a prompt's later chunks dearer: with an attention term in the cost model
 // every chunk is the longest that fits the step's time at its own position, so chunks of a
 // long prompt shrink as it advances; without the term they stay the same size.

@@ -46,6 +46,16 @@ const char* load_mode_name(LoadMode m) {
   }
 }
 
+bool parse_load_mode(std::string_view s, LoadMode* out) {
+  for (int m = 0; m < kNumLoadModes; ++m) {
+    if (s == load_mode_name(static_cast<LoadMode>(m))) {
+      *out = static_cast<LoadMode>(m);
+      return true;
+    }
+  }
+  return false;
+}
+
 TierController::TierController(TierControllerConfig config) : cfg_(config) {
   stats_.tier = cfg_.policy == TierPolicy::kLow ? Tier::kLow : Tier::kHigh;
 }
@@ -103,6 +113,12 @@ TierDecision TierController::decide(const LoadSignal& s) {
   d.mode = mode;
   d.tier = stats_.tier;
   d.speculate = mode != LoadMode::kHighLoad;
+  // A fixed policy fixes the tier alone: the rest of the row follows the load.
+  d.step_scale = cfg_.step_scale[static_cast<size_t>(mode)];
+  if (mode == LoadMode::kHighLoad && cfg_.high_load_ttft_margin > 0.0) {
+    d.admission_ttft_margin_cap = cfg_.high_load_ttft_margin;
+  }
+  stats_.step_scale = d.step_scale;
   d.pressure = p;
   return d;
 }

@@ -3,10 +3,18 @@
 // objective, time per output token, KV use), places it in one row of an explicit strategy
 // table, and returns what the step runs with:
 //
-//   mode          when                                          tier   speculation
-//   low latency   nothing waiting, pressure < low_latency       high   on
-//   normal        otherwise                                     high   on
-//   high load     pressure >= high_load (until <= normal)       low    off
+//   mode          when                                     tier  speculation  batch budget  admission
+//   low latency   nothing waiting, pressure < low_latency  high  on           x1            as configured
+//   normal        otherwise                                high  on           x1            as configured
+//   high load     pressure >= high_load (until <= normal)  low   off          x1            margin <= 1
+//
+// The batch budget is a factor on the scheduler's step length (its time target, and its
+// token budget up to max_batch_tokens; sched::Scheduler::set_step_scale), configurable per
+// mode (step_scale). Admission at high load refuses a request predicted to miss its class's
+// TTFT objective (a margin of at most high_load_ttft_margin), where in the other modes it
+// serves one predicted up to `--ttft-margin` times late: at a peak, a late answer takes the
+// place of one that would have been on time. A fixed policy (high or low) fixes the tier
+// alone; speculation, the batch budget and admission still follow the load.
 //
 // pressure = max(predicted TTFT / TTFT objective, TPOT / TPOT objective, KV use / kv_high,
 //                1 while admission control refused work for lack of capacity in the last
@@ -20,8 +28,10 @@
 // drive it with simulated load traces.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -40,6 +50,7 @@ bool parse_tier_policy(std::string_view s, TierPolicy* out);  // auto | high | l
 enum class LoadMode : uint8_t { kLowLatency = 0, kNormal = 1, kHighLoad = 2 };
 inline constexpr int kNumLoadModes = 3;
 const char* load_mode_name(LoadMode m);  // "low_latency" | "normal" | "high_load"
+bool parse_load_mode(std::string_view s, LoadMode* out);  // false for anything else
 
 struct LoadSignal {
   double now_s = 0.0;             // the caller's clock
@@ -71,12 +82,20 @@ struct TierControllerConfig {
   // they follow the controller: a step at peak is then one pass of the low tier instead of
   // a pass of each.
   bool pin_realtime = true;
+  // The batch budget of each mode (indexed by LoadMode): the factor the scheduler's step
+  // length is scaled by. Each > 0.
+  std::array<double, kNumLoadModes> step_scale{1.0, 1.0, 1.0};
+  // Admission's TTFT margin at high load is capped at this (0: no cap).
+  double high_load_ttft_margin = 1.0;
 };
 
 struct TierDecision {
   LoadMode mode = LoadMode::kNormal;
   Tier tier = Tier::kHigh;  // for requests not pinned to a tier
   bool speculate = true;    // whether drafts are proposed this step
+  double step_scale = 1.0;  // the batch budget: the scheduler's step length is scaled by it
+  // Cap on admission control's TTFT margin for the requests that come next (+infinity: none).
+  double admission_ttft_margin_cap = std::numeric_limits<double>::infinity();
   double pressure = 0.0;
 };
 
@@ -84,6 +103,7 @@ struct TierControllerStats {
   Tier tier = Tier::kHigh;
   LoadMode mode = LoadMode::kNormal;
   double pressure = 0.0;
+  double step_scale = 1.0;
   uint64_t switches = 0;
   uint64_t switches_deferred = 0;  // switches the per-minute budget held back
   std::map<std::string, uint64_t> rollbacks;  // by cause
