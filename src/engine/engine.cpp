@@ -138,6 +138,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
     sc.max_bytes = cfg.kv_spill_bytes;
     METRO_ASSIGN_OR_RETURN(impl->spill, kv::FileSpillTier::open(sc, *impl->arena));
     impl->kv->set_spill(impl->spill.get());
+    impl->spill->set_hint(impl->prefix_hint);
   }
   sched::SchedulerOptions so;
   so.base.max_batch_tokens = cfg.max_batch_tokens;
@@ -206,7 +207,15 @@ int64_t Engine::kv_capacity_tokens() const {
 size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
 int Engine::cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending, std::string_view tenant) const {
   const auto& hint = impl_->prefix_hint;
-  return hint ? hint->cached_tokens(prompt, with_pending, cache_scope(tenant)) : 0;
+  // Blocks the spill tier holds are read back, not computed: they count as cached.
+  return hint ? hint->cached_tokens(prompt, with_pending, cache_scope(tenant), impl_->spill != nullptr) : 0;
+}
+int Engine::prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant) const {
+  const auto& hint = impl_->prefix_hint;
+  if (!impl_->spill || !hint) return 0;
+  const std::vector<uint64_t> chain = hint->spilled_chain(prompt, cache_scope(tenant));
+  if (!chain.empty()) impl_->spill->prefetch(chain);
+  return static_cast<int>(chain.size());
 }
 std::shared_ptr<const kv::PendingPrefix> Engine::hold_pending_prefix(std::span<const int32_t> prompt,
                                                                      std::string_view tenant) const {

@@ -208,6 +208,11 @@ class Engine {
   // hold_pending_prefix count too. Any thread; an estimate, since blocks may be evicted
   // before the request runs, and a pending prompt may run after the one asking.
   // `tenant`: the requester (the cache is scoped per tenant unless configured global).
+  // With a spill tier (--kv-spill-dir), blocks it holds count too: they are read back.
+  // Starts reading the blocks of the prompt's prefix that the spill tier holds into memory
+  // (the tier's thread), so that its first step restores them without waiting on the disk.
+  // Returns the blocks asked for (0 without a spill tier). Any thread: admission calls it.
+  int prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant = {}) const;
   int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false,
                            std::string_view tenant = {}) const;
   // Registers an admitted prompt whose prefix the engine will compute, until the returned

@@ -167,6 +167,10 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
               sp.restore_seconds);
       counter("metro_kv_spill_corrupt_total", "Spilled KV blocks dropped because their bytes failed the checksum.",
               static_cast<double>(sp.corrupt));
+      counter("metro_kv_spill_prefetched_total", "KV blocks read from the spill file ahead of their restore, at admission.",
+              static_cast<double>(sp.prefetched));
+      counter("metro_kv_spill_prefetch_hits_total", "Restores served from a block read ahead at admission.",
+              static_cast<double>(sp.prefetch_hits));
       gauge("metro_kv_spill_failed", "1 once a write to the spill file failed (the tier keeps nothing more).",
             sp.failed ? 1.0 : 0.0);
     }

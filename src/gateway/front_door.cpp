@@ -373,10 +373,12 @@ Decision FrontDoor::admit(const CallRequest& r) {
     d.call = std::move(call);
     return d;
   }
-  // Requests behind it that share its prefix are credited with it from now on.
+  // Requests behind it that share its prefix are credited with it from now on, and what
+  // of it the KV spill tier holds starts coming back from disk while it waits.
   for (const engine::Request& e : r.requests) {
     if (e.kind != engine::RequestKind::kGenerate) continue;
     if (auto hold = m.engine->hold_pending_prefix(e.prompt, r.tenant)) call->pending_prefixes_.push_back(std::move(hold));
+    m.engine->prefetch_prefix(e.prompt, r.tenant);
   }
   Decision d = Decision::admitted();
   d.call = std::move(call);

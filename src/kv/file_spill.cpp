@@ -79,6 +79,7 @@ Expected<std::unique_ptr<FileSpillTier>> FileSpillTier::open(const FileSpillConf
     t->cfg_.max_pending_bytes =
         std::clamp(static_cast<int64_t>(arena.bytes()), int64_t{64} << 20, int64_t{1} << 30);
   }
+  if (t->cfg_.max_prefetch_bytes <= 0) t->cfg_.max_prefetch_bytes = t->cfg_.max_pending_bytes / 2;
   t->capacity_ = cfg.max_bytes / bb;
   t->stats_.capacity_blocks = t->capacity_;
   t->writer_ = std::thread([p = t.get()] { p->run(); });
@@ -127,13 +128,14 @@ void FileSpillTier::on_evict(BlockId b, uint64_t hash, uint64_t parent, std::spa
   pending_bytes_ += static_cast<int64_t>(block_bytes_);
   pending_.emplace(hash, p);
   queue_.push_back(p);
+  tell_hint_locked(hash);
   lock.unlock();
   wake_.notify_one();
 }
 
 bool FileSpillTier::worth_restoring(uint64_t hash, int position) {
   std::lock_guard lock(mu_);
-  if (pending_.count(hash) != 0) return true;  // still in memory: a copy
+  if (pending_.count(hash) != 0 || staged_.count(hash) != 0) return true;  // a copy in memory
   if (index_.count(hash) == 0) return false;
   if (read_s_per_block_ <= 0.0 || per_token_s_ <= 0.0) return true;
   const double n = static_cast<double>(index_.at(hash).tokens.size());
@@ -149,6 +151,19 @@ void FileSpillTier::erase_locked(uint64_t hash) {
   index_.erase(it);
   stats_.blocks = static_cast<int64_t>(index_.size());
   stats_.bytes = stats_.blocks * static_cast<int64_t>(block_bytes_);
+  tell_hint_locked(hash);
+}
+
+void FileSpillTier::tell_hint_locked(uint64_t hash) {
+  if (hint_) hint_->set_spilled(hash, pending_.count(hash) != 0 || index_.count(hash) != 0);
+}
+
+void FileSpillTier::set_hint(std::shared_ptr<const PrefixHint> hint) {
+  std::lock_guard lock(mu_);
+  hint_ = std::move(hint);
+  if (!hint_) return;
+  for (const auto& [hash, e] : index_) hint_->set_spilled(hash, true);
+  for (const auto& [hash, p] : pending_) hint_->set_spilled(hash, true);
 }
 
 bool FileSpillTier::restore(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens, BlockId dst) {
@@ -164,8 +179,22 @@ bool FileSpillTier::restore(uint64_t hash, uint64_t parent, std::span<const int3
     ++stats_.restores;
     return true;
   }
+  if (auto sit = staged_.find(hash); sit != staged_.end()) {
+    // Read ahead and verified: used once, from memory.
+    const bool same = same_key(sit->second.parent, sit->second.tokens);
+    if (same) arena_.write_block(dst, sit->second.bytes);
+    staged_bytes_ -= static_cast<int64_t>(block_bytes_);
+    staged_.erase(sit);
+    if (!same) return false;
+    if (auto it = index_.find(hash); it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second.lru);
+    ++stats_.restores;
+    ++stats_.prefetch_hits;
+    return true;
+  }
   auto it = index_.find(hash);
   if (it == index_.end() || !same_key(it->second.parent, it->second.tokens)) return false;
+  // Restored before its read-ahead came up: the read-ahead would only copy it again.
+  if (!reads_.empty()) std::erase(reads_, hash);
   const Entry& e = it->second;
   if (!read_all(fd_, read_buf_.data(), block_bytes_, e.slot * static_cast<int64_t>(block_bytes_)) ||
       hash_bytes(read_buf_.data(), block_bytes_, hash) != e.checksum) {
@@ -192,7 +221,55 @@ void FileSpillTier::set_recompute_cost(double per_token_s, double per_pair_s) {
 
 void FileSpillTier::flush() {
   std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  idle_.wait(lock, [&] { return queue_.empty() && reads_.empty() && !writing_; });
+}
+
+void FileSpillTier::prefetch(std::span<const uint64_t> hashes) {
+  {
+    std::lock_guard lock(mu_);
+    if (stats_.failed || stop_) return;
+    for (uint64_t h : hashes) {
+      if (index_.count(h) != 0 && staged_.count(h) == 0 && pending_.count(h) == 0) reads_.push_back(h);
+    }
+    if (reads_.empty()) return;
+  }
+  wake_.notify_one();
+}
+
+void FileSpillTier::read_ahead(std::unique_lock<std::mutex>& lock, uint64_t hash) {
+  auto it = index_.find(hash);
+  if (it == index_.end() || staged_.count(hash) != 0 || pending_.count(hash) != 0) return;
+  // Only this thread writes the file, so the slot's bytes cannot change while it reads them
+  // unlocked; the entry may go meanwhile (a restore found it damaged), so it is looked up again.
+  const int64_t slot = it->second.slot;
+  const uint64_t checksum = it->second.checksum;
+  std::vector<uint8_t> bytes(block_bytes_);
+  lock.unlock();
+  const bool ok = read_all(fd_, bytes.data(), block_bytes_, slot * static_cast<int64_t>(block_bytes_)) &&
+                  hash_bytes(bytes.data(), block_bytes_, hash) == checksum;
+  lock.lock();
+  it = index_.find(hash);
+  if (it == index_.end() || it->second.slot != slot || staged_.count(hash) != 0) return;
+  if (!ok) {
+    ++stats_.corrupt;
+    METRO_LOG_WARN("KV spill: a block in %s failed its checksum; its tokens are computed instead", path_.c_str());
+    erase_locked(hash);
+    return;
+  }
+  while (staged_bytes_ + static_cast<int64_t>(block_bytes_) > cfg_.max_prefetch_bytes && !staged_order_.empty()) {
+    const uint64_t old = staged_order_.front();
+    staged_order_.pop_front();
+    if (staged_.erase(old) != 0) staged_bytes_ -= static_cast<int64_t>(block_bytes_);
+  }
+  if (staged_bytes_ + static_cast<int64_t>(block_bytes_) > cfg_.max_prefetch_bytes) return;
+  staged_.emplace(hash, Staged{it->second.parent, it->second.tokens, std::move(bytes)});
+  staged_order_.push_back(hash);
+  // The order may name blocks restored since: trimmed when it outgrows what is staged.
+  if (staged_order_.size() > 2 * staged_.size() + 64) {
+    std::erase_if(staged_order_, [&](uint64_t h) { return staged_.count(h) == 0; });
+  }
+  staged_bytes_ += static_cast<int64_t>(block_bytes_);
+  ++stats_.prefetched;
 }
 
 FileSpillStats FileSpillTier::stats() const {
@@ -206,8 +283,19 @@ void FileSpillTier::run() {
     int64_t slot = -1;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty() || !reads_.empty(); });
+      // Reads first: a request waits on them; a write only keeps a copy in memory longer.
+      if (!reads_.empty() && !stop_) {
+        const uint64_t h = reads_.front();
+        reads_.pop_front();
+        writing_ = true;
+        read_ahead(lock, h);
+        writing_ = false;
+        if (queue_.empty() && reads_.empty()) idle_.notify_all();
+        continue;
+      }
       if (queue_.empty()) {
+        reads_.clear();
         idle_.notify_all();
         return;
       }
@@ -252,6 +340,7 @@ void FileSpillTier::run() {
       }
     }
     pending_.erase(p->hash);
+    tell_hint_locked(p->hash);
     pending_bytes_ -= static_cast<int64_t>(block_bytes_);
     writing_ = false;
     if (queue_.empty()) idle_.notify_all();

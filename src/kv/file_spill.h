@@ -16,6 +16,12 @@
 // Whether a hit is worth reading: the mean time a read has taken per block against the
 // engine's fitted cost of computing the block's tokens at its position (set_recompute_cost);
 // either unknown, it reads.
+//
+// Prefetch: when a request is admitted, the blocks of its prompt that the file holds are
+// read (by the tier's thread, checksums verified) into memory ahead of the request's first
+// step, so that the engine thread, which restores them when it schedules the prompt, copies
+// from memory instead of waiting on the disk while every other request's step waits too.
+// Staged copies are bounded (max_prefetch_bytes; the oldest goes first) and used once.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +29,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <span>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -31,6 +38,7 @@
 
 #include "base/status.h"
 #include "kv/kv_arena.h"
+#include "kv/prefix_hint.h"
 #include "kv/spill.h"
 
 namespace metro::kv {
@@ -41,6 +49,8 @@ struct FileSpillConfig {
   // Evicted blocks waiting to be written (their copies in memory); 0: the KV arena's size,
   // within [64 MiB, 1 GiB], so that evicting a whole arena's worth at once loses nothing.
   int64_t max_pending_bytes = 0;
+  // Blocks read ahead by prefetch() and not yet restored; 0: half of max_pending_bytes.
+  int64_t max_prefetch_bytes = 0;
 };
 
 struct FileSpillStats {
@@ -53,6 +63,8 @@ struct FileSpillStats {
   uint64_t restore_bytes = 0;
   double restore_seconds = 0.0;
   uint64_t corrupt = 0;         // slots whose bytes failed their checksum
+  uint64_t prefetched = 0;      // blocks read ahead into memory by prefetch()
+  uint64_t prefetch_hits = 0;   // of the restores, those served from a block read ahead
   bool failed = false;          // a write failed: the tier keeps nothing more
 };
 
@@ -71,7 +83,14 @@ class FileSpillTier : public KvSpillTier {
   // The engine's cost of computing prompt tokens: seconds per token, and per (query, key)
   // pair of attention (StepCostModel's terms). Any thread.
   void set_recompute_cost(double per_token_s, double per_pair_s);
-  // Waits until every evicted block handed over is written (or dropped).
+  // Reads the blocks of these keys that the file holds into memory ahead of their restore
+  // (the tier's thread; returns at once). Keys it does not hold are skipped. Any thread.
+  void prefetch(std::span<const uint64_t> hashes);
+  // Mirrors the blocks the tier holds (queued or written) into `hint` from now on, so that
+  // threads deciding admission can count them as cached (PrefixHint::set_spilled).
+  void set_hint(std::shared_ptr<const PrefixHint> hint);
+  // Waits until every evicted block handed over is written (or dropped) and every prefetch
+  // asked for is read (or skipped).
   void flush();
   FileSpillStats stats() const;
   const std::string& path() const { return path_; }
@@ -89,9 +108,16 @@ class FileSpillTier : public KvSpillTier {
     int64_t slot = 0;
     std::list<uint64_t>::iterator lru;
   };
+  struct Staged {
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    std::vector<uint8_t> bytes;
+  };
   FileSpillTier(const FileSpillConfig& cfg, KvArena& arena);
   void run();
+  void read_ahead(std::unique_lock<std::mutex>& lock, uint64_t hash);  // one prefetch, on run()'s thread
   void erase_locked(uint64_t hash);  // an index entry and its slot
+  void tell_hint_locked(uint64_t hash);  // whether the block is still held, to the hint
 
   FileSpillConfig cfg_;
   KvArena& arena_;
@@ -106,12 +132,17 @@ class FileSpillTier : public KvSpillTier {
   std::unordered_map<uint64_t, std::shared_ptr<Pending>> pending_;  // queued or being written
   int64_t pending_bytes_ = 0;
   std::unordered_map<uint64_t, Entry> index_;
+  std::deque<uint64_t> reads_;                       // prefetches asked for, not yet read
+  std::unordered_map<uint64_t, Staged> staged_;      // read ahead, not yet restored
+  std::deque<uint64_t> staged_order_;                // oldest first (may name restored ones)
+  int64_t staged_bytes_ = 0;
   std::list<uint64_t> lru_;  // front: most recently used
   std::vector<int64_t> free_slots_;
   int64_t next_slot_ = 0;  // slots never used yet start here
   bool writing_ = false, stop_ = false;
   double per_token_s_ = 0.0, per_pair_s_ = 0.0;
   double read_s_per_block_ = 0.0;  // smoothed; 0: none measured
+  std::shared_ptr<const PrefixHint> hint_;
   FileSpillStats stats_;
   std::vector<uint8_t> read_buf_;
   std::thread writer_;

@@ -16,6 +16,37 @@ void PrefixHint::drop(uint64_t hash) {
   hashes_.erase(hash);
 }
 
+void PrefixHint::set_spilled(uint64_t hash, bool held) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held) {
+    spilled_.insert(hash);
+  } else {
+    spilled_.erase(hash);
+  }
+}
+
+size_t PrefixHint::spilled_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spilled_.size();
+}
+
+std::vector<uint64_t> PrefixHint::spilled_chain(std::span<const int32_t> prompt, uint64_t scope) const {
+  const std::vector<uint64_t> c = chain(prompt, scope);
+  std::vector<uint64_t> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t h : c) {
+    if (hashes_.count(h) != 0) continue;
+    if (spilled_.count(h) == 0) break;
+    out.push_back(h);
+  }
+  return out;
+}
+
+bool PrefixHint::spilled(uint64_t hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spilled_.count(hash) != 0;
+}
+
 size_t PrefixHint::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return hashes_.size();
@@ -38,12 +69,16 @@ std::vector<uint64_t> PrefixHint::chain(std::span<const int32_t> prompt, uint64_
   return out;
 }
 
-int PrefixHint::cached_tokens(std::span<const int32_t> prompt, bool with_pending, uint64_t scope) const {
+int PrefixHint::cached_tokens(std::span<const int32_t> prompt, bool with_pending, uint64_t scope,
+                              bool with_spilled) const {
   // Hash outside the lock: the engine thread takes it for every block it commits.
   const std::vector<uint64_t> c = chain(prompt, scope);
   size_t n = 0;
   std::lock_guard<std::mutex> lock(mu_);
-  while (n < c.size() && (hashes_.count(c[n]) != 0 || (with_pending && pending_.count(c[n]) != 0))) ++n;
+  while (n < c.size() && (hashes_.count(c[n]) != 0 || (with_pending && pending_.count(c[n]) != 0) ||
+                          (with_spilled && spilled_.count(c[n]) != 0))) {
+    ++n;
+  }
   return static_cast<int>(n * static_cast<size_t>(block_size_));
 }
 

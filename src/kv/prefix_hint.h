@@ -7,6 +7,10 @@
 // the leading ones present. It is an estimate: a block may be evicted between the lookup
 // and the request's first step, and hashes are compared without the cache's token check.
 //
+// With a spill tier (kv/file_spill.h) it also mirrors the blocks the tier holds after memory
+// evicted them (set_spilled): a hit there is read back, not computed, so admission may count
+// it as cached.
+//
 // It also holds *pending* blocks: the prompts of requests admitted but not yet started
 // (hold_pending), whose prefixes the engine is about to compute and cache, so that requests
 // arriving behind them in a burst that shares a system prompt can be credited with it.
@@ -46,17 +50,26 @@ class PrefixHint : public std::enable_shared_from_this<PrefixHint> {
 
   void add(uint64_t hash);
   void drop(uint64_t hash);
+  // Whether the spill tier holds the block of this hash (any thread).
+  void set_spilled(uint64_t hash, bool held) const;
 
   // Leading prompt tokens, in whole blocks, whose blocks are cached now, or, with
   // `with_pending`, cached or pending. At most prompt.size() - 1: the last prompt token is
   // always computed (its logits are needed).
   // `scope` is the prefix-cache scope the prompt would run in (KvCacheManager).
-  int cached_tokens(std::span<const int32_t> prompt, bool with_pending = false, uint64_t scope = 0) const;
+  // With `with_spilled`, a block the spill tier holds counts as cached.
+  int cached_tokens(std::span<const int32_t> prompt, bool with_pending = false, uint64_t scope = 0,
+                    bool with_spilled = false) const;
   // Marks the prompt's full blocks pending until the returned handle is dropped (holds of
   // the same block count up). The hint must be owned by a shared_ptr.
   std::shared_ptr<const PendingPrefix> hold_pending(std::span<const int32_t> prompt, uint64_t scope = 0) const;
   size_t size() const;
   size_t pending_size() const;
+  // The hashes of the prompt's leading full blocks that are not cached in memory but held
+  // by the spill tier, up to the first block in neither (what a prefetch should read).
+  std::vector<uint64_t> spilled_chain(std::span<const int32_t> prompt, uint64_t scope = 0) const;
+  size_t spilled_size() const;
+  bool spilled(uint64_t hash) const;
 
  private:
   friend class PendingPrefix;
@@ -68,6 +81,7 @@ class PrefixHint : public std::enable_shared_from_this<PrefixHint> {
   mutable std::mutex mu_;
   std::unordered_set<uint64_t> hashes_;
   mutable std::unordered_map<uint64_t, int> pending_;  // hash -> holds
+  mutable std::unordered_set<uint64_t> spilled_;
 };
 
 }  // namespace metro::kv

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
+#include <tuple>
 
 #include "engine/engine_test_util.h"
 #include "support/test_util.h"
@@ -44,12 +47,28 @@ TEST(EngineKvSpill, APromptWhoseBlocksLeftMemoryIsRestoredWithTheSameOutput) {
     EXPECT_TRUE(e.ok()) << e.status().message();
     Engine& eng = **e;
     std::vector<Generation> out;
-    for (const auto* p : {&a, &b, &c, &a}) out.push_back(collect(*eng.submit(greedy_request(*p, 8))));
+    int estimate = -1;  // what admission would be told of a's prefix before its second run
+    for (const auto* p : {&a, &b, &c, &a}) {
+      if (out.size() == 3) {
+        estimate = eng.cached_prefix_tokens(a);
+        // As admission does: a's blocks start coming back from the file before it runs.
+        const int asked = eng.prefetch_prefix(a);
+        EXPECT_EQ(asked > 0, spill);
+        for (int i = 0; spill && i < 1000 && eng.stats().spill->prefetched == 0; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      out.push_back(collect(*eng.submit(greedy_request(*p, 8))));
+    }
     const EngineStats st = eng.stats();
-    return std::make_pair(out, st);
+    return std::make_tuple(out, st, estimate);
   };
-  const auto [plain, plain_stats] = run(false);
-  const auto [spilled, spill_stats] = run(true);
+  const auto [plain, plain_stats, plain_estimate] = run(false);
+  const auto [spilled, spill_stats, spill_estimate] = run(true);
+  // Admission's estimate counts what the tier would read back, and only with the tier.
+  EXPECT_LT(plain_estimate, 64);
+  EXPECT_GE(spill_estimate, 192);
+  EXPECT_LE(spill_estimate, spilled[3].usage.cached_prompt_tokens);
   // Without the tier, b and c evicted a's blocks: a's second run computes (nearly) all of it.
   EXPECT_LT(plain[3].usage.cached_prompt_tokens, 64);
   // With it, they are read back: at least the 12 full blocks of a's 200 tokens.
@@ -57,6 +76,10 @@ TEST(EngineKvSpill, APromptWhoseBlocksLeftMemoryIsRestoredWithTheSameOutput) {
   ASSERT_TRUE(spill_stats.spill.has_value());
   EXPECT_GE(spill_stats.restored_tokens, 160u);
   EXPECT_GT(spill_stats.spill->restores, 0u);
+  // Read ahead at "admission", restored from memory in the step.
+  EXPECT_GT(spill_stats.spill->prefetched, 0u);
+  EXPECT_GT(spill_stats.spill->prefetch_hits, 0u);
+  EXPECT_LE(spill_stats.spill->prefetch_hits, spill_stats.spill->prefetched);
   EXPECT_FALSE(plain_stats.spill.has_value());
   // The same greedy output, every time, with and without the tier.
   for (size_t i = 0; i < 4; ++i) {

@@ -17,6 +17,7 @@
 #include "backends/registry.h"
 #include "kv/file_spill.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/prefix_hint.h"
 
 namespace metro::kv {
 namespace {
@@ -169,6 +170,8 @@ TEST(FileSpill, AFullFileDropsItsLeastRecentlyUsedBlocks) {
   ArenaFixture f;
   auto t = FileSpillTier::open(FileSpillConfig{f.dir, static_cast<int64_t>(f.arena.block_bytes()) * 2}, f.arena);
   ASSERT_TRUE(t.ok());
+  auto hint = std::make_shared<PrefixHint>(0, 16);  // what admission reads: the blocks held
+  (*t)->set_hint(hint);
   std::vector<std::vector<uint8_t>> want;
   for (int i = 0; i < 3; ++i) {
     want.push_back(f.fill(0, 10 + i));
@@ -181,6 +184,10 @@ TEST(FileSpill, AFullFileDropsItsLeastRecentlyUsedBlocks) {
   EXPECT_EQ((*t)->stats().blocks, 2);
   EXPECT_EQ((*t)->stats().capacity_blocks, 2);
   EXPECT_FALSE((*t)->worth_restoring(101, 0));
+  EXPECT_EQ(hint->spilled_size(), 2u);
+  EXPECT_TRUE(hint->spilled(100));
+  EXPECT_FALSE(hint->spilled(101));
+  EXPECT_TRUE(hint->spilled(102));
   ASSERT_TRUE((*t)->restore(100, 5, kTokens, 2));
   EXPECT_EQ(f.read(2), want[0]);
   ASSERT_TRUE((*t)->restore(102, 5, kTokens, 3));
@@ -213,6 +220,75 @@ TEST(FileSpill, DamagedOrTruncatedBytesAreDetectedAndNeverUsed) {
   EXPECT_FALSE((*t)->restore(12, 5, kTokens, 3));
   EXPECT_EQ((*t)->stats().corrupt, 2u);
   EXPECT_EQ(f.read(3), untouched) << "a failed restore writes nothing into the block";
+}
+
+// A prefetch reads a held block into memory (checksum verified) ahead of its restore: the
+// restore is then served from memory even if the file changes after, once, and damage seen
+// at read-ahead time drops the block as a restore would.
+TEST(FileSpill, PrefetchReadsAheadAndTheRestoreComesFromMemory) {
+  ArenaFixture f;
+  auto t = FileSpillTier::open(FileSpillConfig{f.dir, static_cast<int64_t>(f.arena.block_bytes()) * 4}, f.arena);
+  ASSERT_TRUE(t.ok());
+  auto hint = std::make_shared<PrefixHint>(0, 16);
+  (*t)->set_hint(hint);
+  const auto want = f.fill(0, 1);
+  (*t)->on_evict(0, 11, 5, kTokens);
+  f.fill(0, 2);
+  (*t)->on_evict(0, 12, 5, kTokens);
+  (*t)->flush();
+  EXPECT_TRUE(hint->spilled(11) && hint->spilled(12));
+  const uint64_t keys[] = {11, 99};  // 99: not held, skipped
+  (*t)->prefetch(keys);
+  (*t)->flush();
+  EXPECT_EQ((*t)->stats().prefetched, 1u);
+  // The file loses the block's bytes after the read-ahead: the staged copy is what counts.
+  const int fd = ::open((*t)->path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint8_t junk = 0xee;
+  ASSERT_EQ(::pwrite(fd, &junk, 1, 17), 1);
+  ASSERT_TRUE((*t)->restore(11, 5, kTokens, 1));
+  EXPECT_EQ(f.read(1), want);
+  EXPECT_EQ((*t)->stats().prefetch_hits, 1u);
+  // Used once: the next restore reads the (now damaged) file and refuses it.
+  EXPECT_FALSE((*t)->restore(11, 5, kTokens, 2));
+  EXPECT_EQ((*t)->stats().corrupt, 1u);
+  EXPECT_FALSE(hint->spilled(11)) << "a dropped block leaves the hint";
+  // Damage found by the read-ahead itself: the block is dropped and never staged.
+  ASSERT_EQ(::pwrite(fd, &junk, 1, static_cast<off_t>(f.arena.block_bytes()) + 17), 1);
+  ::close(fd);
+  const uint64_t second[] = {12};
+  (*t)->prefetch(second);
+  (*t)->flush();
+  EXPECT_EQ((*t)->stats().prefetched, 1u);
+  EXPECT_EQ((*t)->stats().corrupt, 2u);
+  EXPECT_FALSE((*t)->worth_restoring(12, 0));
+  EXPECT_FALSE(hint->spilled(12));
+}
+
+// Read-ahead copies are bounded: past max_prefetch_bytes the oldest copy goes, and its
+// block is read from the file again when restored.
+TEST(FileSpill, PrefetchedCopiesAreBounded) {
+  ArenaFixture f;
+  const int64_t bb = static_cast<int64_t>(f.arena.block_bytes());
+  FileSpillConfig cfg{f.dir, bb * 8};
+  cfg.max_prefetch_bytes = bb * 2;
+  auto t = FileSpillTier::open(cfg, f.arena);
+  ASSERT_TRUE(t.ok());
+  std::vector<std::vector<uint8_t>> want;
+  for (uint64_t k = 0; k < 3; ++k) {
+    want.push_back(f.fill(0, static_cast<int>(20 + k)));
+    (*t)->on_evict(0, 200 + k, 5, kTokens);
+    (*t)->flush();
+  }
+  const uint64_t keys[] = {200, 201, 202};
+  (*t)->prefetch(keys);
+  (*t)->flush();
+  EXPECT_EQ((*t)->stats().prefetched, 3u);
+  for (uint64_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE((*t)->restore(200 + k, 5, kTokens, 1));
+    EXPECT_EQ(f.read(1), want[k]);
+  }
+  EXPECT_EQ((*t)->stats().prefetch_hits, 2u) << "the oldest copy made room for the third";
 }
 
 TEST(FileSpill, AFailingWriteTurnsTheTierOffAndKeepsWhatItHas) {
