@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "base/clock.h"
 #include "model/requantize.h"
@@ -37,14 +38,23 @@ Expected<TierSource> parse_source(const std::string& v, const std::string& tier)
   return s;
 }
 
+// The comma-separated items of a flag's value ("" is one empty item).
+std::vector<std::string> split_items(const std::string& spec) {
+  std::vector<std::string> items;
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = spec.find(',', pos);
+    items.push_back(spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) return items;
+    pos = comma + 1;
+  }
+}
+
 // "high=SRC,low=SRC" (either may be left out, not both).
 Expected<std::pair<TierSource, TierSource>> parse_tiers(const std::string& spec) {
   std::pair<TierSource, TierSource> out;
   bool seen[2] = {false, false};
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    const size_t comma = spec.find(',', pos);
-    const std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& item : split_items(spec)) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos) return invalid_argument("--tiers takes high=SRC,low=SRC, got '" + item + "'");
     const std::string name = item.substr(0, eq);
@@ -57,8 +67,6 @@ Expected<std::pair<TierSource, TierSource>> parse_tiers(const std::string& spec)
     seen[ti] = true;
     METRO_ASSIGN_OR_RETURN(TierSource src, parse_source(item.substr(eq + 1), name));
     (t == engine::adaptive::Tier::kHigh ? out.first : out.second) = std::move(src);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   if (out.first.kind == TierSource::Kind::kModel && out.second.kind == TierSource::Kind::kModel) {
     return invalid_argument("--tiers: the two tiers are the same model; name a format, a plan or a file for one");
@@ -96,10 +104,7 @@ Expected<std::shared_ptr<const model::Model>> make_tier(const TierSource& src, c
 
 // "MODE=SCALE[,MODE=SCALE...]" over the controller's load modes; modes left out keep theirs.
 Status parse_batch_budget(const std::string& spec, engine::adaptive::TierControllerConfig* cfg) {
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    const size_t comma = spec.find(',', pos);
-    const std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (const std::string& item : split_items(spec)) {
     const size_t eq = item.find('=');
     engine::adaptive::LoadMode mode;
     if (eq == std::string::npos || !engine::adaptive::parse_load_mode(item.substr(0, eq), &mode)) {
@@ -114,8 +119,6 @@ Status parse_batch_budget(const std::string& spec, engine::adaptive::TierControl
                               v + "'");
     }
     cfg->step_scale[static_cast<size_t>(mode)] = x;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return {};
 }

@@ -209,12 +209,12 @@ class Engine {
   // before the request runs, and a pending prompt may run after the one asking.
   // `tenant`: the requester (the cache is scoped per tenant unless configured global).
   // With a spill tier (--kv-spill-dir), blocks it holds count too: they are read back.
+  int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false,
+                           std::string_view tenant = {}) const;
   // Starts reading the blocks of the prompt's prefix that the spill tier holds into memory
   // (the tier's thread), so that its first step restores them without waiting on the disk.
   // Returns the blocks asked for (0 without a spill tier). Any thread: admission calls it.
   int prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant = {}) const;
-  int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false,
-                           std::string_view tenant = {}) const;
   // Registers an admitted prompt whose prefix the engine will compute, until the returned
   // hold is dropped (when its first token is out or it ends). Null with the prefix cache off.
   std::shared_ptr<const kv::PendingPrefix> hold_pending_prefix(std::span<const int32_t> prompt,

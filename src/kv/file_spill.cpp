@@ -228,7 +228,10 @@ void FileSpillTier::prefetch(std::span<const uint64_t> hashes) {
   {
     std::lock_guard lock(mu_);
     if (stats_.failed || stop_) return;
+    // No more queued than the copies can hold: the rest would only push out the first.
+    const size_t cap = static_cast<size_t>(cfg_.max_prefetch_bytes / static_cast<int64_t>(block_bytes_));
     for (uint64_t h : hashes) {
+      if (reads_.size() >= cap) break;
       if (index_.count(h) != 0 && staged_.count(h) == 0 && pending_.count(h) == 0) reads_.push_back(h);
     }
     if (reads_.empty()) return;

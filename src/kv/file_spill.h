@@ -84,7 +84,8 @@ class FileSpillTier : public KvSpillTier {
   // pair of attention (StepCostModel's terms). Any thread.
   void set_recompute_cost(double per_token_s, double per_pair_s);
   // Reads the blocks of these keys that the file holds into memory ahead of their restore
-  // (the tier's thread; returns at once). Keys it does not hold are skipped. Any thread.
+  // (the tier's thread; returns at once). Keys it does not hold are skipped, and no more are
+  // queued than max_prefetch_bytes holds. Any thread.
   void prefetch(std::span<const uint64_t> hashes);
   // Mirrors the blocks the tier holds (queued or written) into `hint` from now on, so that
   // threads deciding admission can count them as cached (PrefixHint::set_spilled).

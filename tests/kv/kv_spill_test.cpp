@@ -265,8 +265,9 @@ TEST(FileSpill, PrefetchReadsAheadAndTheRestoreComesFromMemory) {
   EXPECT_FALSE(hint->spilled(12));
 }
 
-// Read-ahead copies are bounded: past max_prefetch_bytes the oldest copy goes, and its
-// block is read from the file again when restored.
+// Read-ahead copies are bounded: one call queues no more than max_prefetch_bytes holds, and
+// past it a later read-ahead pushes the oldest copy out, whose block is then read from the
+// file again when restored.
 TEST(FileSpill, PrefetchedCopiesAreBounded) {
   ArenaFixture f;
   const int64_t bb = static_cast<int64_t>(f.arena.block_bytes());
@@ -282,6 +283,10 @@ TEST(FileSpill, PrefetchedCopiesAreBounded) {
   }
   const uint64_t keys[] = {200, 201, 202};
   (*t)->prefetch(keys);
+  (*t)->flush();
+  EXPECT_EQ((*t)->stats().prefetched, 2u) << "the third was not queued: no room for its copy";
+  const uint64_t third[] = {202};
+  (*t)->prefetch(third);
   (*t)->flush();
   EXPECT_EQ((*t)->stats().prefetched, 3u);
   for (uint64_t k = 0; k < 3; ++k) {
