@@ -48,9 +48,11 @@ install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build model model-gemma3 model-minilm
+	@scripts/deps.sh --test
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 test-asan: deps model model-gemma3 model-minilm
+	@scripts/deps.sh --test
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRO_SANITIZE=ON \
 	  -DMETRO_BUILD_BENCH=OFF -DMETRO_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages metro's build, tests and fuzzing need. Idempotent: quiet and
-# fast when everything is present.
+# Installs the Debian packages metro's build, tests and fuzzing need (`--test`: the tests'
+# browser too). Idempotent: quiet and fast when everything is present.
 set -euo pipefail
 
 PACKAGES=(
@@ -12,7 +12,13 @@ PACKAGES=(
   python3 python3-pip python3-venv
   libreadline8                     # line editing in `metro chat` (loaded at run time)
   libhnswlib-dev                   # the semantic cache's nearest-neighbour index (header-only)
+  libjs-marked libjs-highlight.js  # Markdown and code highlighting, embedded in the web UI
 )
+# `deps.sh --test`: also what the test suite needs beyond the build: a headless browser
+# and its WebDriver for the web UI's test.
+if [ "${1:-}" = "--test" ]; then
+  PACKAGES+=(chromium chromium-driver)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

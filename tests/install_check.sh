@@ -17,7 +17,8 @@ for cmd in $("$PREFIX/bin/metro" --help | awk '/^  [a-z]/ {print $1}'); do
 done
 grep -q -- '--served-model-name' "$MAN" || fail "metro.1 lacks metro serve's options"
 for f in share/doc/metro/README.md share/doc/metro/server.md share/metro/deploy/Dockerfile \
-         share/metro/deploy/k8s/deployment.yaml share/metro/deploy/grafana/metro.json; do
+         share/metro/deploy/k8s/deployment.yaml share/metro/deploy/grafana/metro.json \
+         share/metro/web/index.html share/metro/web/app.js; do
   [ -f "$PREFIX/$f" ] || fail "missing $f"
 done
 echo "install_check: $(find "$PREFIX" -type f | wc -l) files installed under a temporary prefix"

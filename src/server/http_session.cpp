@@ -258,6 +258,7 @@ void HttpSession::on_request() {
   head.target = std::string(req.target());
   head.authorization = std::string(req[http::field::authorization]);
   head.content_type = std::string(req[http::field::content_type]);
+  head.if_none_match = std::string(req[http::field::if_none_match]);
   if (auto it = req.find("X-Metro-Class"); it != req.end()) head.metro_class = std::string(it->value());
   if (auto it = req.find("X-Metro-Deadline-Ms"); it != req.end()) head.metro_deadline_ms = std::string(it->value());
   request_id_ = request_id_for(req["x-request-id"]);
@@ -579,11 +580,14 @@ void HttpSession::respond(const HttpResponse& r, const std::string& endpoint_lab
   o += std::to_string(r.status);
   o += ' ';
   o += http_reason(r.status);
-  o += "\r\nContent-Type: ";
-  o += r.content_type;
-  o += "\r\nContent-Length: ";
-  o += std::to_string(r.body.size());
   o += "\r\n";
+  if (r.status != 304) {  // a 304 has no body and describes none
+    o += "Content-Type: ";
+    o += r.content_type;
+    o += "\r\nContent-Length: ";
+    o += std::to_string(r.body.size());
+    o += "\r\n";
+  }
   for (const auto& [k, v] : r.headers) {
     o += k;
     o += ": ";

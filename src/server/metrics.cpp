@@ -45,6 +45,7 @@ std::vector<double> token_bounds() {
 }
 
 constexpr const char* kKnownEndpoints[] = {"/",
+                                           "/ui",
                                            "/health",
                                            "/ready",
                                            "/metrics",

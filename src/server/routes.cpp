@@ -123,15 +123,13 @@ RouteDecision route_request(const RequestHead& head, ServerCore& core) {
   const bool get = head.method == "GET" || head.method == "HEAD";
   const bool post = head.method == "POST";
 
-  if (path == "/" || path == "/index.html") {
+  if (const WebAsset* asset = find_web_asset(path)) {
+    d.endpoint = path == "/" || path == "/index.html" ? "/" : "/ui";  // one label for the page's files
     if (!get) {
       d.response = not_allowed("GET");
       return d;
     }
-    HttpResponse r;
-    r.content_type = "text/html; charset=utf-8";
-    r.body = std::string(web_ui_html());
-    d.response = std::move(r);
+    d.response = web_asset_response(*asset, head.if_none_match);
     return d;
   }
   if (path == "/health") {

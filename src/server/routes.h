@@ -1,6 +1,6 @@
 // Which handler answers a request: the route table of `metro serve`.
 //
-//   GET  /                      web UI            GET  /health    200 while the process lives
+//   GET  /, /ui/...             web UI            GET  /health    200 while the process lives
 //   GET  /ready                 200 once loaded   GET  /metrics   Prometheus text
 //   GET  /v1/models             POST /v1/completions, /v1/chat/completions, /v1/embeddings
 //   GET  /v1/models/{id}        POST /v1/responses, /tokenize, /detokenize
@@ -39,6 +39,7 @@ struct RequestHead {
   std::string target;         // path and query
   std::string authorization;  // Authorization header
   std::string content_type;
+  std::string if_none_match;  // If-None-Match: the web UI's cached ETags
   std::optional<std::string> metro_class;  // X-Metro-Class
   std::optional<std::string> metro_deadline_ms;  // X-Metro-Deadline-Ms
 };

@@ -197,13 +197,6 @@ def t_invalid_utf8_output(t):
     assert s == "\ufffd", repr(s)
 
 
-def t_web_ui(t):
-    status, headers, body = request(t.port, "GET", "/")
-    assert status == 200 and headers["content-type"].startswith("text/html"), headers
-    assert b"/v1/chat/completions" in body and b"<script>" in body
-    assert b"<script src" not in body and b"<link" not in body  # everything is inline: no CDN
-
-
 def t_tokenize_detokenize(t):
     """vLLM's /tokenize and /detokenize shapes (llama-server's names accepted), behind the keys."""
     st, _, body = request(t.port, "POST", "/tokenize", {"prompt": "Hello, world"}, t.auth)
@@ -373,7 +366,7 @@ def t_metrics_for_operators(t):
 
 
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
-         t_unknown_model, t_invalid_utf8_output, t_web_ui, t_tokenize_detokenize, t_responses, t_metrics_for_operators]
+         t_unknown_model, t_invalid_utf8_output, t_tokenize_detokenize, t_responses, t_metrics_for_operators]
 
 
 def t_served_model_names(ctx):

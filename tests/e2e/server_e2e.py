@@ -33,6 +33,7 @@ import e2e_structured  # noqa: E402
 import e2e_tiers  # noqa: E402
 import e2e_tools  # noqa: E402
 import e2e_variants  # noqa: E402
+import e2e_web  # noqa: E402
 from e2e_util import Harness, MetroServer, env_int, metrics, request  # noqa: E402
 
 
@@ -203,7 +204,7 @@ def run_shared(h, t, only):
         t.server.wait_ready()
         t.client = openai.OpenAI(base_url=f"http://127.0.0.1:{t.port}/v1", api_key=t.key, timeout=600,
                                  max_retries=0)
-        for fn in (e2e_api.TESTS + e2e_deploy.TESTS + e2e_structured.TESTS + e2e_tools.TESTS +
+        for fn in (e2e_api.TESTS + e2e_deploy.TESTS + e2e_structured.TESTS + e2e_tools.TESTS + e2e_web.TESTS +
                    e2e_bad_inputs.TESTS + e2e_load.TESTS + e2e_load.FINAL_TESTS):
             if only and fn.__name__ not in only:
                 continue

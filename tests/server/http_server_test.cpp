@@ -188,7 +188,10 @@ TEST_F(HttpServerTest, HealthAnswersWhileTheModelLoads) {  // docs/reliability.m
   auto ui = roundtrip(get("/"));
   EXPECT_EQ(ui.status, 200);
   EXPECT_NE(ui.head.find("text/html"), std::string::npos);
-  EXPECT_NE(ui.body.find("/v1/chat/completions"), std::string::npos);
+  EXPECT_NE(ui.body.find("ui/app.js"), std::string::npos);
+  auto app = roundtrip(get("/ui/app.js"));
+  EXPECT_EQ(app.status, 200);
+  EXPECT_NE(app.body.find("v1/chat/completions"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, UnknownRoutesAndMethods) {
