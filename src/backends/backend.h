@@ -36,6 +36,9 @@ class DeviceMatrix {
   int64_t n_cols() const { return n_cols_; }
   // How the backend stores it, e.g. "Q4_1 x8 interleaved" (`metro inspect`, `metro bench`).
   virtual std::string describe() const = 0;
+  // The host memory its products read (a host backend: its own copy, or the bytes it was
+  // uploaded from, read in place). Empty for a matrix held in device memory.
+  virtual std::vector<std::span<const uint8_t>> host_memory() const { return {}; }
 
  protected:
   DeviceMatrix(kernels::DType type, int64_t n_rows, int64_t n_cols)
@@ -194,6 +197,10 @@ class Backend {
     return true;
   }
   virtual std::unique_ptr<DeviceVector> upload_vector(std::span<const float> v) = 0;
+  // Whether DeviceMatrix::host_memory names every host byte this backend's matrices read
+  // while they compute (a host backend); the memory of uploaded bytes outside it may then
+  // be given back.
+  virtual bool host_memory_complete() const { return false; }
 
   // Raw memory for a KV arena (uninitialised), and transfers within and to and from it.
   virtual std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) = 0;

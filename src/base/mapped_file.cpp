@@ -158,6 +158,19 @@ Expected<MappedFile> MappedFile::copy_of(std::span<const uint8_t> bytes) {
   return f;
 }
 
+size_t MappedFile::give_back(size_t offset, size_t length) const {
+  if (!owned_ || data_ == nullptr || offset >= size_) return 0;
+  length = std::min(length, size_ - offset);
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + offset + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data_) + offset + length) / page * page;
+  if (end <= begin) return 0;
+  void* p = reinterpret_cast<void*>(begin);
+  if (madvise(p, end - begin, MADV_DONTNEED) != 0) return 0;
+  mprotect(p, end - begin, PROT_NONE);
+  return end - begin;
+}
+
 void MappedFile::advise_willneed() const {
   if (data_ && size_) madvise(const_cast<uint8_t*>(data_), size_, MADV_WILLNEED);
 }

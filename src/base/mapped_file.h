@@ -52,6 +52,13 @@ class MappedFile {
   // Asks the kernel to keep these pages resident (best effort).
   void advise_willneed() const;
 
+  // Gives the memory of the whole pages inside bytes [offset, offset + length) of a copy
+  // back to the system and makes them unreadable: a later read faults (SIGSEGV) rather
+  // than returning zeros. For bytes nothing will read again (tensors a backend has copied
+  // into layouts of its own). Returns the bytes given back; 0 for a map of the file, whose
+  // clean pages the kernel reclaims by itself.
+  size_t give_back(size_t offset, size_t length) const;
+
   // True for a copy made by read(), false for a map of the file.
   bool owned() const { return owned_; }
   // The file as it was when opened or read.

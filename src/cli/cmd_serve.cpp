@@ -18,6 +18,7 @@
 #include "backends/registry.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/residency.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -82,7 +83,7 @@ int cmd_serve(int argc, char** argv) {
   server::ServerConfig sc;
   engine::EngineConfig ec;
   int port = 8080, threads = default_threads();
-  bool no_prefix_cache = false, no_repack = false;
+  bool no_prefix_cache = false, no_repack = false, mlock = false;
   std::string device = "cpu";
   app.add_option("-m,--model", model_args,
                  "GGUF model file; NAME=FILE serves another model under NAME, NAME@VARIANT=FILE a variant of NAME "
@@ -267,6 +268,8 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::Range(4, 1 << 20))
       ->capture_default_str();
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  app.add_flag("--mlock", mlock,
+               "lock the weights in RAM (never swapped out or dropped); fails at load when RLIMIT_MEMLOCK is too small");
   TierFlags tier_flags;
   add_tier_flags(app, tier_flags);
   CacheFlags cache_flags;
@@ -518,6 +521,14 @@ int cmd_serve(int argc, char** argv) {
     METRO_RETURN_IF_ERROR(apply_spec_flags(spec, cfg, lm.model));
     METRO_ASSIGN_OR_RETURN(TierModels tiers, build_tiers(tier_flags, lm.model, !no_repack, cfg));
     METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(tiers.high, *lm.tokenizer, cfg));
+    // The file's copy is no longer read where the backend copied the weights into layouts
+    // of its own; precision tiers keep it (their shadow scorer binds layers from it).
+    if (!tiers.low) lm.model->give_back_unread_file_bytes();
+    if (mlock) {
+      for (const auto& m : {tiers.high, tiers.low}) {
+        if (m) METRO_RETURN_IF_ERROR(m->lock_weights().status());
+      }
+    }
     if (trace) eng->add_observer(trace);
     auto served = std::make_shared<gateway::ServedModel>();
     served->name = ms.name;
@@ -572,6 +583,15 @@ int cmd_serve(int argc, char** argv) {
           m->admission ? "on" : "off", m->calibrated_prefill_tokens_per_s,
           e.config().proposer ? (spec.mode + ", k <= " + std::to_string(e.config().max_draft_tokens)).c_str() : "off",
           m->chat_template ? "" : " | no chat template");
+      const model::Model& mm = e.model();
+      const ByteRanges wm = mm.weight_memory();
+      uint64_t wbytes = 0;
+      for (const auto& r : wm) wbytes += r.size();
+      if (wbytes > 0) {
+        std::printf("metro serve: weights %.1f MiB in RAM (%.1f MiB resident%s) | %.1f MiB of the file's copy given back\n",
+                    static_cast<double>(wbytes) / (1 << 20), static_cast<double>(resident_bytes(wm)) / (1 << 20),
+                    mm.weights_locked() > 0 ? ", locked" : "", static_cast<double>(mm.file_given_back()) / (1 << 20));
+      }
       const engine::EngineStats st = e.stats();
       if (st.tiers) {
         std::printf("metro serve: precision tiers: high %.1f MiB, low %.1f MiB | policy %s | shadow scoring %s\n",

@@ -125,6 +125,9 @@ struct EngineStats {
   double spec_fixed_s = 0.0;      // the controller's fitted fixed part of a step (0: unknown)
   double spec_draft_row_s = 0.0;  // and seconds per draft row
   uint64_t steps = 0;
+  // Major page faults of the process while this engine's forward passes ran: weights or
+  // KV read back from disk (swap, or pages the kernel dropped).
+  uint64_t major_page_faults = 0;
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
   uint64_t requests_aborted = 0;

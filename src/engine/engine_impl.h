@@ -147,6 +147,7 @@ struct Engine::Impl {
   int last_prefill_tokens = 0;        // prompt tokens of the last step (drafts excluded)
   double last_step_s = 0.0;           // the last step's seconds, a draft model's passes excluded
   double propose_s = 0.0;             // this step's seconds in a draft model's passes
+  uint64_t step_faults = 0;  // major page faults of this step's forward pass
   // Since when steps have planned nothing while requests wait (0: the last one planned
   // work), and whether that stretch has been reported.
   int64_t idle_since_ns = 0;

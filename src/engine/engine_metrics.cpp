@@ -1,6 +1,7 @@
 // The engine's series on /metrics, each labelled with the model it serves.
 #include <map>
 
+#include "base/residency.h"
 #include "engine/engine_impl.h"
 
 namespace metro::engine {
@@ -205,6 +206,24 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
       }
     }
     counter("metro_engine_steps_total", "Engine steps run.", static_cast<double>(st.steps));
+    counter("metro_engine_major_page_faults_total",
+            "Major page faults of the process (reads that waited for the disk) while this engine's forward passes ran.",
+            static_cast<double>(st.major_page_faults));
+    {
+      const model::Model& m = self->model();
+      const ByteRanges w = m.weight_memory();
+      uint64_t bytes = 0;
+      for (const auto& r : w) bytes += r.size();
+      gauge("metro_weights_bytes", "Host memory the model's weights are read from (0 on a device backend).",
+            static_cast<double>(bytes));
+      gauge("metro_weights_resident_bytes", "Of metro_weights_bytes, the bytes in RAM now.",
+            static_cast<double>(resident_bytes(w)));
+      gauge("metro_weights_locked_bytes", "Weight bytes locked in RAM (metro serve --mlock).",
+            static_cast<double>(m.weights_locked()));
+      gauge("metro_weights_file_given_back_bytes",
+            "Bytes of the model file's in-memory copy given back after loading (weights the backend copied).",
+            static_cast<double>(m.file_given_back()));
+    }
     counter("metro_preemptions_total", "Sequences preempted (for KV space, or a tenant's fair share of seats).",
             static_cast<double>(st.preemptions));
     counter("metro_requests_finished_total", "Engine requests that finished.",

@@ -7,6 +7,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/residency.h"
 #include "engine/engine_impl.h"
 
 namespace metro::engine {
@@ -69,7 +70,9 @@ void Engine::Impl::step() {
   bool time_ops = self->model_->backend()->cheap_op_timing();
   for (const auto& o : current_observers()) time_ops = time_ops || o->wants_op_times();
   if (time_ops) fo.observer = &profile;
+  const uint64_t faults0 = major_page_faults();
   auto out = tiers ? forward_tiers(plan, fo) : self->model_->forward(batch, view, ws, *pool, fo);
+  step_faults = major_page_faults() - faults0;
   if (!out.ok()) {
     METRO_LOG_ERROR("engine step failed: %s", out.status().to_string().c_str());
     for (const auto& ss : plan.seqs) {
@@ -705,6 +708,7 @@ void Engine::Impl::publish_stats(double step_ms, int batch_tokens, int batch_seq
   std::lock_guard<std::mutex> lock(stats_mu);
   refresh_gauges_locked();
   stats.steps += 1;
+  stats.major_page_faults += step_faults;
   stats.step_seconds_total += step_ms * 1e-3;
   stats.last_step_ms = step_ms;
   stats.last_batch_tokens = batch_tokens;

@@ -141,6 +141,16 @@ class File {
   // True when the bytes are a copy the File owns (load), false for a map (open) or bytes
   // owned by the caller (parse).
   bool owns_bytes() const { return map_ && map_->owned(); }
+  // Gives back the whole pages of `range` (inside bytes()) when the File owns its copy
+  // (MappedFile::give_back): for tensor bytes nothing will read again. Returns the bytes
+  // given back.
+  size_t give_back(std::span<const uint8_t> range) const {
+    if (!owns_bytes() || range.empty() || range.data() < bytes_.data() ||
+        range.data() + range.size() > bytes_.data() + bytes_.size()) {
+      return 0;
+    }
+    return map_->give_back(static_cast<size_t>(range.data() - bytes_.data()), range.size());
+  }
 
   const std::vector<KeyValue>& metadata() const { return kv_; }
   const Value* find(std::string_view key) const;

@@ -51,6 +51,15 @@ std::string Weight::describe() const {
   return s;
 }
 
+std::vector<std::span<const uint8_t>> Weight::memory() const {
+  std::vector<std::span<const uint8_t>> out;
+  if (data == nullptr) return out;
+  const size_t row_major_bytes = static_cast<size_t>(n_rows) * row_stride;
+  out.emplace_back(data, layout == kLayoutX8 ? x8_bytes(type, n_rows, n_cols) : row_major_bytes);
+  if (row_major != nullptr) out.emplace_back(row_major, row_major_bytes);
+  return out;
+}
+
 Weight make_weight_with(const KernelTable& kt, DType type, const void* data, int64_t n_rows,
                         int64_t n_cols, bool allow_repack, const std::shared_ptr<BumpArena>& arena) {
   METRO_CHECK(n_rows > 0 && n_cols > 0 && n_cols % traits(type).block_size == 0);

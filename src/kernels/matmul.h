@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "base/aligned.h"
 #include "kernels/dtype.h"
@@ -37,6 +39,9 @@ struct Weight {
 
   // A short description for `metro inspect` ("Q4_1 row-major", "Q4_1 x8 interleaved").
   std::string describe() const;
+  // The host bytes the kernels read: the matrix in its layout, and the row-major bytes
+  // kept beside a repacked copy.
+  std::vector<std::span<const uint8_t>> memory() const;
 };
 
 // Wraps GGUF row-major bytes; with `allow_repack`, may build an interleaved copy when the

@@ -4,6 +4,7 @@
 // layers and of each layer's heads (model/shard.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -132,6 +133,19 @@ class Model {
   const std::shared_ptr<backends::Backend>& backend() const { return backend_; }
   // Whether the watch (ModelOptions::watch_period) has seen the file change on disk.
   bool file_changed_on_disk() const { return watch_ && watch_->changed(); }
+  // Gives back the memory of the file copy's tensor bytes that no weight reads any more
+  // (matrices the backend copied into layouts of its own, vectors it copied): on the CPU
+  // backend with x8-repacked matrices, most of the file. Only when the model owns its copy
+  // (load) and its backend names every byte it reads; afterwards nothing may bind weights
+  // from file() again (file_given_back() says so). Returns the bytes given back.
+  uint64_t give_back_unread_file_bytes() const;
+  uint64_t file_given_back() const { return given_back_.load(std::memory_order_relaxed); }
+  // The merged host ranges the weights read (products, head, embedding table); empty on a
+  // device backend.
+  std::vector<std::span<const uint8_t>> weight_memory() const;
+  // Locks weight_memory() in RAM (`metro serve --mlock`); returns the bytes locked.
+  Expected<uint64_t> lock_weights() const;
+  uint64_t weights_locked() const { return locked_.load(std::memory_order_relaxed); }
   // The KV page layout of this shard's arena (its KV heads), with kv_layers() layers.
   kernels::KvPageLayout kv_layout(kernels::DType type, int block_size) const;
   // An encoder keeps nothing in KV memory: 0.
@@ -166,6 +180,8 @@ class Model {
   std::unique_ptr<kernels::Rope> rope_;
   std::unique_ptr<kernels::Rope> rope_local_;  // the sliding-window layers' rotation; null when alike
   std::unique_ptr<FileWatch> watch_;  // null unless asked for
+  mutable std::atomic<uint64_t> given_back_{0};
+  mutable std::atomic<uint64_t> locked_{0};
 };
 
 // A single sequence's private KV memory: the simplest KvView owner, for `metro run`,

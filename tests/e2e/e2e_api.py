@@ -363,6 +363,29 @@ def t_metrics_for_operators(t):
     assert m['metro_choices_finished_total{finish_reason="length"}'] >= 1, {k: v for k, v in m.items()
                                                                               if "finish" in k}
     assert m.get('metro_http_requests_total{endpoint="/tokenize",status="200"}', 0) >= 1
+    # The weights: in RAM, and the file's copy given back where the backend copied them.
+    assert m["metro_weights_bytes"] > 50e6 and m["metro_weights_resident_bytes"] > 0.9 * m["metro_weights_bytes"], m
+    assert m["metro_weights_file_given_back_bytes"] > 30e6 and m["metro_weights_locked_bytes"] == 0, m
+    assert "metro_engine_major_page_faults_total" in m
+
+
+def t_mlock(ctx):
+    """--mlock locks every weight byte in RAM and says so at start and on /metrics; serving is unchanged."""
+    srv = MetroServer(ctx.metro, ctx.model_path, ["--mlock", "--ctx", "512", "--ctx-total", "2048", "--admission",
+                                                  "off", "-t", str(env_int("METRO_E2E_THREADS", 2))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        m = metrics(srv.port)
+        assert m["metro_weights_locked_bytes"] >= m["metro_weights_bytes"] > 50e6, m
+        assert m["metro_weights_resident_bytes"] >= 0.999 * m["metro_weights_bytes"], m
+        st, _, body = request(srv.port, "POST", "/v1/completions",
+                              {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})
+        assert st == 200 and "Paris" in json.loads(body)["choices"][0]["text"], body
+        assert srv.wait_line("resident, locked) |"), "".join(srv.lines)
+        assert "of the file's copy given back" in "".join(srv.lines)
+    finally:
+        srv.kill()
 
 
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
@@ -591,5 +614,5 @@ def t_kv_spill(ctx):
     shutil.rmtree(spill_dir, ignore_errors=True)
 
 
-SEPARATE_SERVER_TESTS = [t_served_model_names, t_request_ids_and_json_logs, t_variants_split_and_stickiness,
+SEPARATE_SERVER_TESTS = [t_served_model_names, t_mlock, t_request_ids_and_json_logs, t_variants_split_and_stickiness,
                          t_cli_progress_lines, t_kv_spill]

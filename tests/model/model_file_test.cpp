@@ -257,5 +257,71 @@ TEST(ModelFile, WatchLogsAChangeOnceAndKeepsServing) {
   EXPECT_EQ(generate(**m, {1, 2, 3}, 4).logits, before.logits);
 }
 
+// After loading, the copy's bytes that no weight reads are given back (serve does this): the
+// model computes the same logits, the metadata and vocabulary still read, every range the
+// weights read is readable, and a second call gives nothing more. Repacked, that is most of
+// the file; read in place, only the vectors the backend copied.
+TEST(ModelFile, GivingBackTheUnreadCopyKeepsOutputsAndMetadata) {
+  for (bool repack : {false, true}) {
+    SCOPED_TRACE(repack ? "repacked" : "not repacked");
+    TempFile tmp;
+    SyntheticModelSpec spec = small_spec();
+    spec.matrix_type = kernels::DType::kQ8_0;  // repacked without the row-major bytes kept (F16 keeps them)
+    tmp.write(make_synthetic_model(spec));
+    ModelOptions o;
+    o.allow_repack = repack;
+    auto m = Model::load(tmp.path(), o);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const Generation before = generate(**m, {1, 2, 3, 4, 5}, 6);
+    uint64_t tensor_bytes = 0, matrix_bytes = 0;
+    for (const auto& t : (*m)->file().tensors()) {
+      tensor_bytes += t.n_bytes;
+      if (t.n_dims == 2) matrix_bytes += t.n_bytes;
+    }
+    const uint64_t given = (*m)->give_back_unread_file_bytes();
+    EXPECT_EQ((*m)->file_given_back(), given);
+    EXPECT_LE(given, tensor_bytes);
+    if (repack) {
+      // Every matrix but the embedding table (read in place as rows) was copied.
+      EXPECT_GT(given, matrix_bytes / 2) << tensor_bytes;
+    } else {
+      EXPECT_LT(given, tensor_bytes - matrix_bytes + 4096);
+    }
+    EXPECT_EQ((*m)->give_back_unread_file_bytes(), 0u);
+    uint64_t sum = 0, n = 0;
+    for (const auto& r : (*m)->weight_memory()) {
+      for (uint8_t b : r) sum += b;
+      n += r.size();
+    }
+    EXPECT_GT(n, 0u);
+    EXPECT_GT(sum, 0u);
+    const Generation after = generate(**m, {1, 2, 3, 4, 5}, 6);
+    EXPECT_EQ(after.tokens, before.tokens);
+    EXPECT_EQ(after.logits, before.logits);
+    auto tok = tokenizer::Tokenizer::from_gguf((*m)->file());
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    EXPECT_EQ(tok->token_to_piece(299), "t299");
+  }
+}
+
+// The real model as `metro serve` loads it: more than half of the file's copy goes back, and
+// greedy generation is unchanged.
+TEST(ModelFile, RealModelGivesBackMostOfItsCopy) {
+  REQUIRE_MODEL();
+  auto m = Model::load(metro::testing::default_model_path());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto tok = tokenizer::Tokenizer::from_gguf((*m)->file());
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const std::vector<int32_t> prompt = tok->encode("The capital of France is", false, false);
+  const Generation before = generate(**m, prompt, 8);
+  const uint64_t given = (*m)->give_back_unread_file_bytes();
+  EXPECT_GT(given, (*m)->file().file_size() / 2);
+  const Generation after = generate(**m, prompt, 8);
+  EXPECT_EQ(after.tokens, before.tokens);
+  EXPECT_EQ(after.logits, before.logits);
+  std::printf("given back %.1f of %.1f MiB\n", static_cast<double>(given) / (1 << 20),
+              static_cast<double>((*m)->file().file_size()) / (1 << 20));
+}
+
 }  // namespace
 }  // namespace metro::model

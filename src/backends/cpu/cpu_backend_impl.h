@@ -19,6 +19,8 @@ class CpuMatrix final : public DeviceMatrix {
   CpuMatrix(kernels::Weight w, AlignedBuffer<uint8_t> gathered)
       : DeviceMatrix(w.type, w.n_rows, w.n_cols), weight(std::move(w)), gathered_(std::move(gathered)) {}
   std::string describe() const override { return weight.describe(); }
+  // A strided slice reads its gathered rows; the weight's spans then lie inside them.
+  std::vector<std::span<const uint8_t>> host_memory() const override { return weight.memory(); }
 
   kernels::Weight weight;  // kRows matrices keep the row-major layout
 
@@ -79,6 +81,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<DeviceMatrix> upload_matrix(const HostMatrix& m, MatrixUse use,
                                               bool allow_relayout) override;
   std::unique_ptr<DeviceVector> upload_vector(std::span<const float> v) override;
+  bool host_memory_complete() const override { return true; }  // vectors are copies
   std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) override;
   void copy_bytes(DeviceBuffer& buf, size_t src_offset, size_t dst_offset, size_t n) override;
   void write_bytes(DeviceBuffer& buf, size_t offset, std::span<const uint8_t> src) override;

@@ -106,6 +106,9 @@ Expected<LayerChain> LayerChain::of(const model::Model& m) {
   if (!m.shard().starts_model() || !m.shard().ends_model || m.shard().sliced() || L < 2) {
     return invalid_argument("a layer chain needs a whole model of two layers or more");
   }
+  if (m.file_given_back() > 0) {
+    return invalid_argument("a layer chain reads the model's file, whose copy was given back after loading");
+  }
   for (int l = 0; l < L; ++l) {
     METRO_ASSIGN_OR_RETURN(gguf::File view, gguf::File::parse(m.file().bytes()));
     model::ModelOptions opts;

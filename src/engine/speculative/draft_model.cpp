@@ -241,6 +241,9 @@ Expected<std::shared_ptr<const model::Model>> make_self_draft(const model::Model
   if (!target.shard().starts_model() || !target.shard().ends_model || target.shard().sliced()) {
     return invalid_argument("self-drafting needs the whole model in one process");
   }
+  if (target.file_given_back() > 0) {
+    return invalid_argument("self-drafting binds the model's file again, whose copy was given back after loading");
+  }
   METRO_ASSIGN_OR_RETURN(gguf::File file, gguf::File::parse(target.file().bytes()));
   model::ModelOptions o;
   o.backend = target.backend();
