@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libcli11-dev
   python3 python3-pip python3-venv
   libreadline8                     # line editing in `metro chat` (loaded at run time)
+  libzmq5                          # `metro serve --kv-events` (loaded at run time)
   libhnswlib-dev                   # the semantic cache's nearest-neighbour index (header-only)
   libjs-marked libjs-highlight.js  # Markdown and code highlighting, embedded in the web UI
 )

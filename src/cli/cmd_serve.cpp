@@ -30,6 +30,7 @@
 #include "engine/step_trace.h"
 #include "gateway/front_door.h"
 #include "sched/scheduler.h"
+#include "server/kv_events_publisher.h"
 #include "server/server.h"
 #include "server/teacher_capture.h"
 #include "tokenizer/chat_template.h"
@@ -184,6 +185,18 @@ int cmd_serve(int argc, char** argv) {
                  "keep prefix-cache blocks evicted from memory in a file in this directory and read them back "
                  "on later hits (a file per model, removed at exit)");
   app.add_option("--kv-spill-bytes", kv_spill_bytes, "size of each model's spill file")->capture_default_str();
+  server::KvEventsConfig kv_events;
+  std::string kv_events_format = "map";
+  app.add_option("--kv-events", kv_events.endpoint,
+                 "publish prefix-cache block events over ZeroMQ in vLLM's layout: tcp://*:PORT binds, "
+                 "tcp://HOST:PORT connects (needs libzmq5)");
+  app.add_option("--kv-events-topic", kv_events.topic, "the topic frame of each --kv-events message");
+  app.add_option("--kv-events-replay", kv_events.replay_endpoint,
+                 "bind a ROUTER socket that resends buffered --kv-events batches from a sequence number");
+  app.add_option("--kv-events-format", kv_events_format,
+                 "map (vLLM's current layout) or array (the layout of earlier vLLM releases)")
+      ->check(CLI::IsMember({"map", "array"}))
+      ->capture_default_str();
   app.add_option("--ctx-total", ec.ctx_total, "KV cache budget in tokens (default 65536)")
       ->check(CLI::Range(1, 1 << 28));
   app.add_option("--kv-block", ec.kv_block, "tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -500,7 +513,15 @@ int cmd_serve(int argc, char** argv) {
   // Several engines take turns on one compute pool rather than oversubscribing the cores.
   if (specs->size() > 1 || cache_flags.on) ec.pool = std::make_shared<ThreadPool>(threads);
   if (Status st = build_semantic_cache(cache_flags, ec.pool, !no_repack, sc); !st.ok()) return fail("serve", st);
+  if (!kv_events.endpoint.empty()) {
+    if (no_prefix_cache) return fail("serve", invalid_argument("--kv-events reports the prefix cache, which is off"));
+    kv_events.array_layout = kv_events_format == "array";
+    auto pub = server::KvEventsPublisher::start(kv_events);
+    if (!pub.ok()) return fail("serve", pub.status());
+    sc.kv_events = *pub;
+  }
   const int64_t t_start = now_ns();
+  const std::shared_ptr<server::KvEventsPublisher> sc_kv_events = sc.kv_events;
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
@@ -518,6 +539,11 @@ int cmd_serve(int argc, char** argv) {
       }
     }
     engine::EngineConfig cfg = ec;  // a proposer of its own: it keeps per-sequence state
+    if (sc_kv_events) {
+      cfg.kv_events = [pub = sc_kv_events, bs = cfg.kv_block](std::vector<kv::KvEvent> events) {
+        pub->publish(std::move(events), bs);
+      };
+    }
     METRO_RETURN_IF_ERROR(apply_spec_flags(spec, cfg, lm.model));
     METRO_ASSIGN_OR_RETURN(TierModels tiers, build_tiers(tier_flags, lm.model, !no_repack, cfg));
     METRO_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng, engine::Engine::create(tiers.high, *lm.tokenizer, cfg));

@@ -131,6 +131,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
       static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
   impl->prefix_hint = impl->kv->prefix_hint();
+  if (cfg.kv_events && cfg.prefix_cache) impl->kv->set_event_log(&impl->kv_event_log);
   if (!cfg.kv_spill_dir.empty()) {
     if (!cfg.prefix_cache) return invalid_argument("--kv-spill-dir keeps prefix-cache blocks: it needs the prefix cache");
     kv::FileSpillConfig sc;
@@ -198,7 +199,14 @@ void Engine::shutdown() {
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_->thread.joinable()) {
+    impl_->thread.join();
+    // The cache goes with the engine (a model unloaded or swapped): subscribers forget it.
+    if (cfg_.kv_events && cfg_.prefix_cache) {
+      impl_->kv_event_log.all_cleared();
+      cfg_.kv_events(impl_->kv_event_log.take());
+    }
+  }
 }
 
 int64_t Engine::kv_capacity_tokens() const {

@@ -34,6 +34,7 @@
 #include "engine/step_observer.h"
 #include "kernels/dtype.h"
 #include "kv/file_spill.h"
+#include "kv/kv_events.h"
 #include "kv/prefix_hint.h"
 #include "model/model.h"
 #include "sched/queue_order.h"
@@ -66,6 +67,9 @@ struct EngineConfig {
   // file of at most kv_spill_bytes in this directory and read back on later hits. Empty: off.
   std::string kv_spill_dir;        // --kv-spill-dir
   int64_t kv_spill_bytes = 0;      // --kv-spill-bytes
+  // Receives, once per step that changed it, what the prefix cache stored and removed
+  // (kv/kv_events.h), on the engine thread: it must only hand the events on. Null: off.
+  std::function<void(std::vector<kv::KvEvent>)> kv_events;  // --kv-events
   int max_batch_tokens = 256;      // tokens per step (--max-batch-tokens)
   int max_seqs = 64;               // sequences per step (--max-seqs)
   int n_ctx = 0;                   // context per sequence; 0: the model's trained context

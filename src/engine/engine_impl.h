@@ -88,6 +88,7 @@ struct Engine::Impl {
   std::unique_ptr<sched::Scheduler> sched;
   std::shared_ptr<const sched::QueueOrder> queue_order;
   std::shared_ptr<const kv::PrefixHint> prefix_hint;  // kv's, readable from any thread
+  kv::KvEventLog kv_event_log;  // what the prefix cache stored and removed (--kv-events)
   sched::SchedMetrics metrics;
   explicit Impl(const SlaConfig& sla) : metrics(sla) {}
   std::shared_ptr<ThreadPool> pool;

@@ -89,6 +89,7 @@ void Engine::Impl::step() {
   pool_embeddings(plan, *out);
   emit(plan, *out);
   report(plan, *out, profile, t0);
+  if (!kv_event_log.empty()) self->cfg_.kv_events(kv_event_log.take());
   progress_ns.store(now_ns(), std::memory_order_relaxed);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "kv/kv_events.h"
 #include "kv/prefix_hint.h"
 
 namespace metro::kv {
@@ -52,6 +53,7 @@ void KvBlockPool::drop_hash(BlockId b) {
   if (it != by_hash_.end() && it->second == b) {
     by_hash_.erase(it);
     if (hint_ != nullptr) hint_->drop(hash_[i]);
+    if (events_ != nullptr) events_->removed(hash_[i]);
   }
   has_hash_[i] = 0;
 }
@@ -122,6 +124,10 @@ void KvBlockPool::set_hash(BlockId b, uint64_t hash, uint64_t parent_hash,
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<long>(i * static_cast<size_t>(block_size_)));
   by_hash_.emplace(hash, b);
   if (hint_ != nullptr) hint_->add(hash);
+  if (events_ != nullptr) {
+    // A parent that is not a cached block (a chain's root, or evicted) is reported as none.
+    events_->stored(hash, by_hash_.count(parent_hash) ? std::optional<uint64_t>(parent_hash) : std::nullopt, tokens);
+  }
 }
 
 }  // namespace metro::kv

@@ -18,6 +18,7 @@
 
 namespace metro::kv {
 
+class KvEventLog;
 class PrefixHint;
 
 using BlockId = int32_t;
@@ -50,6 +51,8 @@ class KvBlockPool {
   bool is_cached(BlockId b) const { return has_hash_[static_cast<size_t>(b)]; }
   // Mirrors every registered and dropped hash into `hint` (null: none). Not owned.
   void set_hint(PrefixHint* hint) { hint_ = hint; }
+  // Logs every registered and dropped hash into `log` (null: none). Not owned.
+  void set_event_log(KvEventLog* log) { events_ = log; }
   // Called by allocate() with a cached block it is about to hand out (its contents still
   // intact) and the block's key: a lower tier may keep them. Null: none.
   using EvictFn = std::function<void(BlockId, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens)>;
@@ -73,6 +76,7 @@ class KvBlockPool {
   std::vector<int32_t> tokens_;  // [n_blocks][block_size]
   std::unordered_map<uint64_t, BlockId> by_hash_;
   PrefixHint* hint_ = nullptr;
+  KvEventLog* events_ = nullptr;
   EvictFn on_evict_;
 };
 

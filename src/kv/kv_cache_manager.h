@@ -131,6 +131,8 @@ class KvCacheManager {
   // A lower tier for evicted prefix-cache blocks (null: none; not owned, must outlive the
   // manager's use). computed_blocks() then also restores what it keeps.
   void set_spill(KvSpillTier* tier);
+  // Logs the prefix cache's stored and removed blocks into `log` (null: none; not owned).
+  void set_event_log(KvEventLog* log) { pool_.set_event_log(log); }
   // A thread-safe mirror of the cached block hashes (null with the prefix cache off), for
   // estimates made off the engine thread.
   std::shared_ptr<const PrefixHint> prefix_hint() const { return hint_; }

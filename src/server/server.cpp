@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/http_session.h"
+#include "server/kv_events_publisher.h"
 #include "server/server_core.h"
 #include "cache/semantic_cache.h"
 #include "server/teacher_capture.h"
@@ -58,6 +59,7 @@ ServerCore::ServerCore(ServerConfig config, PrepQueue* prep_pool)
     metrics_.collect(e);
     if (config_.teacher_capture) config_.teacher_capture->export_metrics(e);
     if (config_.semantic_cache) config_.semantic_cache->export_metrics(e);
+    if (config_.kv_events) config_.kv_events->export_metrics(e);
     if (config_.vllm_metric_names) export_vllm_names(e);
   });
 }

@@ -19,6 +19,8 @@ class Embedder;
 
 namespace metro::server {
 
+class KvEventsPublisher;
+
 class TeacherCapture;
 
 // Bounds on what one request may ask for (docs/reliability.md).
@@ -79,6 +81,8 @@ struct ServerConfig {
   // (--cache-embed-model); null: off.
   std::shared_ptr<cache::SemanticCache> semantic_cache;
   std::shared_ptr<cache::Embedder> cache_embedder;
+  // Prefix-cache events over ZeroMQ (--kv-events); null: off.
+  std::shared_ptr<KvEventsPublisher> kv_events;
   // Quotas, admission, the models served; null: a front door that admits everything.
   std::shared_ptr<gateway::FrontDoor> front_door;
 };

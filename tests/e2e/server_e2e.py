@@ -25,6 +25,7 @@ import e2e_bad_inputs  # noqa: E402
 import e2e_cache  # noqa: E402
 import e2e_capture  # noqa: E402
 import e2e_deploy  # noqa: E402
+import e2e_kv_events  # noqa: E402
 import e2e_load  # noqa: E402
 import e2e_router  # noqa: E402
 import e2e_sla  # noqa: E402
@@ -177,7 +178,7 @@ def main():
         if args.group in ("all", "servers"):
             separate += (e2e_api.SEPARATE_SERVER_TESTS + e2e_spec.TESTS + e2e_tiers.TESTS +
                          e2e_tools.SEPARATE_SERVER_TESTS + e2e_variants.TESTS + e2e_capture.TESTS +
-                         e2e_cache.TESTS + e2e_router.TESTS)
+                         e2e_cache.TESTS + e2e_router.TESTS + e2e_kv_events.TESTS)
         if args.group in ("all", "sla"):
             separate += e2e_sla.TESTS
         sanitized = bool(os.environ.get("METRO_SANITIZED"))
