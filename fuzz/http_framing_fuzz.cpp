@@ -1,7 +1,9 @@
 // libFuzzer target: the request-header checks that guard against smuggling (framing.h).
 // Any bytes Beast accepts as a request header go through check_framing, which must never
 // crash, and must refuse every header whose Transfer-Encoding does not end in a single
-// chunked, or an HTTP/1.1 header without exactly one Host.
+// chunked, or an HTTP/1.1 header without exactly one Host. An If-None-Match value goes
+// through the web UI's revalidation: a 304 only when it names the page's ETag (or is *), and
+// a 200 carries the page whole.
 #include <boost/beast/core/buffers_prefix.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -11,6 +13,7 @@
 #include <string_view>
 
 #include "server/framing.h"
+#include "server/web_ui.h"
 
 namespace http = boost::beast::http;
 
@@ -22,6 +25,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.put(boost::asio::buffer(data, size), ec);
   if (!p.is_header_done()) return 0;
   const auto& h = p.get();
+  if (auto it = h.find(http::field::if_none_match); it != h.end()) {
+    const metro::server::WebAsset* page = metro::server::find_web_asset("/");
+    if (page == nullptr) std::abort();
+    const std::string_view value = it->value();
+    const metro::server::HttpResponse r = metro::server::web_asset_response(*page, value);
+    if (r.status == 304 && value.find(page->etag) == std::string_view::npos && value.find('*') == std::string_view::npos) {
+      std::abort();
+    }
+    if (r.status != 304 && (r.status != 200 || r.body != page->body)) std::abort();
+  }
   const auto verdict = metro::server::check_framing(h);
   size_t hosts = 0;
   for (const auto& f : h) hosts += f.name() == http::field::host;
