@@ -1,11 +1,13 @@
 // The KV spill tier in a running engine: a prompt whose prefix-cache blocks memory evicted
 // is read back from the spill file instead of computed, and generates exactly what it
-// generated the first time.
+// generated the first time. And the prefix cache's events (EngineConfig::kv_events) as the
+// engine hands them on.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -96,6 +98,73 @@ TEST(EngineKvSpill, APromptWhoseBlocksLeftMemoryIsRestoredWithTheSameOutput) {
   const auto& sm = default_model();
   EXPECT_FALSE(Engine::create(sm.model, *sm.tokenizer, bad).ok());
   std::filesystem::remove_all(dir);
+}
+
+// A prompt's full blocks arrive as stored (its tokens, chained), prompts that push them out of
+// a small cache as removed, the chain again when the prompt returns, and everything cleared
+// when the engine stops.
+TEST(EngineKvEvents, StoresRemovalsAndTheClearAtShutdown) {
+  REQUIRE_MODEL();
+  std::mutex mu;
+  std::vector<kv::KvEvent> seen;
+  EngineConfig cfg;
+  cfg.n_threads = 2;
+  cfg.ctx_total = 320;  // 20 blocks of 16
+  cfg.kv_events = [&](std::vector<kv::KvEvent> events) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& e : events) seen.push_back(std::move(e));
+  };
+  const auto a = long_prompt("trains"), b = long_prompt("the ocean"), c = long_prompt("volcanoes");
+  auto stored_a = [&] {
+    // The chain of stored blocks that starts with a's first block, and its tokens.
+    std::vector<uint64_t> chain;
+    std::vector<int32_t> tokens;
+    for (const auto& e : seen) {
+      if (e.kind != kv::KvEvent::Kind::kStored) continue;
+      if (chain.empty() && !e.parent && std::equal(a.begin(), a.begin() + 16, e.token_ids.begin())) {
+        chain = e.hashes;
+        tokens = e.token_ids;
+      } else if (!chain.empty() && e.parent && *e.parent == chain.back()) {
+        chain.insert(chain.end(), e.hashes.begin(), e.hashes.end());
+        tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      }
+    }
+    return std::make_pair(chain, tokens);
+  };
+  {
+    const auto& sm = default_model();
+    auto e = Engine::create(sm.model, *sm.tokenizer, cfg);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    collect(*(*e)->submit(greedy_request(a, 4)));
+    std::vector<uint64_t> first;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto [chain, tokens] = stored_a();
+      ASSERT_EQ(chain.size(), 12u);  // 200 prompt tokens (+ 3 generated) fill 12 blocks of 16
+      EXPECT_TRUE(std::equal(a.begin(), a.begin() + 192, tokens.begin()));
+      first = chain;
+      seen.clear();
+    }
+    collect(*(*e)->submit(greedy_request(b, 4)));
+    collect(*(*e)->submit(greedy_request(c, 4)));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      std::vector<uint64_t> removed;
+      for (const auto& ev : seen) {
+        if (ev.kind == kv::KvEvent::Kind::kRemoved) removed.insert(removed.end(), ev.hashes.begin(), ev.hashes.end());
+      }
+      for (uint64_t h : first) EXPECT_NE(std::find(removed.begin(), removed.end(), h), removed.end()) << h;
+      seen.clear();
+    }
+    collect(*(*e)->submit(greedy_request(a, 4)));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(stored_a().first, first);  // the same hashes: the same blocks computed again
+      seen.clear();
+    }
+  }
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().kind, kv::KvEvent::Kind::kAllCleared);
 }
 
 }  // namespace
