@@ -3,9 +3,11 @@
 // choose it. Big-endian throughout.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace metro {
 
@@ -54,10 +56,7 @@ class MsgpackWriter {
   }
   void float64(double v) {
     byte(0xcb);
-    uint64_t bits;
-    static_assert(sizeof(bits) == sizeof(v));
-    __builtin_memcpy(&bits, &v, sizeof(v));
-    be(bits, 8);
+    be(std::bit_cast<uint64_t>(v), 8);
   }
   void str(std::string_view s) {
     const size_t n = s.size();

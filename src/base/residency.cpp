@@ -35,6 +35,12 @@ ByteRanges merge_ranges(ByteRanges ranges) {
   return out;
 }
 
+uint64_t total_bytes(const ByteRanges& ranges) {
+  uint64_t n = 0;
+  for (const auto& r : ranges) n += r.size();
+  return n;
+}
+
 uint64_t resident_bytes(const ByteRanges& ranges) {
   const uintptr_t page = page_size();
   uint64_t total = 0;

@@ -15,6 +15,9 @@ using ByteRanges = std::vector<std::span<const uint8_t>>;
 // The ranges sorted by address with overlapping and touching ones joined.
 ByteRanges merge_ranges(ByteRanges ranges);
 
+// The ranges' bytes, summed.
+uint64_t total_bytes(const ByteRanges& ranges);
+
 // Bytes of the ranges resident in RAM now (mincore, page by page): a resident page counts
 // for the part of it a range covers. Ranges that overlap count twice: merge them first.
 uint64_t resident_bytes(const ByteRanges& ranges);

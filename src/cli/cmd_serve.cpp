@@ -611,8 +611,7 @@ int cmd_serve(int argc, char** argv) {
           m->chat_template ? "" : " | no chat template");
       const model::Model& mm = e.model();
       const ByteRanges wm = mm.weight_memory();
-      uint64_t wbytes = 0;
-      for (const auto& r : wm) wbytes += r.size();
+      const uint64_t wbytes = total_bytes(wm);
       if (wbytes > 0) {
         std::printf("metro serve: weights %.1f MiB in RAM (%.1f MiB resident%s) | %.1f MiB of the file's copy given back\n",
                     static_cast<double>(wbytes) / (1 << 20), static_cast<double>(resident_bytes(wm)) / (1 << 20),

@@ -212,10 +212,8 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
     {
       const model::Model& m = self->model();
       const ByteRanges w = m.weight_memory();
-      uint64_t bytes = 0;
-      for (const auto& r : w) bytes += r.size();
       gauge("metro_weights_bytes", "Host memory the model's weights are read from (0 on a device backend).",
-            static_cast<double>(bytes));
+            static_cast<double>(total_bytes(w)));
       gauge("metro_weights_resident_bytes", "Of metro_weights_bytes, the bytes in RAM now.",
             static_cast<double>(resident_bytes(w)));
       gauge("metro_weights_locked_bytes", "Weight bytes locked in RAM (metro serve --mlock).",

@@ -68,9 +68,8 @@ class KvEventsPublisher {
   uint64_t dropped() const { return dropped_.load(); }
   void export_metrics(metrics::Exposition& e) const;
 
-  struct Zmq;
-
  private:
+  struct Zmq;  // libzmq's functions, resolved at run time
   KvEventsPublisher() = default;
   void run();
   void serve_replay();
