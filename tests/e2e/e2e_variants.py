@@ -267,13 +267,14 @@ def t_hot_load_and_unload_under_load(ctx):
     m = ctx.model_path
     key = admin_key_file()
     srv = variant_server(ctx, key, ["--served-model-name", "chat"])
+    stop = threading.Event()  # set on every way out, so a failed check cannot leave the load running
+    threads = []
     srv.start()
     try:
         srv.wait_ready()
         for i in range(4):
             assert ask(srv.port, "chat", f"warm-{i}")[0] == 200
         rss_before = rss_mib(srv.proc.pid)
-        stop = threading.Event()
         results = []
         lock = threading.Lock()
 
@@ -288,7 +289,7 @@ def t_hot_load_and_unload_under_load(ctx):
                     results.append(r)
                 n += 1
 
-        threads = [threading.Thread(target=steady, args=(i,)) for i in range(4)]
+        threads.extend(threading.Thread(target=steady, args=(i,)) for i in range(4))
         for t in threads:
             t.start()
 
@@ -383,7 +384,10 @@ def t_hot_load_and_unload_under_load(ctx):
         ctx.note(f"hot load/unload: {len(results)} steady requests, 0 failed; RSS {rss_before:.0f} -> "
                  f"{rss_loaded:.0f} -> {rss_after:.0f} MiB")
     finally:
+        stop.set()
         srv.kill()
+        for t in threads:
+            t.join(timeout=60)
         os.unlink(key)
 
 
