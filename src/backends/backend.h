@@ -201,6 +201,10 @@ class Backend {
   // while they compute (a host backend); the memory of uploaded bytes outside it may then
   // be given back.
   virtual bool host_memory_complete() const { return false; }
+  // Whether AttentionOp::window is honoured. A backend without it runs a model with a
+  // sliding window only at contexts within the window (Model::max_context), where windowed
+  // and full attention agree.
+  virtual bool windowed_attention() const { return false; }
 
   // Raw memory for a KV arena (uninitialised), and transfers within and to and from it.
   virtual std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) = 0;

@@ -102,6 +102,7 @@ struct AttentionOp {
   int layer;
   int n_head;
   float scale;
+  int64_t window = 0;  // sliding window in tokens (kernels::AttentionParams::window); 0: none
 };
 
 // Each of the n_head heads of x[t] (width/n_head values each) RMS-normed in place with the

@@ -56,19 +56,34 @@ struct OpCount {
   double total() const { return product + attention; }
 };
 
-// `tokens` tokens through the products, `logits` of them through the head too, and `keys`
-// (query, key) pairs of attention in all.
-OpCount count_ops(const model::Model& m, double tokens, double logits, double keys) {
+// Sum of the key counts a sequence's queries at positions [from, to) attend to (causal).
+double causal_keys(double from, double to) { return (to * (to + 1) - from * (from + 1)) / 2; }
+
+// The same summed over the model's layers, each within its window (a query at q sees
+// min(q + 1, window) keys).
+double layer_keys(const model::HParams& hp, double from, double to) {
+  double sum = 0;
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    const double w = hp.layer_window(il);
+    if (w == 0 || to <= w) {
+      sum += causal_keys(from, to);
+    } else {
+      sum += causal_keys(from, std::max(from, w)) + w * (to - std::max(from, w));
+    }
+  }
+  return sum;
+}
+
+// `tokens` tokens through the products, `logits` of them through the head too, and the
+// attention of `n_seq` sequences' queries at positions [from, to).
+OpCount count_ops(const model::Model& m, double tokens, double logits, double n_seq, double from, double to) {
   const model::HParams& hp = m.hparams();
   OpCount c;
   c.product = 2.0 * (tokens * static_cast<double>(m.weights().product_macs(false)) +
                      logits * static_cast<double>(m.weights().product_macs(true) - m.weights().product_macs(false)));
-  c.attention = 2.0 * keys * hp.n_layer * hp.n_head * (hp.head_dim + hp.head_dim_v);
+  c.attention = 2.0 * n_seq * layer_keys(hp, from, to) * hp.n_head * (hp.head_dim + hp.head_dim_v);
   return c;
 }
-
-// Sum of the key counts a sequence's queries at positions [from, to) attend to (causal).
-double causal_keys(double from, double to) { return (to * (to + 1) - from * (from + 1)) / 2; }
 
 // Whether every product multiplies int8 quants (block formats), so the int8 peak bounds it;
 // float weights are bound by the FP32 peak.
@@ -240,6 +255,7 @@ int cmd_bench(int argc, char** argv) {
   lim.max_logits = std::max(1, max_seq);
   lim.max_seqs = std::max(1, max_seq);
   lim.max_blocks_per_seq = (p + n) / 16 + 2;
+  lim.n_ctx = p + n;
   Runner runner{m, pool, m.make_workspace(lim), *kv_dtype};
 
   json j;
@@ -303,8 +319,8 @@ int cmd_bench(int argc, char** argv) {
     bar.clear();
     runner.profile = nullptr;
     // tg runs a 1-token prompt, then n steps at positions 1..n.
-    const OpCount pp_ops = count_ops(m, p, 1, causal_keys(0, p));
-    const OpCount tg_ops = count_ops(m, n, n, causal_keys(1, n + 1));
+    const OpCount pp_ops = count_ops(m, p, 1, 1, 0, p);
+    const OpCount tg_ops = count_ops(m, n, n, 1, 1, n + 1);
     if (profile) {
       // One more prompt, timed op by op (not counted in pp: the timing slows it).
       backends::StepProfile pprof;
@@ -398,8 +414,8 @@ int cmd_bench(int argc, char** argv) {
                    {"prefill_min", a.min}, {"prefill_max", a.max}, {"decode_min", b.min},
                    {"decode_max", b.max}, {"kv_unused_fraction", unused_frac},
                    {"kv_bytes", runner.kv_bytes}});
-    const OpCount pre_ops = count_ops(m, static_cast<double>(ns) * p, ns, ns * causal_keys(0, p));
-    const OpCount dec_ops = count_ops(m, static_cast<double>(ns) * n, static_cast<double>(ns) * n, ns * causal_keys(p, p + n));
+    const OpCount pre_ops = count_ops(m, static_cast<double>(ns) * p, ns, ns, 0, p);
+    const OpCount dec_ops = count_ops(m, static_cast<double>(ns) * n, static_cast<double>(ns) * n, ns, p, p + n);
     const double pre_gops = pre_ops.total() * a.median / (static_cast<double>(ns) * p) / 1e9;
     const double dec_gops = dec_ops.total() * b.median / (static_cast<double>(ns) * n) / 1e9;
     arr.back()["prefill_gops"] = pre_gops;

@@ -98,9 +98,13 @@ json summarize(const gguf::File& f, const std::string& path) {
                                                                             : "none"},
                  {"scale_factor", h.rope_scale_factor},
                  {"freq_factors", h.has_rope_freq_factors}};
-    if (h.rope_scaling == model::RopeScaling::kYarn) j["rope"]["original_context"] = h.rope_orig_ctx;
+    if (h.rope_scaling == model::RopeScaling::kYarn || h.has_longrope) j["rope"]["original_context"] = h.rope_orig_ctx;
+    if (h.has_longrope) j["rope"]["longrope"] = true;
+    if (h.rope_attn_factor != 1.0f) j["rope"]["attn_factor"] = h.rope_attn_factor;
+    if (h.sliding_window > 0) j["sliding_window"] = h.sliding_window;
     j["tied_output"] = h.tied_output;
     j["encoder"] = h.encoder;
+    if (h.encoder) j["encoder_positions"] = h.encoder_rope ? "rope" : "learned";
     if (h.encoder) j["pooling"] = h.pooling == model::Pooling::kCls ? "cls" : "mean";
     j["qkv_bias"] = h.has_qkv_bias;
     j["qk_norm"] = h.has_qk_norm;
@@ -166,15 +170,20 @@ void print_text(const json& j, const gguf::File& f, bool tensors, bool metadata)
     const json& r = j["rope"];
     const bool encoder = j.value("encoder", false);
     if (encoder) {
-      std::printf("encoder:         bidirectional, learned positions, layer norms (eps %g), %s pooling; "
+      std::printf("encoder:         bidirectional, %s, layer norms (eps %g), %s pooling; "
                   "embeddings only\n",
+                  j.value("encoder_positions", "learned") == "rope" ? "rotated positions" : "learned positions",
                   j["rms_eps"].get<double>(), s("pooling").c_str());
     } else {
       std::printf("rope:            %s, base %g, %d dims, scaling %s (x%g)%s\n",
                   r["type"].get<std::string>().c_str(), r["freq_base"].get<double>(),
                   r["n_rot"].get<int>(), r["scaling"].get<std::string>().c_str(),
                   r["scale_factor"].get<double>(),
-                  r["freq_factors"].get<bool>() ? ", llama3 frequency factors" : "");
+                  r["freq_factors"].get<bool>() ? ", llama3 frequency factors"
+                  : r.contains("longrope")       ? ", LongRoPE factors (long past the original context)"
+                                                 : "");
+      if (r.contains("original_context")) std::printf("original context: %d\n", r["original_context"].get<int>());
+      if (j.contains("sliding_window")) std::printf("sliding window:  %d tokens\n", j["sliding_window"].get<int>());
       std::printf("rms norm eps:    %g\n", j["rms_eps"].get<double>());
       std::printf("output head:     %s%s\n", j["tied_output"].get<bool>() ? "tied to token embedding" : "separate",
                   j["qkv_bias"].get<bool>() ? ", Q/K/V biases" : "");

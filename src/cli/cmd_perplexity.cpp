@@ -89,7 +89,7 @@ int cmd_perplexity(int argc, char** argv) {
   if (!lm.ok()) return fail("perplexity", lm.status());
   const model::Model& m = *lm->model;
   const tokenizer::Tokenizer& tok = *lm->tokenizer;
-  if (n_ctx > static_cast<int>(m.hparams().max_context())) {
+  if (n_ctx > static_cast<int>(m.max_context())) {
     return fail("perplexity", invalid_argument("--ctx exceeds the model's context"));
   }
   const bool exact = kl_vs == "exact";
@@ -118,6 +118,7 @@ int cmd_perplexity(int argc, char** argv) {
   lim.max_logits = step_tokens;
   lim.max_seqs = 1;
   lim.max_blocks_per_seq = n_ctx / 16 + 2;
+  lim.n_ctx = n_ctx;
   model::Workspace ws = m.make_workspace(lim);
   std::optional<model::Workspace> ref_ws;
   if (ref) ref_ws.emplace(ref->model->make_workspace(lim));

@@ -52,6 +52,7 @@ Expected<Rows> score(const model::Model& m, const Windows& w, ThreadPool& pool) 
   lim.max_logits = w.n_ctx;
   lim.max_seqs = 1;
   lim.max_blocks_per_seq = w.n_ctx / 16 + 2;
+  lim.n_ctx = w.n_ctx;
   model::Workspace ws = m.make_workspace(lim);
   Rows rows;
   const int first = w.n_ctx / 2;
@@ -166,7 +167,7 @@ int cmd_sensitivity(int argc, char** argv) {
   w.add_bos = tok.add_bos() && tok.bos_id() >= 0;
   w.bos = tok.bos_id();
   w.ids = tok.encode(text, w.add_bos, false);
-  w.n_ctx = std::min<int>(n_ctx, static_cast<int>(base.hparams().max_context()));
+  w.n_ctx = std::min<int>(n_ctx, static_cast<int>(base.max_context()));
   w.n_chunks = std::min(max_chunks, static_cast<int>(w.ids.size()) / w.n_ctx);
   if (w.n_chunks < 1) return fail("sensitivity", invalid_argument("the text is shorter than one window"));
   ThreadPool pool(threads);

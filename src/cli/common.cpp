@@ -162,7 +162,7 @@ Status apply_spec_flags(const SpecFlags& flags, engine::EngineConfig& config,
   o.source = is_draft ? sp::DraftSource::kDraftModel : sp::DraftSource::kSelf;
   o.max_k = flags.max_k;
   o.max_seqs = config.max_seqs;
-  const int train = static_cast<int>(target->hparams().max_context());
+  const int train = static_cast<int>(target->max_context());
   o.n_ctx = config.n_ctx > 0 ? std::min(config.n_ctx, train) : train;
   o.block_size = config.kv_block;
   o.kv_type = config.kv_type;

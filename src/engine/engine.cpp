@@ -99,18 +99,19 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
     }
     // A whole input is computed in one step (bidirectional attention): the step takes the
     // longest one.
-    const int ctx = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, static_cast<int>(hp.max_context()))
-                                  : static_cast<int>(hp.max_context());
+    const int ctx = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, static_cast<int>(hp.n_ctx_train))
+                                  : static_cast<int>(hp.n_ctx_train);
     cfg.max_batch_tokens = std::max(cfg.max_batch_tokens, ctx);
   }
   auto e = std::unique_ptr<Engine>(new Engine(std::move(model), std::move(tokenizer), cfg));
   auto impl = std::make_unique<Impl>(cfg.sla);
   impl->self = e.get();
-  const int max_ctx = static_cast<int>(hp.max_context());
+  const int max_ctx = static_cast<int>(e->model_->max_context());
   e->n_ctx_ = cfg.n_ctx > 0 ? std::min<int>(cfg.n_ctx, max_ctx) : max_ctx;
   if (max_ctx < static_cast<int>(hp.n_ctx_train) && (cfg.n_ctx == 0 || cfg.n_ctx > max_ctx)) {
     METRO_LOG_INFO("context capped at the model's %d-token attention window (trained for %u): "
-                   "within the window full attention is exact", max_ctx, hp.n_ctx_train);
+                   "this backend has no windowed attention, and within the window full attention "
+                   "is exact", max_ctx, hp.n_ctx_train);
   }
 
   // The KV arena holds this model's layers and KV heads (a shard's, when it is one), in its
@@ -163,13 +164,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   lim.max_logits = so.base.max_logits;
   lim.max_seqs = cfg.max_seqs;
   lim.max_blocks_per_seq = (e->n_ctx_ + cfg.kv_block - 1) / cfg.kv_block + 1;
+  lim.n_ctx = e->n_ctx_;
   impl->ws = e->model_->make_workspace(lim);
   if (cfg.low_tier) {
     METRO_RETURN_IF_ERROR(check_tiers(m, *cfg.low_tier, cfg));
     impl->ws_low = cfg.low_tier->make_workspace(lim);
     impl->tiers = std::make_unique<adaptive::TierController>(cfg.tier_control);
     impl->decision.tier = impl->tiers->stats().tier;
-    if (cfg.shadow.every > 0) impl->shadow = std::make_unique<adaptive::ShadowScorer>(e->model_, cfg.low_tier, cfg.shadow);
+    if (cfg.shadow.every > 0) {
+      adaptive::ShadowConfig sc = cfg.shadow;
+      sc.n_ctx = e->n_ctx_;
+      impl->shadow = std::make_unique<adaptive::ShadowScorer>(e->model_, cfg.low_tier, sc);
+    }
     impl->stats.tiers = true;
     impl->stats.tier = impl->tiers->stats();
     impl->stats.tier_bytes = {weight_bytes(m), weight_bytes(*cfg.low_tier)};

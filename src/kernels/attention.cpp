@@ -72,7 +72,7 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
   const PagedRows keys(lay, seq.k_pages, t.kv_head);
   const PagedRows values(lay, seq.v_pages, t.kv_head);
   const int64_t last = qpos[rows - 1];
-  for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
+  for (int64_t kb = window_start(p, qpos[0]) / kKeyChunk * kKeyChunk; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
     for (int j = 0; j < nk; ++j) {
       if (!q8) dequantize_row_ref(lay.type, keys.row(kb + j), kf + j * hd, hd);  // Q8_0 keys: read as int8
@@ -80,9 +80,10 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
     }
     for (int r = 0; r < rows; ++r) {
       const int64_t valid = std::min<int64_t>(nk, qpos[r] + 1 - kb);
-      if (valid <= 0) continue;
+      const int64_t lo = std::max<int64_t>(0, window_start(p, qpos[r]) - kb);
+      if (valid <= lo) continue;
       float mx = m[r];
-      for (int j = 0; j < valid; ++j) {
+      for (int j = static_cast<int>(lo); j < valid; ++j) {
         float dot = 0.0f;
         if (q8) {  // int8 query row against the key's int8 blocks, in the AVX2 kernel's order
           dot = score_q8_ref(qi + r * hd, qd + r * nb, keys.row(kb + j), hd);
@@ -96,7 +97,7 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
       float sum = 0.0f;
       float* a = acc + r * hd;
       for (int d = 0; d < hd; ++d) a[d] *= alpha;
-      for (int j = 0; j < valid; ++j) {
+      for (int j = static_cast<int>(lo); j < valid; ++j) {
         const float pj = std::exp(s[j] - mx);
         sum += pj;
         for (int d = 0; d < hd; ++d) a[d] += pj * vf[j * hd + d];
@@ -123,7 +124,13 @@ int64_t floor_div_prefix(int64_t n, int64_t g) {
 
 // Estimated cost of a tile, in units of one (row, key) score + accumulate: every row's keys,
 // plus reading and converting each K/V row once, plus a fixed per-item overhead.
-int64_t tile_cost(const AttentionSeq& seq, int group, int r0, int r1) {
+int64_t tile_cost(const AttentionParams& p, const AttentionSeq& seq, int group, int r0, int r1) {
+  if (p.window > 0) {
+    int64_t keys = 0;
+    for (int r = r0; r < r1; ++r) keys += std::min<int64_t>(seq.pos0 + r / group + 1, p.window);
+    const int64_t first = window_start(p, seq.pos0 + r0 / group);
+    return keys + 4 * (seq.pos0 + (r1 - 1) / group + 1 - first) + 64;
+  }
   const int64_t rows = r1 - r0;
   const int64_t keys = rows * (seq.pos0 + 1) + floor_div_prefix(r1, group) -
                        floor_div_prefix(r0, group);
@@ -141,7 +148,7 @@ void for_each_item(const AttentionParams& p, std::span<const AttentionSeq> seqs,
     for (int kvh = 0; kvh < p.layout.n_head_kv; ++kvh) {
       for (int r0 = 0; r0 < total_rows; r0 += tile_rows) {
         const int r1 = std::min(total_rows, r0 + tile_rows);
-        fn(seq, AttentionTile{kvh, r0, r1}, tile_cost(seq, group, r0, r1));
+        fn(seq, AttentionTile{kvh, r0, r1}, tile_cost(p, seq, group, r0, r1));
       }
     }
   }

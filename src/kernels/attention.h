@@ -33,7 +33,8 @@ void kv_store(const KvPageLayout& layout, uint8_t* page, int slot, const float* 
 void kv_load(const KvPageLayout& layout, const uint8_t* page, int slot, int head, float* out);
 
 // One sequence's queries in a step. Query i sits at position pos0 + i and attends to keys
-// at positions [0, pos0 + i] (causal); keys of all those positions are already stored.
+// at positions [0, pos0 + i] (causal), or with a window w to the last w of them,
+// [max(0, pos0 + i - w + 1), pos0 + i]; keys of all those positions are already stored.
 // Key position p lives in page p / block_size, slot p % block_size.
 struct AttentionSeq {
   const float* q = nullptr;  // [n_q][n_head][head_dim]
@@ -50,6 +51,11 @@ struct AttentionParams {
   KvPageLayout layout;
   int n_head = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
+  // Sliding-window attention: a query sees its own key and the window - 1 keys before it.
+  // 0: every earlier key (full causal attention). Keys before a query's window weigh
+  // nothing, but the kernels may still read those in the 32-key chunk that holds its first
+  // key, so every stored position's page must stay valid.
+  int64_t window = 0;
 };
 
 // Thread ith's share of attention for every sequence of a step. Work is split into items

@@ -315,21 +315,29 @@ void accumulate_more(float* acc, const float* p, const float* v, int from, int n
   }
 }
 
-// One row's online-softmax step over the n scores of a chunk: the running max m and sum l
-// move on, the scores become exp(s - new max) (lanes past n: 0, read but masked), and the
-// factor the row's accumulator must be rescaled by is returned (0 on the first chunk).
-inline float softmax_chunk(float* s, int n, float* m, float* l) {
+// Lanes j..j+7 of a chunk that lie in [lo, n).
+inline __m256 chunk_lanes(int j, int lo, int n) {
+  __m256i mask = avx2::first_lanes(std::min(8, n - j));
+  if (lo > j) mask = _mm256_andnot_si256(avx2::first_lanes(std::min(8, lo - j)), mask);
+  return _mm256_castsi256_ps(mask);
+}
+
+// One row's online-softmax step over the scores [lo, n) of a chunk (lo > 0 only in the
+// chunk that holds the first key of the row's window): the running max m and sum l move
+// on, the scores become exp(s - new max) (lanes outside: exactly 0, read but masked), and
+// the factor the row's accumulator must be rescaled by is returned (0 on the first chunk).
+inline float softmax_chunk(float* s, int lo, int n, float* m, float* l) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 vmx = _mm256_set1_ps(*m);
   for (int j = 0; j < n; j += 8) {
-    const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+    const __m256 mask = chunk_lanes(j, lo, n);
     vmx = _mm256_max_ps(vmx, _mm256_blendv_ps(neg_inf, _mm256_load_ps(s + j), mask));
   }
   const float mx = avx2::hmax_ps(vmx);
   vmx = _mm256_set1_ps(mx);
   __m256 sum = _mm256_setzero_ps();
   for (int j = 0; j < n; j += 8) {
-    const __m256 mask = _mm256_castsi256_ps(avx2::first_lanes(std::min(8, n - j)));
+    const __m256 mask = chunk_lanes(j, lo, n);
     const __m256 e = _mm256_and_ps(avx2::exp(_mm256_sub_ps(_mm256_load_ps(s + j), vmx)), mask);
     _mm256_store_ps(s + j, e);
     sum = _mm256_add_ps(sum, e);
@@ -380,7 +388,9 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
   float l[kMaxTileRows];
   float alpha[kMaxTileRows];
   int valid[kMaxTileRows];
+  int lo[kMaxTileRows];  // a row's first key in the chunk (its window's start, or 0)
   int64_t qpos[kMaxTileRows];
+  int64_t ws[kMaxTileRows];  // a row's first key position
   constexpr bool kQ8 = kType == DType::kQ8_0;
   const int nb = hd / 32;
   float qd[kQ8 ? kMaxTileFloats / 32 : 1];  // Q8_0: each row's query scales; q holds its int8 values
@@ -399,14 +409,16 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0.0f;
     qpos[r] = seq.pos0 + (t.row_begin + r) / group;
+    ws[r] = window_start(p, qpos[r]);
   }
 
   const PagedRows keys(lay, seq.k_pages, t.kv_head);
   const PagedRows values(lay, seq.v_pages, t.kv_head);
   const int64_t last = qpos[rows - 1];
-  prefetch_rows(keys, 0, std::min<int64_t>(kKeyChunk, last + 1));
-  prefetch_rows(values, 0, std::min<int64_t>(kKeyChunk, last + 1));
-  for (int64_t kb = 0; kb <= last; kb += kKeyChunk) {
+  const int64_t kb0 = ws[0] / kKeyChunk * kKeyChunk;
+  prefetch_rows(keys, kb0, std::min<int64_t>(kb0 + kKeyChunk, last + 1));
+  prefetch_rows(values, kb0, std::min<int64_t>(kb0 + kKeyChunk, last + 1));
+  for (int64_t kb = kb0; kb <= last; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, last + 1 - kb));
     const int64_t next_end = std::min<int64_t>(kb + 2 * kKeyChunk, last + 1);
     const int nk4 = (nk + 3) & ~3;
@@ -422,15 +434,19 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
       std::fill(kf + nk * hd, kf + nk4 * hd, 0.0f);
     }
 
-    // Rows are sorted by causal limit, so the ones that see no key of this chunk come first.
+    // Rows are sorted by causal limit and window start, so the ones whose keys all come
+    // after this chunk come first, and the ones whose window starts after it come last.
     int first = 0;
     while (first < rows && qpos[first] < kb) valid[first++] = 0;
-    for (int r = first; r < rows; ++r) {
+    int end = rows;
+    while (end > first && ws[end - 1] >= kb + nk) valid[--end] = 0;
+    for (int r = first; r < end; ++r) {
       valid[r] = static_cast<int>(std::min<int64_t>(nk, qpos[r] + 1 - kb));
+      lo[r] = static_cast<int>(std::max<int64_t>(0, ws[r] - kb));
     }
     // Scores, two rows at a time; the pair's second row sees at least the first's keys.
     int r = first;
-    for (; r + 1 < rows; r += 2) {
+    for (; r + 1 < end; r += 2) {
       float* s0 = prob + r * kKeyChunk;
       for (int j = 0; j < valid[r + 1]; j += 4) {
         if constexpr (kQ8) {
@@ -441,7 +457,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
         }
       }
     }
-    if (r < rows) {
+    if (r < end) {
       float* s = prob + r * kKeyChunk;
       alignas(16) float unused[4];
       for (int j = 0; j < valid[r]; j += 4) {
@@ -452,10 +468,9 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
         }
       }
     }
-    for (r = first; r < rows; ++r) {
-      const int n = valid[r];
+    for (r = first; r < end; ++r) {
       float* s = prob + r * kKeyChunk;
-      alpha[r] = softmax_chunk(s, n, &m[r], &l[r]);
+      alpha[r] = softmax_chunk(s, lo[r], valid[r], &m[r], &l[r]);
     }
 
     if constexpr (kQ8) {
@@ -468,8 +483,8 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
       convert_rows_q8(kp, nk, hd, vf, kd);
       alignas(32) float pw0[kKeyChunk];
       alignas(32) float pw1[kKeyChunk];
-      for (r = first; r < rows; r += 2) {
-        const bool pair = r + 1 < rows;
+      for (r = first; r < end; r += 2) {
+        const bool pair = r + 1 < end;
         const float* p0 = prob + r * kKeyChunk;
         for (int b = 0; b < nb; ++b) {
           const float* vd = kd + b * kKeyChunk;
@@ -488,14 +503,14 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
       }
     } else {
       convert_rows<kType>(values, kb, nk, next_end, vf, hd);
-      for (r = first; r + 1 < rows; r += 2) {
+      for (r = first; r + 1 < end; r += 2) {
         float* acc0 = acc + r * hd;
         float* acc1 = acc0 + hd;
         const float* p0 = prob + r * kKeyChunk;
         accumulate2(acc0, acc1, alpha[r], alpha[r + 1], p0, p0 + kKeyChunk, vf, valid[r], hd, hd);
         if (valid[r + 1] > valid[r]) accumulate_more(acc1, p0 + kKeyChunk, vf, valid[r], valid[r + 1], hd, hd);
       }
-      if (r < rows) accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd, hd);
+      if (r < end) accumulate(acc + r * hd, alpha[r], prob + r * kKeyChunk, vf, valid[r], hd, hd);
     }
   }
 
@@ -569,6 +584,8 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
   const PagedRows values(lay, seq.v_pages, t.kv_head);
   const size_t rb = keys.row_bytes();
   const int64_t n_keys = seq.pos0 + qi + 1;
+  const int64_t ws = window_start(p, n_keys - 1);
+  const int64_t kb0 = ws / kKeyChunk * kKeyChunk;
   // Row pointers of this chunk (cur) and the next (ahead, prefetched one row per row used).
   const uint8_t* k_cur[kKeyChunk + 3];
   const uint8_t* v_cur[kKeyChunk];
@@ -582,15 +599,15 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
       for (int j = 0; j < count; ++j) vp[j0 + j] = run + static_cast<size_t>(j) * rb;
     });
   };
-  const int n0 = static_cast<int>(std::min<int64_t>(kKeyChunk, n_keys));
-  pointers(0, n0, k_cur, v_cur);
+  const int n0 = static_cast<int>(std::min<int64_t>(kKeyChunk, n_keys - kb0));
+  pointers(kb0, n0, k_cur, v_cur);
   for (int j = 0; j < n0; ++j) {
     prefetch_row(k_cur[j], rb);
     prefetch_row(v_cur[j], rb);
   }
   const auto* zero = reinterpret_cast<const uint8_t*>(kZeroRow);  // F16 zeros; Q8_0: scale 0, q 0
   constexpr int kS = kSpan<kType>;
-  for (int64_t kb = 0; kb < n_keys; kb += kKeyChunk) {
+  for (int64_t kb = kb0; kb < n_keys; kb += kKeyChunk) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyChunk, n_keys - kb));
     const int n_ahead = static_cast<int>(std::clamp<int64_t>(n_keys - (kb + nk), 0, kKeyChunk));
     if (n_ahead > 0) pointers(kb + nk, n_ahead, k_ahead, v_ahead);
@@ -627,8 +644,9 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
         for (int r = 0; r < R; ++r) _mm_store_ps(prob + r * kKeyChunk + j, reduce4(s[r][0], s[r][1], s[r][2], s[r][3]));
       }
     }
+    const int lo = static_cast<int>(std::max<int64_t>(0, ws - kb));  // > 0 in the window's first chunk only
     for (int r = 0; r < R; ++r) {
-      alpha[r] = softmax_chunk(prob + r * kKeyChunk, nk, &m[r], &l[r]);
+      alpha[r] = softmax_chunk(prob + r * kKeyChunk, lo, nk, &m[r], &l[r]);
     }
 
     for (int a = 0; a < n_ahead; ++a) prefetch_row(v_ahead[a], rb);

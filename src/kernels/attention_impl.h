@@ -6,8 +6,9 @@
 // rows, and the rows' causal limits (pos0 + r / group) rise with r.
 //
 // Every row is computed by the same sequence of float operations whatever tile it lands in
-// (keys are scored in fixed chunks of kKeyChunk positions counted from 0), so results do
-// not depend on the tiling or on the number of threads.
+// (keys are scored in fixed chunks of kKeyChunk positions counted from 0; with a window, a
+// row skips the chunks before its first key and masks that key's chunk below it), so
+// results do not depend on the tiling or on the number of threads.
 #pragma once
 
 #include <algorithm>
@@ -91,6 +92,11 @@ inline float score_q8_ref(const int8_t* qi, const float* qd, const uint8_t* k, i
     dot = std::fma(static_cast<float>(isum), qd[b] * fp16_to_fp32(kd), dot);
   }
   return dot;
+}
+
+// The first key position a query at qpos sees (0 without a window).
+inline int64_t window_start(const AttentionParams& p, int64_t qpos) {
+  return p.window > 0 ? std::max<int64_t>(0, qpos - p.window + 1) : 0;
 }
 
 // The kernels chosen for this CPU.

@@ -1,5 +1,6 @@
 // The precise reference of paged attention: per query and head, every visible key's score
-// in double, a dense softmax in double, and the weighted sum of values in double.
+// (the causal prefix, or its last `window` keys) in double, a dense softmax in double, and
+// the weighted sum of values in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -32,22 +33,23 @@ void attention_ref(const AttentionParams& p, const AttentionSeq& seq) {
     }
     for (int i = 0; i < seq.n_q; ++i) {
       const int64_t visible = seq.pos0 + i + 1;
+      const int64_t first = p.window > 0 ? std::max<int64_t>(0, visible - p.window) : 0;
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         const float* q = seq.q + static_cast<size_t>(i) * seq.q_stride + static_cast<size_t>(h) * hd;
         double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t pos = 0; pos < visible; ++pos) {
+        for (int64_t pos = first; pos < visible; ++pos) {
           double s = 0.0;
           for (int d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * keys[pos * hd + d];
           w[pos] = s * p.scale;
           mx = std::max(mx, w[pos]);
         }
         double sum = 0.0;
-        for (int64_t pos = 0; pos < visible; ++pos) {
+        for (int64_t pos = first; pos < visible; ++pos) {
           w[pos] = std::exp(w[pos] - mx);
           sum += w[pos];
         }
         std::fill(o.begin(), o.end(), 0.0);
-        for (int64_t pos = 0; pos < visible; ++pos) {
+        for (int64_t pos = first; pos < visible; ++pos) {
           for (int d = 0; d < hd; ++d) o[d] += w[pos] * values[pos * hd + d];
         }
         float* out = seq.out + static_cast<size_t>(i) * seq.out_stride + static_cast<size_t>(h) * hd;

@@ -85,7 +85,8 @@ RopeFrequencies rope_frequencies(const RopeConfig& cfg) {
     }
     out.inv_freq[static_cast<size_t>(i)] = f;
   }
-  if (yarn) out.mscale = cfg.yarn.attn_factor * (1.0 + 0.1 * std::log(static_cast<double>(cfg.yarn.factor)));
+  out.mscale = yarn ? cfg.yarn.attn_factor * (1.0 + 0.1 * std::log(static_cast<double>(cfg.yarn.factor)))
+                    : static_cast<double>(cfg.attn_factor);
   return out;
 }
 

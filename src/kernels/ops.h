@@ -67,6 +67,7 @@ struct RopeConfig {
   float freq_base = 10000.0f;
   float linear_scale = 1.0f;
   const float* freq_factors = nullptr;  // n_rot/2 values or null
+  float attn_factor = 1.0f;             // cos and sin multiplied by it (YaRN: yarn.attn_factor instead)
   RopeMode mode = RopeMode::kNormal;
   YarnConfig yarn;
 };

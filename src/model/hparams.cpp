@@ -9,7 +9,7 @@ namespace metro::model {
 
 bool is_supported_architecture(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
-         arch == "gemma3" || arch == "bert";
+         arch == "gemma3" || arch == "bert" || arch == "nomic-bert";
 }
 
 namespace {
@@ -67,7 +67,7 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.architecture = std::string(arch);
   if (!is_supported_architecture(h.architecture)) {
     return unimplemented("architecture '" + h.architecture.substr(0, 64) +
-                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3 are)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, bert, nomic-bert are)");
   }
   if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
   const std::string a = h.architecture + ".";
@@ -100,8 +100,9 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   METRO_ASSIGN_OR_RETURN(h.n_rot, opt_u32(f, a + "rope.dimension_count", h.head_dim, h.head_dim));
   if (h.n_rot % 2 != 0) return bad("rope.dimension_count is odd");
 
-  if (h.architecture == "bert") {
+  if (h.architecture == "bert" || h.architecture == "nomic-bert") {
     h.encoder = true;
+    h.encoder_rope = h.architecture == "nomic-bert";
     h.rms_eps = 1e-12f;
     if (f.has(a + "attention.layer_norm_epsilon")) {
       METRO_ASSIGN_OR_RETURN(h.rms_eps, f.get_f32(a + "attention.layer_norm_epsilon"));
@@ -147,24 +148,35 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
       return bad("rope.scaling.factor out of range");
     }
   }
-  if (h.rope_scaling == RopeScaling::kYarn) {
+  auto opt_f32 = [&](const std::string& key, float& v, float lo, float hi) -> Status {
+    if (!f.has(key)) return {};
+    METRO_ASSIGN_OR_RETURN(v, f.get_f32(key));
+    if (!(v >= lo && v <= hi)) return bad("'" + key + "' out of range");
+    return {};
+  };
+  // A factor on cos and sin (so on every attention score, squared) with any scaling: YaRN's
+  // own on top of its ln-rule, phi3's LongRoPE one alone.
+  METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.attn_factor", h.rope_attn_factor, 0.01f, 100.0f));
+  // phi3's LongRoPE: two sets of per-pair frequency factors, the long one for contexts past
+  // the original.
+  h.has_longrope = f.find_tensor("rope_factors_long.weight") != nullptr;
+  if (h.has_longrope && f.find_tensor("rope_factors_short.weight") == nullptr) {
+    return bad("tensor 'rope_factors_long.weight' needs 'rope_factors_short.weight' beside it");
+  }
+  if (h.rope_scaling == RopeScaling::kYarn || h.has_longrope) {
     METRO_ASSIGN_OR_RETURN(h.rope_orig_ctx, opt_u32(f, a + "rope.scaling.original_context_length", h.n_ctx_train,
                                                     1u << 24));
-    auto opt_f32 = [&](const std::string& key, float& v, float lo, float hi) -> Status {
-      if (!f.has(key)) return {};
-      METRO_ASSIGN_OR_RETURN(v, f.get_f32(key));
-      if (!(v >= lo && v <= hi)) return bad("'" + key + "' out of range");
-      return {};
-    };
+  }
+  if (h.rope_scaling == RopeScaling::kYarn) {
     METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.yarn_beta_fast", h.yarn_beta_fast, 0.01f, 1e4f));
     METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.yarn_beta_slow", h.yarn_beta_slow, 0.01f, 1e4f));
-    METRO_RETURN_IF_ERROR(opt_f32(a + "rope.scaling.attn_factor", h.yarn_attn_factor, 0.01f, 100.0f));
     if (h.yarn_beta_slow >= h.yarn_beta_fast) return bad("rope.scaling.yarn_beta_slow must be below yarn_beta_fast");
+    if (h.has_longrope) return bad("LongRoPE factors with YaRN scaling");
   }
   // The Qwen families rotate halves; llama and mistral GGUFs had Q and K permuted for
   // adjacent pairs at conversion.
   h.rope_type = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "phi3" ||
-                        h.architecture == "gemma3"
+                        h.architecture == "gemma3" || h.architecture == "nomic-bert"
                     ? RopeType::kNeox
                     : RopeType::kNormal;
   if (f.has(a + "attention.sliding_window")) {
@@ -218,8 +230,8 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.has_qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   h.fused_qkv = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
   h.fused_gate_up = !h.encoder && f.find_tensor("blk.0.ffn_gate.weight") == nullptr && f.find_tensor("blk.0.ffn_up.weight") != nullptr;
-  if (f.find_tensor("rope_factors_long.weight") != nullptr || f.find_tensor("blk.0.rope_factors_long.weight") != nullptr) {
-    return unimplemented("LongRoPE frequency factors (rope_factors_long / rope_factors_short) are not supported");
+  if (f.find_tensor("blk.0.rope_factors_long.weight") != nullptr) {
+    return unimplemented("per-layer LongRoPE factors (blk.N.rope_factors_long); one global pair is supported");
   }
   if (h.architecture == "qwen3" && !h.has_qk_norm) {
     return bad("a qwen3 model needs per-head query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");
@@ -250,7 +262,9 @@ kernels::RopeConfig rope_config(const HParams& hp, const float* freq_factors) {
     rc.yarn.orig_ctx = static_cast<int>(hp.rope_orig_ctx);
     rc.yarn.beta_fast = hp.yarn_beta_fast;
     rc.yarn.beta_slow = hp.yarn_beta_slow;
-    rc.yarn.attn_factor = hp.yarn_attn_factor;
+    rc.yarn.attn_factor = hp.rope_attn_factor;
+  } else {
+    rc.attn_factor = hp.rope_attn_factor;
   }
   return rc;
 }

@@ -22,7 +22,7 @@ enum class RopeScaling : uint8_t { kNone, kLinear, kYarn };
 enum class Pooling : uint8_t { kMean = 1, kCls = 2 };
 
 struct HParams {
-  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "bert"
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "bert", "nomic-bert"
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
@@ -39,10 +39,13 @@ struct HParams {
   RopeType rope_type = RopeType::kNormal;
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scale_factor = 1.0f;  // context multiplier for linear and YaRN scaling
-  uint32_t rope_orig_ctx = 0;      // YaRN: the context before extension
+  uint32_t rope_orig_ctx = 0;      // YaRN, LongRoPE: the context before extension
   float yarn_beta_fast = 32.0f;    // YaRN: pairs turning more often than this keep their frequency
   float yarn_beta_slow = 1.0f;     // YaRN: pairs turning less often than this are interpolated
-  float yarn_attn_factor = 1.0f;   // YaRN: extra factor on its attention scaling
+  float rope_attn_factor = 1.0f;   // factor on cos and sin (rope.scaling.attn_factor); YaRN's on top of its own
+  // phi3 LongRoPE: per-pair frequency factors rope_factors_short / rope_factors_long, the
+  // long ones for a context per sequence past rope_orig_ctx (as llama.cpp picks them).
+  bool has_longrope = false;
   bool has_rope_freq_factors = false;  // llama3-style per-dimension factors (rope_freqs.weight)
   bool tied_output = false;            // no output.weight: the token embedding is the head
   bool has_qkv_bias = false;           // qwen2
@@ -63,6 +66,9 @@ struct HParams {
   // embeddings, layer norms with biases after each sublayer, biases on every product, an
   // exact-GELU FFN without a gate, no output head: it makes embeddings only.
   bool encoder = false;
+  // nomic-bert: an encoder that rotates queries and keys (NeoX pairs) instead of adding
+  // learned positions, with a fused QKV matrix and a SiLU-gated FFN, biases optional.
+  bool encoder_rope = false;
   Pooling pooling = Pooling::kMean;
 
   // Reads `{arch}.*` keys; validates ranges and consistency against the tensors present.
@@ -76,11 +82,16 @@ struct HParams {
   }
   // Whether layer il is a sliding-window layer with the local rotation.
   bool is_local_layer(uint32_t il) const { return swa_pattern > 0 && il % swa_pattern < swa_pattern - 1; }
-  // The longest context metro runs this model with: the trained one, or the sliding window
-  // when the model has one (attention over a context within the window is full attention,
-  // so it is exact without a windowed kernel).
-  uint32_t max_context() const {
-    return sliding_window > 0 && sliding_window < n_ctx_train ? sliding_window : n_ctx_train;
+  // Layer il's attention window in tokens (0: full causal attention): gemma3's local layers,
+  // or every layer of a model with a window and no pattern (mistral).
+  // Whether a context of n_ctx tokens per sequence (0: the trained one) takes LongRoPE's
+  // long factors.
+  bool long_rope(int n_ctx) const {
+    return has_longrope && static_cast<uint32_t>(n_ctx > 0 ? n_ctx : static_cast<int>(n_ctx_train)) > rope_orig_ctx;
+  }
+  uint32_t layer_window(uint32_t il) const {
+    if (sliding_window == 0) return 0;
+    return swa_pattern == 0 || is_local_layer(il) ? sliding_window : 0;
   }
 };
 

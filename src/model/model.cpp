@@ -51,8 +51,18 @@ Model::Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backen
       w_(std::move(w)),
       backend_(std::move(backend)),
       comm_(std::move(comm)) {
-  rope_ = std::make_unique<kernels::Rope>(rope_config(hp_, w_.rope_freqs.empty() ? nullptr : w_.rope_freqs.data()));
+  // llama3 factors when the file has them, else LongRoPE's short ones (or none).
+  const float* factors = !w_.rope_freqs.empty() ? w_.rope_freqs.data() : w_.rope_short.empty() ? nullptr : w_.rope_short.data();
+  rope_ = std::make_unique<kernels::Rope>(rope_config(hp_, factors));
+  if (hp_.has_longrope && w_.rope_freqs.empty()) {
+    rope_long_ = std::make_unique<kernels::Rope>(rope_config(hp_, w_.rope_long.data()));
+  }
   if (hp_.swa_pattern > 0) rope_local_ = std::make_unique<kernels::Rope>(local_rope_config(hp_));
+}
+
+uint32_t Model::max_context() const {
+  if (hp_.sliding_window > 0 && !backend_->windowed_attention()) return std::min(hp_.sliding_window, hp_.n_ctx_train);
+  return hp_.n_ctx_train;
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -216,7 +226,7 @@ Status Model::plan(const Batch& b, const KvView& kv, Workspace& ws) const {
 // K/V into pages; attention; the output projection added back to the stream and normed;
 // gate and up, SwiGLU, down added back and normed for the next layer. A sliced shard sums
 // the ranks' partial output and down projections before each add back.
-void Model::build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>& ops) const {
+void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<backends::Op>& ops) const {
   using namespace backends;
   const ShardGeometry& g = shard();
   const float eps = hp_.rms_eps;
@@ -226,7 +236,8 @@ void Model::build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>&
   // The reserve make_workspace made holds every op: building the list never allocates.
   METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + 22 * g.n_layer() + 2));
   ops.clear();
-  ops.push_back(RopeAnglesOp{rope_.get(), kRopeCs});
+  const kernels::Rope* global_rope = rope_long_ && hp_.long_rope(n_ctx) ? rope_long_.get() : rope_.get();
+  ops.push_back(RopeAnglesOp{global_rope, kRopeCs});
   if (rope_local_) ops.push_back(RopeAnglesOp{rope_local_.get(), kRopeCsLocal});
   if (g.starts_model()) ops.push_back(EmbedOp{w_.token_embd.get(), kX, hp_.embd_scale});
   ops.push_back(RmsNormOp{kX, kXb, w_.layers[0].attn_norm.get(), eps, tok});
@@ -244,12 +255,12 @@ void Model::build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>&
       ops.push_back(HeadNormOp{kK, L.k_norm.get(), n_head_kv, eps});
     }
     const bool local = hp_.is_local_layer(static_cast<uint32_t>(L.model_layer));
-    const kernels::Rope* rope = local ? rope_local_.get() : rope_.get();
+    const kernels::Rope* rope = local ? rope_local_.get() : global_rope;
     const ActId angles = local ? kRopeCsLocal : kRopeCs;
     ops.push_back(RopeOp{rope, kQ, angles, n_head});
     ops.push_back(RopeOp{rope, kK, angles, n_head_kv});
     ops.push_back(KvStoreOp{kK, kV, layer});
-    ops.push_back(AttentionOp{kQ, kAtt, layer, n_head, scale});
+    ops.push_back(AttentionOp{kQ, kAtt, layer, n_head, scale, hp_.layer_window(static_cast<uint32_t>(L.model_layer))});
     ops.push_back(project(kAtt, tok, {L.wo.get()}, {kTmp}));
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
@@ -286,24 +297,41 @@ void Model::build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) 
   METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + 22 * shard().n_layer() + 2));
   ops.clear();
   ops.push_back(EmbedOp{w_.token_embd.get(), kX});
-  ops.push_back(PosEmbedOp{w_.pos_embd.get(), kX});
+  if (w_.pos_embd) ops.push_back(PosEmbedOp{w_.pos_embd.get(), kX});
+  if (w_.type0) ops.push_back(AddBiasOp{kX, w_.type0.get()});
+  // nomic-bert: each token's angles from its position in its own input.
+  if (hp_.encoder_rope) ops.push_back(RopeAnglesOp{rope_.get(), kRopeCs});
   ops.push_back(LayerNormOp{kX, kX, w_.embd_norm.get(), w_.embd_norm_b.get(), eps});
+  auto bias = [&](ActId x, const DeviceVector* b) {
+    if (b != nullptr) ops.push_back(AddBiasOp{x, b});
+  };
   for (size_t il = 0; il < w_.layers.size(); ++il) {
     const LayerWeights& L = w_.layers[il];
     ops.push_back(project(kX, tok, {L.wq.get(), L.wk.get(), L.wv.get()}, {kQ, kK, kV}));
-    ops.push_back(AddBiasOp{kQ, L.bq.get()});
-    ops.push_back(AddBiasOp{kK, L.bk.get()});
-    ops.push_back(AddBiasOp{kV, L.bv.get()});
+    bias(kQ, L.bq.get());
+    bias(kK, L.bk.get());
+    bias(kV, L.bv.get());
+    if (hp_.encoder_rope) {
+      ops.push_back(RopeOp{rope_.get(), kQ, kRopeCs, n_head});
+      ops.push_back(RopeOp{rope_.get(), kK, kRopeCs, n_head_kv});
+    }
     ops.push_back(EncoderAttentionOp{kQ, kK, kV, kAtt, n_head, n_head_kv, scale});
     ops.push_back(project(kAtt, tok, {L.wo.get()}, {kTmp}));
-    ops.push_back(AddBiasOp{kTmp, L.bo.get()});
+    bias(kTmp, L.bo.get());
     ops.push_back(AddOp{kX, kTmp, kX});
     ops.push_back(LayerNormOp{kX, kX, L.attn_out_norm.get(), L.attn_out_norm_b.get(), eps});
-    ops.push_back(project(kX, tok, {L.w_up.get()}, {kUp}));
-    ops.push_back(AddBiasOp{kUp, L.b_up.get()});
-    ops.push_back(GeluOp{kUp});
-    ops.push_back(project(kUp, tok, {L.w_down.get()}, {kTmp}));
-    ops.push_back(AddBiasOp{kTmp, L.b_down.get()});
+    if (L.w_gate) {  // SiLU(gate x) * up x
+      ops.push_back(project(kX, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
+      bias(kUp, L.b_up.get());
+      ops.push_back(SwigluOp{kGate, kUp, kGate, false});
+      ops.push_back(project(kGate, tok, {L.w_down.get()}, {kTmp}));
+    } else {
+      ops.push_back(project(kX, tok, {L.w_up.get()}, {kUp}));
+      bias(kUp, L.b_up.get());
+      ops.push_back(GeluOp{kUp});
+      ops.push_back(project(kUp, tok, {L.w_down.get()}, {kTmp}));
+    }
+    bias(kTmp, L.b_down.get());
     ops.push_back(AddOp{kX, kTmp, kX});
     const bool last = il + 1 == w_.layers.size();
     ops.push_back(LayerNormOp{kX, last && want_hidden ? kHidden : kX, L.out_norm.get(), L.out_norm_b.get(), eps});
@@ -335,7 +363,7 @@ Expected<ForwardOutput> Model::forward(const Batch& b, std::span<const float> re
     if (n_logits > 0) return invalid_argument("an encoder has no output head: no token of its batch can want logits");
     build_encoder_ops(opts.want_hidden, ws.ops);
   } else {
-    build_ops(opts.want_hidden, n_logits, ws.ops);
+    build_ops(opts.want_hidden, n_logits, ws.limits().n_ctx, ws.ops);
   }
   if (!residual_in.empty()) ws.state_->upload(kX, residual_in);
 

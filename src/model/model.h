@@ -50,6 +50,9 @@ struct WorkspaceLimits {
   int max_logits = 64;            // tokens per step that want logits
   int max_seqs = 64;              // sequences per step
   int max_blocks_per_seq = 512;   // block-table length per sequence
+  // The context per sequence these steps serve (0: the model's trained one). A model with
+  // LongRoPE rotates by its long factors when it exceeds the original context.
+  int n_ctx = 0;
 };
 
 // All per-step scratch, allocated once for the largest step (nothing allocates in forward):
@@ -127,6 +130,10 @@ class Model {
                                                     const ModelOptions& opts = {});
 
   const HParams& hparams() const { return hp_; }  // of the whole model
+  // The longest context this model runs with on its backend: the trained one, or the
+  // sliding window on a backend without windowed attention (within the window, full
+  // attention is exact).
+  uint32_t max_context() const;
   const gguf::File& file() const { return file_; }
   const ModelWeights& weights() const { return w_; }
   const ShardGeometry& shard() const { return w_.shard; }
@@ -169,7 +176,7 @@ class Model {
   Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backends::Backend> backend,
         std::shared_ptr<dist::Communicator> comm);
   Status plan(const Batch& batch, const KvView& kv, Workspace& ws) const;
-  void build_ops(bool want_hidden, int n_logits, std::vector<backends::Op>& ops) const;
+  void build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<backends::Op>& ops) const;
   void build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) const;
 
   gguf::File file_;
@@ -179,6 +186,7 @@ class Model {
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<kernels::Rope> rope_;
   std::unique_ptr<kernels::Rope> rope_local_;  // the sliding-window layers' rotation; null when alike
+  std::unique_ptr<kernels::Rope> rope_long_;   // LongRoPE's long factors; null without them
   std::unique_ptr<FileWatch> watch_;  // null unless asked for
   mutable std::atomic<uint64_t> given_back_{0};
   mutable std::atomic<uint64_t> locked_{0};

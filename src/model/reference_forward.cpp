@@ -98,7 +98,7 @@ void rope(std::vector<double>& v, int n_head, const HParams& hp, int64_t pos, co
 
 Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
                                                             std::span<const int32_t> tokens,
-                                                            const MatvecObserver& observer) {
+                                                            const MatvecObserver& observer, int n_ctx) {
   auto seen = [&](const std::string& name, const std::vector<double>& x) {
     if (observer) observer(name, x);
   };
@@ -117,10 +117,15 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
   DenseMat factors;
   if (hp.has_rope_freq_factors) {
     METRO_ASSIGN_OR_RETURN(factors, dense(f, "rope_freqs.weight"));
+  } else if (hp.has_longrope) {
+    METRO_ASSIGN_OR_RETURN(factors, dense(f, hp.long_rope(n_ctx) ? "rope_factors_long.weight" : "rope_factors_short.weight"));
   }
   std::vector<float> factor_values(factors.w.begin(), factors.w.end());
+  if (!factor_values.empty() && factor_values.size() != hp.n_rot / 2) {
+    return data_loss("reference forward: RoPE frequency factors must hold n_rot / 2 values");
+  }
   const kernels::RopeFrequencies freqs =
-      kernels::rope_frequencies(rope_config(hp, hp.has_rope_freq_factors ? factor_values.data() : nullptr));
+      kernels::rope_frequencies(rope_config(hp, factor_values.empty() ? nullptr : factor_values.data()));
   const kernels::RopeFrequencies local_freqs = kernels::rope_frequencies(local_rope_config(hp));
   const size_t T = tokens.size();
   std::vector<std::vector<double>> x(T);
@@ -197,13 +202,15 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       rope(k[t], n_kv, hp, static_cast<int64_t>(t), layer_freqs);
     }
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const size_t window = hp.layer_window(il);
     for (size_t t = 0; t < T; ++t) {
       std::vector<double> att(static_cast<size_t>(n_head * hd), 0.0);
+      const size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;  // the window's first key
       for (int h = 0; h < n_head; ++h) {
         const int kvh = h / gqa;
-        std::vector<double> s(t + 1);
+        std::vector<double> s(t + 1, -1e300);
         double mx = -1e300;
-        for (size_t j = 0; j <= t; ++j) {
+        for (size_t j = first; j <= t; ++j) {
           double d = 0;
           for (int i = 0; i < hd; ++i) {
             d += q[t][static_cast<size_t>(h * hd + i)] * k[j][static_cast<size_t>(kvh * hd + i)];
@@ -212,8 +219,8 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
           mx = std::max(mx, s[j]);
         }
         double z = 0;
-        for (double& e : s) z += (e = std::exp(e - mx));
-        for (size_t j = 0; j <= t; ++j) {
+        for (size_t j = first; j <= t; ++j) z += (s[j] = std::exp(s[j] - mx));
+        for (size_t j = first; j <= t; ++j) {
           for (int i = 0; i < hd; ++i) {
             att[static_cast<size_t>(h * hd + i)] += s[j] / z * v[j][static_cast<size_t>(kvh * hd + i)];
           }

@@ -19,9 +19,10 @@ namespace metro::model {
 // multiplies (one call per token and matrix).
 using MatvecObserver = std::function<void(const std::string& tensor, const std::vector<double>& x)>;
 
-// Logits of every position of `tokens` ([n_tokens][n_vocab]).
+// Logits of every position of `tokens` ([n_tokens][n_vocab]), for a context per sequence of
+// n_ctx tokens (0: the trained one), which picks LongRoPE's factors as WorkspaceLimits::n_ctx.
 Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& file,
                                                             std::span<const int32_t> tokens,
-                                                            const MatvecObserver& observer = {});
+                                                            const MatvecObserver& observer = {}, int n_ctx = 0);
 
 }  // namespace metro::model

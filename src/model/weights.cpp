@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "backends/registry.h"
@@ -186,6 +187,16 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   if (hp.has_rope_freq_factors) {
     METRO_ASSIGN_OR_RETURN(w.rope_freqs, load_vector(f, "rope_freqs.weight", hp.n_rot / 2));
   }
+  if (hp.has_longrope) {
+    METRO_ASSIGN_OR_RETURN(w.rope_short, load_vector(f, "rope_factors_short.weight", hp.n_rot / 2));
+    METRO_ASSIGN_OR_RETURN(w.rope_long, load_vector(f, "rope_factors_long.weight", hp.n_rot / 2));
+  }
+  // Frequencies are divided by these factors: each must be a positive finite number.
+  for (const auto* factors : {&w.rope_freqs, &w.rope_short, &w.rope_long}) {
+    for (float v : *factors) {
+      if (!(v > 0.0f && std::isfinite(v))) return data_loss("model weights: a RoPE frequency factor is not a positive number");
+    }
+  }
 
   // This rank's rows of Q (its heads), of K and V (its KV heads), of gate and up (its FFN
   // columns); its columns of the output and down projections. All of them when unsliced.
@@ -242,9 +253,64 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   return w;
 }
 
+namespace {
+
+// The embeddings' norm and every layer of an encoder (bind_encoder).
+Expected<ModelWeights> bind_encoder_layers(const gguf::File& f, const HParams& hp, Binder& b, ModelWeights w) {
+  const uint64_t n_embd = hp.n_embd, n_ff = hp.n_ff;
+  METRO_ASSIGN_OR_RETURN(w.embd_norm, b.vector("token_embd_norm.weight", n_embd));
+  METRO_ASSIGN_OR_RETURN(w.embd_norm_b, b.vector("token_embd_norm.bias", n_embd));
+  // A bias where the file has one: null (no add) where it has none.
+  auto bias = [&](const std::string& name, uint64_t n) -> Expected<std::unique_ptr<backends::DeviceVector>> {
+    if (f.find_tensor(name) == nullptr) return std::unique_ptr<backends::DeviceVector>();
+    return b.vector(name, n);
+  };
+  w.layers.resize(hp.n_layer);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    L.model_layer = static_cast<int>(il);
+    const std::string p = "blk." + std::to_string(il) + ".";
+    if (hp.fused_qkv) {  // row ranges of one [3 n_embd][n_embd] matrix
+      const std::string qkv = p + "attn_qkv.weight";
+      const int64_t e = static_cast<int64_t>(n_embd);
+      METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(qkv, n_embd, 3 * n_embd, 0, e));
+      METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(qkv, n_embd, 3 * n_embd, e, 2 * e));
+      METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(qkv, n_embd, 3 * n_embd, 2 * e, 3 * e));
+      if (f.find_tensor(p + "attn_qkv.bias") != nullptr) {
+        return unimplemented("tensor '" + p + "attn_qkv.bias' (a fused QKV bias)");
+      }
+    } else {
+      METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_embd));
+      METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(p + "attn_k.weight", n_embd, n_embd));
+      METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(p + "attn_v.weight", n_embd, n_embd));
+    }
+    METRO_ASSIGN_OR_RETURN(L.wo, b.matrix(p + "attn_output.weight", n_embd, n_embd));
+    if (f.find_tensor(p + "ffn_gate.weight") != nullptr) {
+      METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_gate.weight", n_embd, n_ff));
+    }
+    METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff));
+    METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bq, bias(p + "attn_q.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bk, bias(p + "attn_k.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bv, bias(p + "attn_v.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.bo, bias(p + "attn_output.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.b_up, bias(p + "ffn_up.bias", n_ff));
+    METRO_ASSIGN_OR_RETURN(L.b_down, bias(p + "ffn_down.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.attn_out_norm, b.vector(p + "attn_output_norm.weight", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.attn_out_norm_b, b.vector(p + "attn_output_norm.bias", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.out_norm, b.vector(p + "layer_output_norm.weight", n_embd));
+    METRO_ASSIGN_OR_RETURN(L.out_norm_b, b.vector(p + "layer_output_norm.bias", n_embd));
+  }
+  return w;
+}
+
+}  // namespace
+
 // An encoder's tensors as llama.cpp names BERT's: token_embd, position_embd, token_types,
-// token_embd_norm; per layer attn_q/k/v, attn_output, attn_output_norm, ffn_up, ffn_down,
-// layer_output_norm, each product with a bias. Whole models only.
+// token_embd_norm; per layer attn_q/k/v (or one attn_qkv), attn_output, attn_output_norm,
+// ffn_up (and ffn_gate: a SiLU-gated FFN), ffn_down, layer_output_norm; products' biases
+// where the file has them. nomic-bert has no position_embd (it rotates queries and keys)
+// and its token_types may be absent. Whole models only.
 Expected<ModelWeights> ModelWeights::bind_encoder(const gguf::File& f, const HParams& hp, const Shard& shard,
                                                   backends::Backend& backend, bool allow_repack) {
   if (shard.layer_begin != 0 || (shard.layer_end != -1 && shard.layer_end != static_cast<int>(hp.n_layer)) ||
@@ -252,7 +318,7 @@ Expected<ModelWeights> ModelWeights::bind_encoder(const gguf::File& f, const HPa
     return unimplemented("an encoder runs whole: it cannot be split into shards");
   }
   ModelWeights w;
-  const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff, n_ctx = hp.n_ctx_train;
+  const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ctx = hp.n_ctx_train;
   METRO_ASSIGN_OR_RETURN(w.shard, ShardGeometry::resolve(shard, hp, 1));
   Binder b(f, backend, allow_repack);
 
@@ -270,22 +336,33 @@ Expected<ModelWeights> ModelWeights::bind_encoder(const gguf::File& f, const HPa
   embd_m.row_stride = kernels::row_bytes(et, static_cast<int64_t>(n_embd));
   w.token_embd = backend.upload_matrix(embd_m, backends::MatrixUse::kRows, false);
 
-  // Position rows plus token type 0 (every input is one segment), summed once here.
-  METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* pos, find(f, "position_embd.weight", {n_embd, n_ctx}));
+  // Token type 0 (every input is one segment): summed into the position rows once here, or
+  // added to every token where there are none.
   const gguf::TensorInfo* types = f.find_tensor("token_types.weight");
-  if (types == nullptr || types->n_dims != 2 || types->ne[0] != n_embd || types->ne[1] < 1) {
+  if ((types == nullptr && !hp.encoder_rope) ||
+      (types != nullptr && (types->n_dims != 2 || types->ne[0] != n_embd || types->ne[1] < 1))) {
     return data_loss("tensor 'token_types.weight' is missing or not [" + std::to_string(n_embd) + ", n_types]");
   }
-  for (const gguf::TensorInfo* t : {pos, types}) {
+  auto check_float = [](const gguf::TensorInfo* t) -> Status {
     auto dt = kernels::dtype_from_ggml(t->type());
     if (!dt || (*dt != DType::kF32 && *dt != DType::kF16 && *dt != DType::kBF16)) {
       return unimplemented("tensor '" + std::string(t->name) + "' has type " + std::string(t->type_info.name) +
                            "; position and token-type embeddings must be F32, F16 or BF16");
     }
+    return {};
+  };
+  std::vector<float> type0(n_embd, 0.0f);
+  if (types != nullptr) {
+    METRO_RETURN_IF_ERROR(check_float(types));
+    kernels::dequantize_row_ref(*kernels::dtype_from_ggml(types->type()), types->data, type0.data(),
+                                static_cast<int64_t>(n_embd));
   }
-  std::vector<float> type0(n_embd);
-  kernels::dequantize_row_ref(*kernels::dtype_from_ggml(types->type()), types->data, type0.data(),
-                              static_cast<int64_t>(n_embd));
+  if (hp.encoder_rope) {
+    if (types != nullptr) w.type0 = backend.upload_vector(type0);
+    return bind_encoder_layers(f, hp, b, std::move(w));
+  }
+  METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* pos, find(f, "position_embd.weight", {n_embd, n_ctx}));
+  METRO_RETURN_IF_ERROR(check_float(pos));
   const DType pt = *kernels::dtype_from_ggml(pos->type());
   const size_t pos_stride = kernels::row_bytes(pt, static_cast<int64_t>(n_embd));
   w.pos_rows.resize(n_ctx * n_embd);
@@ -301,32 +378,7 @@ Expected<ModelWeights> ModelWeights::bind_encoder(const gguf::File& f, const HPa
   pos_m.data = reinterpret_cast<const uint8_t*>(w.pos_rows.data());
   pos_m.row_stride = n_embd * sizeof(float);
   w.pos_embd = backend.upload_matrix(pos_m, backends::MatrixUse::kRows, false);
-  METRO_ASSIGN_OR_RETURN(w.embd_norm, b.vector("token_embd_norm.weight", n_embd));
-  METRO_ASSIGN_OR_RETURN(w.embd_norm_b, b.vector("token_embd_norm.bias", n_embd));
-
-  w.layers.resize(hp.n_layer);
-  for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& L = w.layers[il];
-    L.model_layer = static_cast<int>(il);
-    const std::string p = "blk." + std::to_string(il) + ".";
-    METRO_ASSIGN_OR_RETURN(L.wq, b.matrix(p + "attn_q.weight", n_embd, n_embd));
-    METRO_ASSIGN_OR_RETURN(L.wk, b.matrix(p + "attn_k.weight", n_embd, n_embd));
-    METRO_ASSIGN_OR_RETURN(L.wv, b.matrix(p + "attn_v.weight", n_embd, n_embd));
-    METRO_ASSIGN_OR_RETURN(L.wo, b.matrix(p + "attn_output.weight", n_embd, n_embd));
-    METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff));
-    METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd));
-    METRO_ASSIGN_OR_RETURN(L.bq, b.vector(p + "attn_q.bias", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.bk, b.vector(p + "attn_k.bias", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.bv, b.vector(p + "attn_v.bias", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.bo, b.vector(p + "attn_output.bias", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.b_up, b.vector(p + "ffn_up.bias", n_ff));
-    METRO_ASSIGN_OR_RETURN(L.b_down, b.vector(p + "ffn_down.bias", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.attn_out_norm, b.vector(p + "attn_output_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.attn_out_norm_b, b.vector(p + "attn_output_norm.bias", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.out_norm, b.vector(p + "layer_output_norm.weight", n_embd));
-    METRO_ASSIGN_OR_RETURN(L.out_norm_b, b.vector(p + "layer_output_norm.bias", n_embd));
-  }
-  return w;
+  return bind_encoder_layers(f, hp, b, std::move(w));
 }
 
 std::vector<const backends::DeviceMatrix*> ModelWeights::product_matrices() const {

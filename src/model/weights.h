@@ -36,8 +36,9 @@ struct LayerWeights {
   std::unique_ptr<backends::DeviceMatrix> w_gate;     // [n_ff][n_embd]
   std::unique_ptr<backends::DeviceMatrix> w_up;       // [n_ff][n_embd]
   std::unique_ptr<backends::DeviceMatrix> w_down;     // [n_embd][n_ff]
-  // Encoders (no w_gate): the biases of the output, up and down products, and the layer
-  // norms (weight, bias) after attention and after the FFN.
+  // Encoders: the biases of the output, up and down products (each null where the file has
+  // none), and the layer norms (weight, bias) after attention and after the FFN. w_gate
+  // only for a SiLU-gated encoder FFN (nomic-bert).
   std::unique_ptr<backends::DeviceVector> bo, b_up, b_down;
   std::unique_ptr<backends::DeviceVector> attn_out_norm, attn_out_norm_b, out_norm, out_norm_b;
 
@@ -51,10 +52,13 @@ struct ModelWeights {
   std::unique_ptr<backends::DeviceVector> output_norm;  // [n_embd]; last shard only
   std::unique_ptr<backends::DeviceMatrix> output;       // [n_vocab][n_embd]; last shard only
   std::vector<float> rope_freqs;    // [n_rot / 2] llama3 factors; empty when absent
+  std::vector<float> rope_short;    // [n_rot / 2] LongRoPE factors (HParams::has_longrope)
+  std::vector<float> rope_long;
   // Encoders: position embeddings plus the token-type-0 row, F32 [n_ctx_train][n_embd]
   // (pos_rows holds the values pos_embd was made from), and the embeddings' layer norm.
   std::vector<float> pos_rows;
-  std::unique_ptr<backends::DeviceMatrix> pos_embd;
+  std::unique_ptr<backends::DeviceMatrix> pos_embd;  // null for an encoder that rotates (nomic-bert)
+  std::unique_ptr<backends::DeviceVector> type0;     // token type 0 of such an encoder; null when absent
   std::unique_ptr<backends::DeviceVector> embd_norm, embd_norm_b;
   std::vector<LayerWeights> layers;  // the shard's, layers[0] being layer shard.layer_begin
 

@@ -127,8 +127,10 @@ double row_tolerance(const Shape& sh, const AttentionParams& p, const SeqData& d
                      const DenseKv& kv, int i, int h, int score_depth) {
   const int kvh = h / (sh.n_head / sh.n_head_kv);
   const float* q = d.q.data() + (static_cast<size_t>(i) * sh.n_head + h) * sh.head_dim;
-  const size_t head = static_cast<size_t>(kvh * kv.n_keys * sh.head_dim);
-  return testing::attention_row_tolerance(q, kv.k.data() + head, kv.v.data() + head, d.pos0 + i + 1,
+  const int64_t visible = d.pos0 + i + 1;
+  const int64_t first = p.window > 0 ? std::max<int64_t>(0, visible - p.window) : 0;
+  const size_t head = static_cast<size_t>((kvh * kv.n_keys + first) * sh.head_dim);
+  return testing::attention_row_tolerance(q, kv.k.data() + head, kv.v.data() + head, visible - first,
                                           sh.head_dim, p.scale, score_depth);
 }
 
@@ -160,6 +162,7 @@ struct Case {
   std::string name;
   Shape shape;
   std::vector<std::pair<int, int64_t>> seqs;  // (n_q, pos0)
+  int64_t window = 0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -183,6 +186,7 @@ TEST_P(AttentionTest, MatchesReferenceForAnyThreadCount) {
   p.layout = layout_of(sh);
   p.n_head = sh.n_head;
   p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+  p.window = c.window;
 
   std::vector<SeqData> data;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
@@ -266,7 +270,21 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"empty_seq_skipped", kSmol, {{0, 4}, {3, 2}}},
         Case{"bs1_f16", with(kSmol, 1, DType::kF16), {{7, 9}, {1, 3}}},
         Case{"hd256_q8", Shape{4, 2, 256, 16, DType::kQ8_0}, {{9, 40}}},
-        Case{"hd80_mqa_f16", Shape{6, 1, 80, 16, DType::kF16}, {{5, 70}}}),
+        Case{"hd80_mqa_f16", Shape{6, 1, 80, 16, DType::kF16}, {{5, 70}}},
+        // Sliding windows: within one chunk, across chunk edges, wider than the context,
+        // one key (a query sees only itself), decodes and long prefills mixed.
+        Case{"window37_decode_f16", kSmol, {{1, 300}}, 37},
+        Case{"window37_decode_q8", with(kSmol, 16, DType::kQ8_0), {{1, 300}}, 37},
+        Case{"window32_decode_bs5_f16", with(kSmol, 5, DType::kF16), {{1, 95}}, 32},
+        Case{"window1_f16", kSmol, {{9, 30}}, 1},
+        Case{"window1_q8", with(kSmol, 16, DType::kQ8_0), {{9, 30}}, 1},
+        Case{"window_wider_than_context_f16", kSmol, {{7, 20}}, 1000},
+        Case{"window40_q200_f16", kSmol, {{200, 0}}, 40},
+        Case{"window40_q200_pos57_bs5_q8", with(kSmol, 5, DType::kQ8_0), {{200, 57}}, 40},
+        Case{"window7_q64_gqa4_hd128", Shape{32, 8, 128, 32, DType::kF16}, {{64, 33}}, 7},
+        Case{"window100_mixed_f16", kSmol, {{1, 300}, {7, 0}, {64, 120}, {1, 5}, {200, 10}}, 100},
+        Case{"window64_mixed_mha_hd128_q8", Shape{8, 8, 128, 32, DType::kQ8_0}, {{1, 400}, {70, 13}, {1, 0}}, 64},
+        Case{"window512_hd256_mqa_q8", Shape{4, 1, 256, 16, DType::kQ8_0}, {{3, 700}, {40, 490}}, 512}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
 
 // A query must not see keys after its position: keys of later queries in the same step, or
@@ -302,9 +320,49 @@ TEST(Attention, KeysAfterAQueryHaveNoEffect) {
   }
 }
 
+// With a window of w, query i sees keys [pos - w + 1, pos] only: keys before its window
+// (in earlier chunks, or earlier in the chunk that holds its first key) change no bit of it,
+// and its first key does change it.
+TEST(Attention, KeysBeforeTheWindowHaveNoEffect) {
+  for (const detail::AttentionKernels* k : kernel_tables()) {
+    for (DType type : {DType::kF16, DType::kQ8_0}) {
+      SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(type)));
+      const Shape sh{9, 3, 64, 16, type};
+      AttentionParams p;
+      p.layout = layout_of(sh);
+      p.n_head = sh.n_head;
+      p.scale = 0.125f;
+      p.window = 20;
+      std::vector<SeqData> data;
+      data.push_back(make_seq(sh, 9, 60, 13));  // queries at 60..68 see [41 + i, 60 + i]
+      data.push_back(make_seq(sh, 1, 68, 13));  // the last query again, as a decode
+      run_attention(*k, p, data, 1);
+      const std::vector<float> before = data[0].out, before_decode = data[1].out;
+      std::vector<float> garbage(static_cast<size_t>(sh.n_head_kv) * sh.head_dim, 3.0e4f);
+      auto overwrite = [&](SeqData& d, int64_t pos) {
+        kv_store(p.layout, d.k_pages[pos / 16].data(), static_cast<int>(pos % 16), garbage.data());
+        kv_store(p.layout, d.v_pages[pos / 16].data(), static_cast<int>(pos % 16), garbage.data());
+      };
+      for (int64_t pos = 0; pos < 41; ++pos) {
+        overwrite(data[0], pos);
+        overwrite(data[1], pos);
+      }
+      run_attention(*k, p, data, 2);
+      EXPECT_EQ(before, data[0].out);
+      EXPECT_EQ(before_decode, data[1].out);
+      overwrite(data[0], 41);  // query 0's first key; queries 1..8 start after it
+      run_attention(*k, p, data, 1);
+      const size_t per_query = static_cast<size_t>(sh.n_head) * sh.head_dim;
+      EXPECT_NE(0, std::memcmp(before.data(), data[0].out.data(), per_query * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(before.data() + per_query, data[0].out.data() + per_query,
+                               8 * per_query * sizeof(float)));
+    }
+  }
+}
+
 // A decode (one query) may run a kernel of its own, but it must give the bits the same
 // query gets inside a multi-query step over the same pages: a prompt's last token, a
-// recomputation after preemption and a decode all compute that row.
+// recomputation after preemption and a decode all compute that row; with a window too.
 TEST(Attention, ADecodeGivesTheBitsOfTheSameQueryInALongerStep) {
   const std::vector<Shape> shapes = {{9, 3, 64, 16, DType::kF16}, {8, 8, 128, 32, DType::kF16},
                                      {4, 2, 64, 5, DType::kF16},  {32, 8, 128, 16, DType::kF16},
@@ -312,35 +370,38 @@ TEST(Attention, ADecodeGivesTheBitsOfTheSameQueryInALongerStep) {
                                      {4, 2, 128, 5, DType::kQ8_0}};
   for (const detail::AttentionKernels* k : kernel_tables()) {
     for (const Shape& sh : shapes) {
-      SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(sh.type)) + " heads " +
-                   std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " hd " +
-                   std::to_string(sh.head_dim));
-      AttentionParams p;
-      p.layout = layout_of(sh);
-      p.n_head = sh.n_head;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
-      // Keys 0..100: chunks of 32 and a short one. 40 queries make tiles of many rows, 3 of
-      // a few (Q8_0 keys are scored differently in each, to the same bits).
-      for (const auto& [n_q, queries] : {std::pair{40, std::vector<int>{0, 2, 27, 39}},
-                                         std::pair{3, std::vector<int>{0, 2}}}) {
-        std::vector<SeqData> data;
-        data.push_back(make_seq(sh, n_q, 101 - n_q, 11));
-        run_attention(*k, p, data, 1);
-        const size_t stride = static_cast<size_t>(sh.n_head) * sh.head_dim;
-        for (int i : queries) {
-          AttentionSeq one = data[0].view(sh.n_head, sh.head_dim);
-          std::vector<float> out(stride, -12345.0f);
-          one.n_q = 1;
-          one.pos0 = data[0].pos0 + i;
-          one.q = data[0].q.data() + static_cast<size_t>(i) * stride;
-          one.out = out.data();
-          for (int nth : {1, 2}) {
-            for (int ith = 0; ith < nth; ++ith) {
-              detail::attention_with(*k, p, std::span<const AttentionSeq>(&one, 1), ith, nth);
+      for (int64_t window : {0, 45}) {
+        SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(sh.type)) + " heads " +
+                     std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " hd " +
+                     std::to_string(sh.head_dim) + " window " + std::to_string(window));
+        AttentionParams p;
+        p.layout = layout_of(sh);
+        p.n_head = sh.n_head;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+        p.window = window;
+        // Keys 0..100: chunks of 32 and a short one. 40 queries make tiles of many rows, 3 of
+        // a few (Q8_0 keys are scored differently in each, to the same bits).
+        for (const auto& [n_q, queries] : {std::pair{40, std::vector<int>{0, 2, 27, 39}},
+                                           std::pair{3, std::vector<int>{0, 2}}}) {
+          std::vector<SeqData> data;
+          data.push_back(make_seq(sh, n_q, 101 - n_q, 11));
+          run_attention(*k, p, data, 1);
+          const size_t stride = static_cast<size_t>(sh.n_head) * sh.head_dim;
+          for (int i : queries) {
+            AttentionSeq one = data[0].view(sh.n_head, sh.head_dim);
+            std::vector<float> out(stride, -12345.0f);
+            one.n_q = 1;
+            one.pos0 = data[0].pos0 + i;
+            one.q = data[0].q.data() + static_cast<size_t>(i) * stride;
+            one.out = out.data();
+            for (int nth : {1, 2}) {
+              for (int ith = 0; ith < nth; ++ith) {
+                detail::attention_with(*k, p, std::span<const AttentionSeq>(&one, 1), ith, nth);
+              }
+              EXPECT_EQ(0, std::memcmp(out.data(), data[0].out.data() + static_cast<size_t>(i) * stride,
+                                       stride * sizeof(float)))
+                  << "query " << i << " of " << n_q << ", " << nth << " thread(s)";
             }
-            EXPECT_EQ(0, std::memcmp(out.data(), data[0].out.data() + static_cast<size_t>(i) * stride,
-                                     stride * sizeof(float)))
-                << "query " << i << " of " << n_q << ", " << nth << " thread(s)";
           }
         }
       }

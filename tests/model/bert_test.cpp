@@ -3,6 +3,7 @@
 // sentence-transformers' (tests/fixtures/embeddings, made by scripts/make_embedding_fixture.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -185,6 +186,46 @@ TEST(Bert, SequencesInOneStepDoNotSeeEachOther) {
                                   c.tok->encode("What is the capital of Germany?", true, false)});
   EXPECT_GT(cosine(q[0], q[1]), 0.9);
   EXPECT_LT(cosine(q[0], q[2]), 0.8);
+}
+
+// nomic-bert (rotated queries and keys instead of learned positions, a fused QKV matrix, a
+// SiLU-gated FFN, no product biases) on a tiny file against llama.cpp's embeddings of it
+// (tests/fixtures/embeddings/make_nomic_fixture.py): the same token ids, and each sentence's
+// mean-pooled embedding, alone and with the others in one step.
+TEST(NomicBert, EmbeddingsMatchLlamaCpp) {
+  std::ifstream in(metro::testing::source_path("tests/fixtures/embeddings/nomic_bert_tiny_embeddings.json"));
+  const json fx = json::parse(in);
+  auto file = gguf::File::open(metro::testing::source_path("tests/fixtures/embeddings/nomic_bert_tiny.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto tok = tokenizer::Tokenizer::from_gguf(*file);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  auto m = Model::from_file(std::move(*file));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const HParams& hp = (*m)->hparams();
+  EXPECT_TRUE(hp.encoder && hp.encoder_rope && hp.fused_qkv);
+  EXPECT_EQ(hp.rope_type, RopeType::kNeox);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 1000.0f);
+  std::vector<std::vector<int32_t>> all;
+  std::vector<std::vector<float>> want;
+  for (const json& c : fx["cases"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->encode(c["text"].get<std::string>(), true, false), ids) << c["text"];
+    all.push_back(ids);
+    want.push_back(floats(c["embedding"]));
+  }
+  ASSERT_GE(all.size(), 5u);
+  const auto together = embed(**m, all);
+  double worst = 1.0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto alone = embed(**m, {all[i]}).at(0);
+    worst = std::min({worst, cosine(alone, want[i]), cosine(together[i], want[i])});
+  }
+  std::printf("[ nomic-bert ] worst cosine to llama.cpp over %zu sentences: %.7f\n", all.size(), worst);
+  EXPECT_GT(worst, 0.99999);
+  // The rotation is what tells these two apart: the same words in another order.
+  const auto ab = embed(**m, {tok->encode("the train runs under the city", true, false),
+                              tok->encode("the city runs under the train", true, false)});
+  EXPECT_LT(cosine(ab[0], ab[1]), 0.999);
 }
 
 // An encoder has no output head: a batch that wants logits is refused, not computed.

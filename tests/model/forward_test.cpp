@@ -309,7 +309,9 @@ TEST(Forward, Phi3FusedProjections) {
 
 // gemma3: embeddings scaled by sqrt(n_embd), per-head norms, norms of the attention and FFN
 // outputs, GELU gating, and five sliding-window layers rotating at base 10000 to each global
-// one at the file's base (7 layers: layer 5 is global).
+// one at the file's base (7 layers: layer 5 is global). The window (11 tokens) is shorter
+// than the input, so the local layers attend to their window only, in steps of 13 tokens
+// that cross it.
 TEST(Forward, Gemma3LayersAgainstTheReference) {
   SyntheticModelSpec spec;
   spec.arch = "gemma3";
@@ -317,7 +319,7 @@ TEST(Forward, Gemma3LayersAgainstTheReference) {
   spec.qk_norm = true;
   spec.post_norms = true;
   spec.rope_base = 1e6f;
-  spec.sliding_window = 64;
+  spec.sliding_window = 11;
   spec.n_ctx = 1024;
   Loaded l = load(spec);
   ASSERT_TRUE(l.model);
@@ -325,15 +327,27 @@ TEST(Forward, Gemma3LayersAgainstTheReference) {
   EXPECT_TRUE(hp.has_post_norms && hp.gelu_ffn && hp.has_qk_norm);
   EXPECT_FLOAT_EQ(hp.embd_scale, 16.0f);
   EXPECT_TRUE(hp.is_local_layer(0) && hp.is_local_layer(4) && !hp.is_local_layer(5) && hp.is_local_layer(6));
-  EXPECT_EQ(hp.max_context(), 64u);
+  EXPECT_EQ(hp.layer_window(0), 11u);
+  EXPECT_EQ(hp.layer_window(5), 0u);
+  EXPECT_EQ(l.model->max_context(), 1024u);
   auto toks = random_tokens(40, static_cast<int>(spec.n_vocab), 19);
   auto f = gguf::File::parse(l.bytes);
   auto ref = reference_forward(*f, toks);
   ASSERT_TRUE(ref.ok()) << ref.status().message();
-  Diff d = compare(run(*l.model, toks, 13), *ref);
-  EXPECT_LT(d.rel_rms, 1e-3);
-  EXPECT_GT(d.min_cos, 0.99999);
-  EXPECT_EQ(d.argmax_mismatch, 0);
+  for (int chunk : {13, 1, 40}) {
+    Diff d = compare(run(*l.model, toks, chunk), *ref);
+    EXPECT_LT(d.rel_rms, 1e-3) << "chunk " << chunk;
+    EXPECT_GT(d.min_cos, 0.99999) << "chunk " << chunk;
+    EXPECT_EQ(d.argmax_mismatch, 0) << "chunk " << chunk;
+  }
+  // The window changes the answer: the same weights with full attention in every layer.
+  spec.sliding_window = 0;
+  const std::vector<uint8_t> full_bytes = make_synthetic_model(spec);  // the parsed file views it
+  auto full = gguf::File::parse(full_bytes);
+  ASSERT_TRUE(full.ok());
+  auto ref_full = reference_forward(*full, toks);
+  ASSERT_TRUE(ref_full.ok()) << ref_full.status().message();
+  EXPECT_GT(compare(*ref_full, *ref).rel_rms, 1e-2);
 }
 
 // A head wider than the attention kernels take is refused when the file is read, not
@@ -351,21 +365,34 @@ TEST(Forward, RefusesHeadsWiderThanTheAttentionKernelsTake) {
   EXPECT_NE(m.status().message().find("head dimension 512"), std::string::npos) << m.status().message();
 }
 
-// A sliding window caps the context metro runs the model with (where full attention is
-// exact); without one the trained context is the cap.
-TEST(Forward, SlidingWindowCapsTheContext) {
+// mistral: a window without a pattern applies to every layer. On the CPU backend, which
+// has windowed attention, the trained context stays the cap; past the window the model
+// agrees with the reference forward pass and differs from full attention.
+TEST(Forward, SlidingWindowOnEveryLayerOfMistral) {
   SyntheticModelSpec spec;
   spec.arch = "mistral";
   spec.n_ctx = 512;
-  spec.sliding_window = 128;
+  spec.sliding_window = 9;
   Loaded l = load(spec);
   ASSERT_TRUE(l.model);
-  EXPECT_EQ(l.model->hparams().sliding_window, 128u);
-  EXPECT_EQ(l.model->hparams().max_context(), 128u);
-  spec.sliding_window = 4096;
-  EXPECT_EQ(load(spec).model->hparams().max_context(), 512u);
+  const HParams& hp = l.model->hparams();
+  EXPECT_EQ(hp.sliding_window, 9u);
+  for (uint32_t il = 0; il < hp.n_layer; ++il) EXPECT_EQ(hp.layer_window(il), 9u);
+  EXPECT_EQ(l.model->max_context(), 512u);
+  auto toks = random_tokens(35, static_cast<int>(spec.n_vocab), 23);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  for (int chunk : {35, 6}) {
+    Diff d = compare(run(*l.model, toks, chunk), *ref);
+    EXPECT_LT(d.rel_rms, 1e-3) << "chunk " << chunk;
+    EXPECT_GT(d.min_cos, 0.9999) << "chunk " << chunk;
+  }
   spec.sliding_window = 0;
-  EXPECT_EQ(load(spec).model->hparams().max_context(), 512u);
+  Loaded full = load(spec);
+  ASSERT_TRUE(full.model);
+  EXPECT_EQ(full.model->hparams().layer_window(0), 0u);
+  EXPECT_GT(compare(run(*full.model, toks, 35), *ref).rel_rms, 1e-2);
 }
 
 TEST(Forward, ChunkingAndThreadsDoNotChangeLogits) {

@@ -178,6 +178,23 @@ TEST(Perplexity, Gemma3WithinOnePercentOfLlamaCpp) {
               100.0 * (ppl - kLlamaCppGemma3Perplexity) / kLlamaCppGemma3Perplexity);
 }
 
+// Past the window: 720-token windows, whose scored second halves (positions 360-719) reach
+// beyond the 512 keys the sliding-window layers see (tests/fixtures/perplexity/README.md).
+constexpr double kLlamaCppGemma3Perplexity720 = 27.0290;
+
+TEST(Perplexity, Gemma3PastItsSlidingWindowWithinOnePercentOfLlamaCpp) {
+  REQUIRE_GEMMA3();
+  auto r = metro::testing::run_metro(args({"perplexity", "-m", metro::testing::gemma3_model_path(), "-f",
+                                           metro::testing::source_path("tests/fixtures/perplexity/metro_essay.txt"),
+                                           "--ctx", "720", "--json", "-t", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double ppl = nlohmann::json::parse(r.out)["perplexity"].get<double>();
+  expect_perplexity(ppl, kLlamaCppGemma3Perplexity720, "gemma3 --ctx 720");
+  std::printf("perplexity, gemma3 --ctx 720: metro %.4f, llama.cpp %.4f (%.3f%%)\n", ppl,
+              kLlamaCppGemma3Perplexity720,
+              100.0 * (ppl - kLlamaCppGemma3Perplexity720) / kLlamaCppGemma3Perplexity720);
+}
+
 TEST(Perplexity, RefusesAnUnknownKvType) {
   auto r = metro::testing::run_metro({"perplexity", "-m", "none.gguf", "-f", "none.txt", "--kv-type", "q4_0"});
   EXPECT_EQ(r.exit_code, 1);

@@ -45,6 +45,8 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
     w.add_f32(a + "rope.scaling.factor", s.yarn_factor);
     w.add_u32(a + "rope.scaling.original_context_length", s.yarn_orig_ctx);
   }
+  if (s.longrope_orig_ctx != 0) w.add_u32(a + "rope.scaling.original_context_length", s.longrope_orig_ctx);
+  if (s.rope_attn_factor != 0) w.add_f32(a + "rope.scaling.attn_factor", s.rope_attn_factor);
   if (s.head_dim != 0) {
     w.add_u32(a + "attention.key_length", s.head_dim);
     w.add_u32(a + "attention.value_length", s.head_dim);
@@ -84,6 +86,20 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   const float ws = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
   add("token_embd.weight", s.embd_type, {s.n_embd, s.n_vocab}, 1.0f);
   add_norm("output_norm.weight", s.n_embd);
+  if (s.longrope_orig_ctx != 0) {
+    const uint64_t half = hd / 2;
+    std::vector<float> short_f(half), long_f(half);
+    for (uint64_t i = 0; i < half; ++i) {
+      const float x = static_cast<float>(i) / static_cast<float>(half);
+      short_f[i] = 1.0f + 0.3f * x;
+      long_f[i] = 1.0f + 19.0f * x * x;
+    }
+    for (const auto& [name, v] : {std::pair{"rope_factors_short.weight", &short_f}, std::pair{"rope_factors_long.weight", &long_f}}) {
+      auto st = w.add_tensor(name, gguf::GgmlType::kF32, {half},
+                             {reinterpret_cast<const uint8_t*>(v->data()), v->size() * 4});
+      (void)st;
+    }
+  }
   if (!s.tied_output) add("output.weight", s.matrix_type, {s.n_embd, s.n_vocab}, ws);
   for (uint32_t il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";

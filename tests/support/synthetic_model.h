@@ -33,6 +33,10 @@ struct SyntheticModelSpec {
   uint32_t sliding_window = 0;  // written as attention.sliding_window when not 0
   float yarn_factor = 0;  // > 1: rope.scaling.type yarn with this factor
   uint32_t yarn_orig_ctx = 0;
+  // phi3's LongRoPE: rope_factors_short / _long (fixed values, short near 1, long growing to
+  // ~20 over the pairs) and rope.scaling.original_context_length when not 0.
+  uint32_t longrope_orig_ctx = 0;
+  float rope_attn_factor = 0;  // written as rope.scaling.attn_factor when not 0
   uint64_t seed = 1;
   // Columns [begin, end) of every layer's attention output and FFN down projections set to
   // zero (whole blocks: what makes one tensor-parallel rank's partial sums exactly 0).

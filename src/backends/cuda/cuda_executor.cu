@@ -368,6 +368,7 @@ class KeyWriter {
     real(o.scale);
     put(static_cast<uint64_t>(o.layer));
     put(static_cast<uint64_t>(o.n_head));
+    put(static_cast<uint64_t>(o.window));
   }
   void operator()(const AddOp& o) {
     act(o.a);

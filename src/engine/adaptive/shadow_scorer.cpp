@@ -55,8 +55,9 @@ double log_ratio(double a, double b) {
 // (appended to `rows`, n_vocab each) and, through a layer chain, each layer's statistics.
 class TierPass {
  public:
-  TierPass(const model::Model& m, const LayerChain* chain, int n) : m_(m), chain_(chain) {
+  TierPass(const model::Model& m, const LayerChain* chain, int n, int n_ctx) : m_(m), chain_(chain) {
     model::WorkspaceLimits lim;
+    lim.n_ctx = n_ctx;
     lim.max_tokens = kChunk;
     lim.max_logits = kChunk;
     lim.max_seqs = 1;
@@ -189,12 +190,12 @@ void ShadowScorer::reset_window() {
 
 Expected<ShadowSample> ShadowScorer::score(const model::Model& high, const model::Model& low,
                                            std::span<const int32_t> tokens, int n_prompt, ThreadPool& pool,
-                                           const LayerChain* high_chain, const LayerChain* low_chain) {
+                                           const LayerChain* high_chain, const LayerChain* low_chain, int n_ctx) {
   const int n = static_cast<int>(tokens.size());
   if (n_prompt < 1 || n <= n_prompt) return invalid_argument("shadow score: no output to score");
   const bool chains = high_chain != nullptr && low_chain != nullptr &&
                       high_chain->layers.size() == low_chain->layers.size() && high_chain->layers.size() >= 2;
-  TierPass ph(high, chains ? high_chain : nullptr, n), pl(low, chains ? low_chain : nullptr, n);
+  TierPass ph(high, chains ? high_chain : nullptr, n, n_ctx), pl(low, chains ? low_chain : nullptr, n, n_ctx);
   ShadowSample s;
   double kl_sum = 0.0;
   int agree = 0;
@@ -246,7 +247,7 @@ void ShadowScorer::run() {
       queue_.pop_front();
     }
     auto s = score(*high_, *low_, job.tokens, job.n_prompt, pool, high_chain_ ? &*high_chain_ : nullptr,
-                   low_chain_ ? &*low_chain_ : nullptr);
+                   low_chain_ ? &*low_chain_ : nullptr, cfg_.n_ctx);
     std::lock_guard<std::mutex> lock(mu_);
     if (!s.ok()) {
       METRO_LOG_WARN("shadow scoring failed: %s", s.status().to_string().c_str());

@@ -38,6 +38,7 @@ struct ShadowConfig {
   double kl_max = 0.5;     // mean KL (nats) past which the controller rolls back
   double drift_max = 0.5;  // a layer's mean drift past which the controller rolls back
   bool layer_drift = true; // run the tiers layer by layer to measure drift (else whole)
+  int n_ctx = 0;           // the engine's context per sequence (LongRoPE's factors); 0: trained
 };
 
 struct ShadowSample {
@@ -86,9 +87,11 @@ class ShadowScorer {
   // Both models teacher-forced over `tokens`; KL(high || low) and top-1 agreement over the
   // positions that predict tokens [n_prompt, size).
   // With both chains, the passes run layer by layer and the sample has per-layer drift.
+  // n_ctx: the serving engine's context per sequence (ShadowConfig::n_ctx).
   static Expected<ShadowSample> score(const model::Model& high, const model::Model& low,
                                       std::span<const int32_t> tokens, int n_prompt, ThreadPool& pool,
-                                      const LayerChain* high_chain = nullptr, const LayerChain* low_chain = nullptr);
+                                      const LayerChain* high_chain = nullptr, const LayerChain* low_chain = nullptr,
+                                      int n_ctx = 0);
 
  private:
   struct Job {

@@ -60,7 +60,7 @@ ModelProposer::ModelProposer(std::shared_ptr<const model::Model> draft, ModelPro
   arena_ = std::make_unique<kv::KvArena>(draft_->backend(), draft_->kv_layers(),
                                          draft_->kv_layout(opt_.kv_type, opt_.block_size), static_cast<int32_t>(blocks));
   ws_ = draft_->make_workspace({opt_.max_pass_tokens + opt_.max_seqs, opt_.max_seqs, opt_.max_seqs,
-                                (opt_.n_ctx + opt_.max_k + opt_.block_size - 1) / opt_.block_size + 1});
+                                (opt_.n_ctx + opt_.max_k + opt_.block_size - 1) / opt_.block_size + 1, opt_.n_ctx});
   free_.reserve(static_cast<size_t>(blocks));
   for (int64_t b = blocks - 1; b >= 0; --b) free_.push_back(static_cast<kv::BlockId>(b));
 }
