@@ -204,6 +204,8 @@ int cmd_bench(int argc, char** argv) {
   int p = 512, n = 128, reps = 5, threads = default_threads();
   bool as_json = false, no_repack = false, profile = false;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  LoraFlags lora;
+  add_lora_flags(app, lora);
   app.add_option("-p,--n-prompt", p, "prompt tokens (pp test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
   app.add_option("-n,--n-gen", n, "generated tokens (tg test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
   app.add_option("-r,--repetitions", reps, "repetitions")->check(CLI::Range(1, 1000));
@@ -225,7 +227,7 @@ int cmd_bench(int argc, char** argv) {
     return app.exit(e);
   }
   if (!sb.spec.mode.empty()) {
-    auto lm = load_model(model_path, !no_repack, device);
+    auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs());
     if (!lm.ok()) return fail("bench", lm.status());
     sb.threads = threads;
     sb.json = as_json;
@@ -244,7 +246,7 @@ int cmd_bench(int argc, char** argv) {
   for (int b : batches) {
     if (b < 1 || b > 1024) return fail("bench", invalid_argument("--batch counts must be in [1, 1024]"));
   }
-  auto lm = load_model(model_path, !no_repack, device);
+  auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs());
   if (!lm.ok()) return fail("bench", lm.status());
   const model::Model& m = *lm->model;
   const bool on_cpu = device == "cpu";

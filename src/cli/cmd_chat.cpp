@@ -113,6 +113,8 @@ int cmd_chat(int argc, char** argv) {
   float temp = 0.7f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   int64_t seed = -1;
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  LoraFlags lora;
+  add_lora_flags(app, lora);
   app.add_option("--system", system_prompt, "system prompt");
   app.add_option("-n,--n-predict", n_predict, "most tokens per answer (-1: the rest of the context)")
       ->check(CLI::Range(-1, 1 << 20));
@@ -133,7 +135,7 @@ int cmd_chat(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  auto lm = load_model(model_path);
+  auto lm = load_model(model_path, true, "cpu", std::chrono::milliseconds{0}, true, lora.specs());
   if (!lm.ok()) return fail("chat", lm.status());
   const tokenizer::Tokenizer& tok = *lm->tokenizer;
   Expected<tokenizer::ChatTemplate> tmpl = chat_template_of(*lm->model, chat_template_file);

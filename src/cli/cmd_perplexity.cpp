@@ -64,6 +64,8 @@ int cmd_perplexity(int argc, char** argv) {
   bool as_json = false;
   std::string kv_type = "f16";
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  LoraFlags lora;
+  add_lora_flags(app, lora);
   app.add_option("-f,--file", text_file, "text file")->required();
   app.add_option("--ctx,-c", n_ctx, "window length in tokens")->check(CLI::Range(8, 1 << 16));
   app.add_option("--chunks", max_chunks, "score at most this many windows (0: all)");
@@ -85,7 +87,7 @@ int cmd_perplexity(int argc, char** argv) {
   std::ifstream in(text_file, std::ios::binary);
   if (!in) return fail("perplexity", io_error("cannot read the text file '" + text_file + "'"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto lm = load_model(model_path);
+  auto lm = load_model(model_path, true, "cpu", std::chrono::milliseconds{0}, true, lora.specs());
   if (!lm.ok()) return fail("perplexity", lm.status());
   const model::Model& m = *lm->model;
   const tokenizer::Tokenizer& tok = *lm->tokenizer;

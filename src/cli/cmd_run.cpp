@@ -27,6 +27,8 @@ int cmd_run(int argc, char** argv) {
   bool chat = false, ignore_eos = false, no_repack = false;
   std::string device = "cpu";
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
+  LoraFlags lora;
+  add_lora_flags(app, lora);
   auto* prompt_opt = app.add_option("-p,--prompt", prompt, "prompt text (neither -p nor -f: read from stdin)");
   app.add_option("-f,--file", prompt_file, "read the prompt from a file")->excludes(prompt_opt);
   app.add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 20));
@@ -60,7 +62,7 @@ int cmd_run(int argc, char** argv) {
     // A prompt typed or piped as a line: the line's end is not part of it.
     if (!prompt.empty() && prompt.back() == '\n') prompt.pop_back();
   }
-  auto lm = load_model(model_path, !no_repack, device);
+  auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs());
   if (!lm.ok()) return fail("run", lm.status());
   const tokenizer::Tokenizer& tok = *lm->tokenizer;
 

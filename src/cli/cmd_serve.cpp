@@ -90,6 +90,8 @@ int cmd_serve(int argc, char** argv) {
                  "GGUF model file; NAME=FILE serves another model under NAME, NAME@VARIANT=FILE a variant of NAME "
                  "(repeatable)")
       ->required();
+  LoraFlags lora;
+  add_lora_flags(app, lora);
   app.set_config("--config", "",
                  "read options from a TOML file: a key per long option, named as on the command line "
                  "(model = [\"a.gguf\", \"chat@canary=b.gguf\"], served-model-name = [\"chat\"], port = 8080, "
@@ -522,10 +524,13 @@ int cmd_serve(int argc, char** argv) {
   }
   const int64_t t_start = now_ns();
   const std::shared_ptr<server::KvEventsPublisher> sc_kv_events = sc.kv_events;
+  const std::vector<model::LoraSpec> lora_specs = lora.specs();
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
-    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2), /*progress=*/false));
+    // --lora adapts every model this server loads, from the command line or the admin API.
+    METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2),
+                                                      /*progress=*/false, lora_specs));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());

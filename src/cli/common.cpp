@@ -39,11 +39,13 @@ Status with_path(const std::string& path, const Status& s) {
 }
 
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device,
-                                 std::chrono::milliseconds watch_period, bool progress) {
+                                 std::chrono::milliseconds watch_period, bool progress,
+                                 const std::vector<model::LoraSpec>& lora) {
   Stopwatch sw;
   LoadedModel lm;
   model::ModelOptions opts;
   opts.allow_repack = allow_repack;
+  opts.lora = lora;
   METRO_ASSIGN_OR_RETURN(opts.backend, backends::make_backend(device));
   opts.watch_period = watch_period;
   std::optional<Progress> bar;  // made at the first chunk, when the size is known
@@ -66,6 +68,18 @@ Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, con
   lm.tokenizer = std::make_unique<tokenizer::Tokenizer>(std::move(tok));
   lm.load_seconds = sw.elapsed_s();
   return lm;
+}
+
+std::vector<model::LoraSpec> LoraFlags::specs() const {
+  std::vector<model::LoraSpec> out;
+  for (const auto& f : files) out.push_back({f, 1.0f});
+  for (const auto& [f, s] : scaled) out.push_back({f, static_cast<float>(s)});
+  return out;
+}
+
+void add_lora_flags(CLI::App& app, LoraFlags& flags) {
+  app.add_option("--lora", flags.files, "LoRA adapter GGUF merged into the model's weights at load (repeatable)");
+  app.add_option("--lora-scaled", flags.scaled, "LoRA adapter GGUF and its scale, merged at load (repeatable)");
 }
 
 int default_threads() { return cpu_features().physical_cores; }

@@ -25,10 +25,20 @@ struct LoadedModel {
 // `device`: what --device names (backends::make_backend): "cpu" or "cuda". The model is
 // read into memory the process owns (model::Model::load). A positive `watch_period` also
 // polls the file at that period and logs once when it changes on disk. `progress`: a
-// progress line while the file is read (on a terminal only; cli/progress.h).
+// progress line while the file is read (on a terminal only; cli/progress.h). `lora`:
+// adapters added into the weights as it loads (model/lora.h).
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true, const std::string& device = "cpu",
                                  std::chrono::milliseconds watch_period = std::chrono::milliseconds{0},
-                                 bool progress = true);
+                                 bool progress = true, const std::vector<model::LoraSpec>& lora = {});
+
+// --lora FILE (repeatable, scale 1) and --lora-scaled FILE SCALE (repeatable), as llama.cpp
+// names them: adapters merged into the model's weights at load.
+struct LoraFlags {
+  std::vector<std::string> files;
+  std::vector<std::pair<std::string, double>> scaled;
+  std::vector<model::LoraSpec> specs() const;
+};
+void add_lora_flags(CLI::App& app, LoraFlags& flags);
 
 // Physical cores (the default for -t).
 int default_threads();

@@ -69,6 +69,10 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const Mode
   // A copy, not a map: a map would stay backed by the file (base/mapped_file.h).
   METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::load(path, opts.read));
   const FileStamp stamp = *f.stamp();
+  if (!opts.lora.empty()) {
+    METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> merged, merge_lora(f, opts.lora));
+    METRO_ASSIGN_OR_RETURN(f, gguf::File::copy_of(merged));
+  }
   METRO_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, from_file(std::move(f), opts));
   if (opts.watch_period.count() > 0) {
     const size_t slash = path.find_last_of('/');

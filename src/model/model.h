@@ -23,6 +23,7 @@
 #include "model/batch.h"
 #include "model/hparams.h"
 #include "model/kv_view.h"
+#include "model/lora.h"
 #include "model/shard.h"
 #include "model/weights.h"
 
@@ -42,6 +43,8 @@ struct ModelOptions {
   // (truncated, rewritten, replaced, removed) is logged once; the model keeps serving the
   // copy it loaded, which the change cannot reach.
   std::chrono::milliseconds watch_period{0};
+  // load() only: LoRA adapters added into the weights as the file is read (model/lora.h).
+  std::vector<LoraSpec> lora;
 };
 
 // Upper bounds a Workspace is sized for; forward() refuses steps beyond them.
