@@ -90,8 +90,12 @@ int cmd_serve(int argc, char** argv) {
                  "GGUF model file; NAME=FILE serves another model under NAME, NAME@VARIANT=FILE a variant of NAME "
                  "(repeatable)")
       ->required();
-  LoraFlags lora;
-  add_lora_flags(app, lora);
+  std::vector<std::string> lora_args;
+  std::vector<std::pair<std::string, double>> lora_scaled_args;
+  app.add_option("--lora", lora_args,
+                 "NAME=FILE: serve the first model again with the LoRA adapter FILE merged into its weights, "
+                 "as BASE:NAME (repeatable)");
+  app.add_option("--lora-scaled", lora_scaled_args, "NAME=FILE SCALE: --lora at a scale (repeatable)");
   app.set_config("--config", "",
                  "read options from a TOML file: a key per long option, named as on the command line "
                  "(model = [\"a.gguf\", \"chat@canary=b.gguf\"], served-model-name = [\"chat\"], port = 8080, "
@@ -360,6 +364,7 @@ int cmd_serve(int argc, char** argv) {
   }
   auto specs = parse_model_specs(model_args, model_name, served_names);
   if (!specs.ok()) return fail("serve", specs.status());
+  if (Status st = add_lora_specs(lora_args, lora_scaled_args, *specs); !st.ok()) return fail("serve", st);
   auto splits = parse_splits(split_args, *specs);
   if (!splits.ok()) return fail("serve", splits.status());
   auto rollouts = parse_rollouts(rollout_args, *specs);
@@ -524,13 +529,11 @@ int cmd_serve(int argc, char** argv) {
   }
   const int64_t t_start = now_ns();
   const std::shared_ptr<server::KvEventsPublisher> sc_kv_events = sc.kv_events;
-  const std::vector<model::LoraSpec> lora_specs = lora.specs();
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
-    // --lora adapts every model this server loads, from the command line or the admin API.
     METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2),
-                                                      /*progress=*/false, lora_specs));
+                                                      /*progress=*/false, ms.lora));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());

@@ -233,4 +233,31 @@ Expected<std::vector<FaultTarget>> parse_faults(const std::vector<std::string>& 
   return out;
 }
 
+Status add_lora_specs(const std::vector<std::string>& lora, const std::vector<std::pair<std::string, double>>& scaled,
+                      std::vector<ServeModelSpec>& specs) {
+  std::vector<std::pair<std::string, double>> all;
+  for (const std::string& a : lora) all.emplace_back(a, 1.0);
+  all.insert(all.end(), scaled.begin(), scaled.end());
+  if (all.empty()) return {};
+  const ServeModelSpec base = specs.front();
+  for (const auto& [a, scale] : all) {
+    const size_t eq = a.find('=');
+    const std::string name = eq == std::string::npos ? "" : a.substr(0, eq);
+    if (eq == std::string::npos || !variant_ok(name) || eq + 1 == a.size()) {
+      return invalid_argument("--lora '" + a + "': write NAME=FILE (NAME: 1 to 64 letters, digits or -_.)");
+    }
+    if (!std::isfinite(scale)) return invalid_argument("--lora-scaled '" + a + "': the scale is not a number");
+    ServeModelSpec s;
+    s.name = base.name + ":" + name;
+    s.path = base.path;
+    s.lora = {{a.substr(eq + 1), static_cast<float>(scale)}};
+    if (!name_ok(s.name)) return invalid_argument("--lora '" + a + "': '" + s.name + "' is too long a model name");
+    for (const ServeModelSpec& o : specs) {
+      if (o.name == s.name) return invalid_argument("--lora '" + a + "': the model '" + s.name + "' is given twice");
+    }
+    specs.push_back(std::move(s));
+  }
+  return {};
+}
+
 }  // namespace metro::cli

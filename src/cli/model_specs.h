@@ -10,6 +10,9 @@
 //   --fault TARGET:error=SHARE,status=CODE,latency=DURATION,latency_share=SHARE
 //                           faults injected into TARGET (NAME, NAME@VARIANT, or a VARIANT that
 //                           only one name has) for rehearsals
+//   --lora NAME=FILE        the first model again with the LoRA adapter FILE merged into its
+//                           weights, served as BASE:NAME (BASE: that model's name; repeatable)
+//   --lora-scaled NAME=FILE SCALE   the same at a scale
 #pragma once
 
 #include <optional>
@@ -18,6 +21,7 @@
 
 #include "base/status.h"
 #include "gateway/variant_guard.h"
+#include "model/lora.h"
 
 namespace metro::cli {
 
@@ -26,6 +30,7 @@ struct ServeModelSpec {
   std::vector<std::string> aliases;  // --served-model-name's others (the unnamed model only)
   std::string variant;               // "" for the primary
   std::string path;
+  std::vector<model::LoraSpec> lora;  // adapters merged into the weights as it loads
 };
 
 // `names`: --served-model-name's values (the first names the unnamed model), `model_name`:
@@ -33,6 +38,10 @@ struct ServeModelSpec {
 Expected<std::vector<ServeModelSpec>> parse_model_specs(const std::vector<std::string>& args,
                                                         const std::string& model_name,
                                                         const std::vector<std::string>& names);
+
+// Appends a model BASE:NAME per --lora / --lora-scaled value (scale 1 for --lora).
+Status add_lora_specs(const std::vector<std::string>& lora, const std::vector<std::pair<std::string, double>>& scaled,
+                      std::vector<ServeModelSpec>& specs);
 
 struct SplitSpec {
   std::string name, variant;

@@ -10,6 +10,8 @@ import time
 
 from e2e_util import MetroServer, env_int, metrics, promtool, request
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 ADMIN_KEY = "admin-key-for-the-e2e-tests-0123"
 # Under the sanitizers requests are several times slower: two steps and a looser alpha
 # (fewer requests per step) keep the rollout test to the same few thousand requests or less.
@@ -471,6 +473,42 @@ def t_config_file(ctx):
         os.unlink(path)
 
 
+def t_lora_adapter_served_as_its_own_model(ctx):
+    """`--lora NAME=FILE` serves the first model again with the adapter merged into its
+    weights, as BASE:NAME: both are listed, a request picks one by `model`, the adapted one
+    answers differently (the tiny llama file and adapter of tests/fixtures/lora), an unknown
+    adapter name is a 404; a bad value or a file that is not an adapter stops the server."""
+    fx = os.path.join(ROOT, "tests", "fixtures", "lora")
+    model, adapter = os.path.join(fx, "llama_tiny.gguf"), os.path.join(fx, "llama_tiny_lora.gguf")
+    srv = MetroServer(ctx.metro, model, ["--served-model-name", "tiny", "--lora", f"ad={adapter}",
+                                         "--lora-scaled", f"half={adapter}", "0.5", "--admission", "off",
+                                         "--ctx", "128", "--ctx-total", "1024", "-t", "2"])
+    srv.start()
+    try:
+        srv.wait_ready()
+        st, _, data = request(srv.port, "GET", "/v1/models")
+        assert [x["id"] for x in json.loads(data)["data"]] == ["tiny", "tiny:ad", "tiny:half"], data
+        texts = {}
+        for name in ("tiny", "tiny:ad", "tiny:half"):
+            st, _, data = request(srv.port, "POST", "/v1/completions",
+                                  {"model": name, "prompt": "abc", "max_tokens": 8, "temperature": 0})
+            assert st == 200, (name, st, data[:200])
+            body = json.loads(data)
+            assert body["model"] == name, body
+            texts[name] = body["choices"][0]["text"]
+        assert len(set(texts.values())) == 3, texts
+        st, _, data = request(srv.port, "POST", "/v1/completions", {"model": "tiny:nope", "prompt": "abc"})
+        assert st == 404, (st, data[:200])
+    finally:
+        srv.kill()
+    for extra, want in ((["--lora", adapter], "write NAME=FILE"), (["--lora", f"bad={model}"], "not a LoRA adapter")):
+        p = subprocess.run([ctx.metro, "serve", "-m", model] + extra + ["--port", "0"], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode != 0 and want in p.stderr, (extra, p.returncode, p.stderr[-300:])
+    ctx.note(f"lora: base and two adapted models answer differently: {sorted(texts.values())}")
+
+
 TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_rollout_rolls_back_damaged_weights,
          t_breaker_faults_and_admin_api,
-         t_hot_load_and_unload_under_load, t_feedback_rolls_back_a_disliked_canary, t_config_file]
+         t_hot_load_and_unload_under_load, t_feedback_rolls_back_a_disliked_canary, t_config_file,
+         t_lora_adapter_served_as_its_own_model]
