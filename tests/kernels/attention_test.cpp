@@ -70,6 +70,15 @@ KvPageLayout layout_of(const Shape& sh) {
   return l;
 }
 
+AttentionParams params_of(const Shape& sh, float scale, int64_t window = 0) {
+  AttentionParams p;
+  p.layout = layout_of(sh);
+  p.n_head = sh.n_head;
+  p.scale = scale;
+  p.window = window;
+  return p;
+}
+
 SeqData make_seq(const Shape& sh, int n_q, int64_t pos0, uint32_t seed) {
   const KvPageLayout lay = layout_of(sh);
   SeqData d;
@@ -294,10 +303,7 @@ TEST(Attention, KeysAfterAQueryHaveNoEffect) {
     for (DType type : {DType::kF16, DType::kQ8_0}) {
       SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(type)));
       const Shape sh{9, 3, 64, 16, type};
-      AttentionParams p;
-      p.layout = layout_of(sh);
-      p.n_head = sh.n_head;
-      p.scale = 0.125f;
+      const AttentionParams p = params_of(sh, 0.125f);
       std::vector<SeqData> data;
       data.push_back(make_seq(sh, 7, 20, 7));  // keys 0..26; slots 27..31 never written
       run_attention(*k, p, data, 1);
@@ -328,11 +334,7 @@ TEST(Attention, KeysBeforeTheWindowHaveNoEffect) {
     for (DType type : {DType::kF16, DType::kQ8_0}) {
       SCOPED_TRACE(std::string(k->isa) + " " + std::string(dtype_name(type)));
       const Shape sh{9, 3, 64, 16, type};
-      AttentionParams p;
-      p.layout = layout_of(sh);
-      p.n_head = sh.n_head;
-      p.scale = 0.125f;
-      p.window = 20;
+      const AttentionParams p = params_of(sh, 0.125f, 20);
       std::vector<SeqData> data;
       data.push_back(make_seq(sh, 9, 60, 13));  // queries at 60..68 see [41 + i, 60 + i]
       data.push_back(make_seq(sh, 1, 68, 13));  // the last query again, as a decode

@@ -16,6 +16,7 @@
 #include "kv/kv_arena.h"
 #include "model/model.h"
 #include "model/reference_forward.h"
+#include "support/model_run.h"
 #include "support/synthetic_model.h"
 
 namespace metro::model {
@@ -23,6 +24,7 @@ namespace {
 
 using kernels::DType;
 using metro::testing::make_synthetic_model;
+using metro::testing::sequence_logits;
 using metro::testing::SyntheticModelSpec;
 
 struct Loaded {
@@ -46,33 +48,6 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
   return t;
-}
-
-// Logits of every position, computed in steps of `chunk` tokens.
-std::vector<std::vector<float>> run(const Model& m, const std::vector<int32_t>& toks, int chunk,
-                                    int threads = 2, int block_size = 16) {
-  ThreadPool pool(threads);
-  WorkspaceLimits lim;
-  lim.max_tokens = chunk;
-  lim.max_logits = chunk;
-  lim.max_seqs = 4;
-  lim.max_blocks_per_seq = static_cast<int>(toks.size()) / block_size + 2;
-  Workspace ws = m.make_workspace(lim);
-  SequenceKv kv(m.hparams(), static_cast<int>(toks.size()), DType::kF16, block_size);
-  std::vector<std::vector<float>> out;
-  for (size_t s = 0; s < toks.size(); s += static_cast<size_t>(chunk)) {
-    Batch b;
-    for (size_t i = s; i < std::min(toks.size(), s + static_cast<size_t>(chunk)); ++i) {
-      b.add(toks[i], static_cast<int32_t>(i), 0, true);
-    }
-    auto r = m.forward(b, kv.view(), ws, pool);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    for (int row = 0; row < r->n_rows; ++row) {
-      auto v = r->row(row);
-      out.emplace_back(v.begin(), v.end());
-    }
-  }
-  return out;
 }
 
 struct Diff {
@@ -119,7 +94,7 @@ TEST_P(ForwardVsReference, MatchesWithinQuantizationError) {
   auto f = gguf::File::parse(l.bytes);
   auto ref = reference_forward(*f, toks);
   ASSERT_TRUE(ref.ok()) << ref.status().message();
-  auto got = run(*l.model, toks, 64);
+  auto got = sequence_logits(*l.model, toks, 64);
   Diff d = compare(got, *ref);
   const bool is_float = GetParam() == DType::kF16;
   EXPECT_LT(d.rel_rms, is_float ? 1e-3 : 0.05) << kernels::dtype_name(GetParam());
@@ -205,7 +180,7 @@ TEST(Forward, QwenStyleBiasesAndNeoxRope) {
   auto f = gguf::File::parse(l.bytes);
   auto ref = reference_forward(*f, toks);
   ASSERT_TRUE(ref.ok());
-  Diff d = compare(run(*l.model, toks, 64), *ref);
+  Diff d = compare(sequence_logits(*l.model, toks, 64), *ref);
   EXPECT_LT(d.rel_rms, 1e-3);
 }
 
@@ -228,7 +203,7 @@ TEST(Forward, Qwen3HeadNormsAndWideHeads) {
     auto f = gguf::File::parse(l.bytes);
     auto ref = reference_forward(*f, toks);
     ASSERT_TRUE(ref.ok()) << ref.status().message();
-    Diff d = compare(run(*l.model, toks, 7), *ref);
+    Diff d = compare(sequence_logits(*l.model, toks, 7), *ref);
     const bool is_float = type == DType::kF16;
     EXPECT_LT(d.rel_rms, is_float ? 1e-3 : 0.05) << kernels::dtype_name(type);
     EXPECT_GT(d.min_cos, is_float ? 0.99999 : 0.998) << kernels::dtype_name(type);
@@ -242,7 +217,7 @@ TEST(Forward, Qwen3HeadNormsAndWideHeads) {
   without.arch = "qwen2";
   without.qk_norm = false;
   auto toks = random_tokens(8, static_cast<int>(with.n_vocab), 3);
-  Diff d = compare(run(*load(with).model, toks, 8), run(*load(without).model, toks, 8));
+  Diff d = compare(sequence_logits(*load(with).model, toks, 8), sequence_logits(*load(without).model, toks, 8));
   EXPECT_GT(d.rel_rms, 0.01);
   // A qwen3 file without the norms is refused by name.
   SyntheticModelSpec bare;
@@ -272,13 +247,13 @@ TEST(Forward, YarnScaledRopeMatchesReference) {
   auto f = gguf::File::parse(l.bytes);
   auto ref = reference_forward(*f, toks);
   ASSERT_TRUE(ref.ok()) << ref.status().message();
-  Diff d = compare(run(*l.model, toks, 16), *ref);
+  Diff d = compare(sequence_logits(*l.model, toks, 16), *ref);
   EXPECT_LT(d.rel_rms, 1e-3);
   EXPECT_GT(d.min_cos, 0.99999);
   // Unscaled, the same weights give other logits.
   SyntheticModelSpec plain = spec;
   plain.yarn_factor = 0;
-  Diff apart = compare(run(*load(plain).model, toks, 16), *ref);
+  Diff apart = compare(sequence_logits(*load(plain).model, toks, 16), *ref);
   EXPECT_GT(apart.rel_rms, 1e-3);
 }
 
@@ -300,7 +275,7 @@ TEST(Forward, Phi3FusedProjections) {
     auto f = gguf::File::parse(l.bytes);
     auto ref = reference_forward(*f, toks);
     ASSERT_TRUE(ref.ok()) << ref.status().message();
-    Diff d = compare(run(*l.model, toks, 9), *ref);
+    Diff d = compare(sequence_logits(*l.model, toks, 9), *ref);
     const bool is_float = type == DType::kF16;
     EXPECT_LT(d.rel_rms, is_float ? 1e-3 : 0.05) << kernels::dtype_name(type);
     EXPECT_GT(d.min_cos, is_float ? 0.99999 : 0.998) << kernels::dtype_name(type);
@@ -335,7 +310,7 @@ TEST(Forward, Gemma3LayersAgainstTheReference) {
   auto ref = reference_forward(*f, toks);
   ASSERT_TRUE(ref.ok()) << ref.status().message();
   for (int chunk : {13, 1, 40}) {
-    Diff d = compare(run(*l.model, toks, chunk), *ref);
+    Diff d = compare(sequence_logits(*l.model, toks, chunk), *ref);
     EXPECT_LT(d.rel_rms, 1e-3) << "chunk " << chunk;
     EXPECT_GT(d.min_cos, 0.99999) << "chunk " << chunk;
     EXPECT_EQ(d.argmax_mismatch, 0) << "chunk " << chunk;
@@ -384,7 +359,7 @@ TEST(Forward, SlidingWindowOnEveryLayerOfMistral) {
   auto ref = reference_forward(*f, toks);
   ASSERT_TRUE(ref.ok()) << ref.status().message();
   for (int chunk : {35, 6}) {
-    Diff d = compare(run(*l.model, toks, chunk), *ref);
+    Diff d = compare(sequence_logits(*l.model, toks, chunk), *ref);
     EXPECT_LT(d.rel_rms, 1e-3) << "chunk " << chunk;
     EXPECT_GT(d.min_cos, 0.9999) << "chunk " << chunk;
   }
@@ -392,7 +367,7 @@ TEST(Forward, SlidingWindowOnEveryLayerOfMistral) {
   Loaded full = load(spec);
   ASSERT_TRUE(full.model);
   EXPECT_EQ(full.model->hparams().layer_window(0), 0u);
-  EXPECT_GT(compare(run(*full.model, toks, 35), *ref).rel_rms, 1e-2);
+  EXPECT_GT(compare(sequence_logits(*full.model, toks, 35), *ref).rel_rms, 1e-2);
 }
 
 TEST(Forward, ChunkingAndThreadsDoNotChangeLogits) {
@@ -401,18 +376,18 @@ TEST(Forward, ChunkingAndThreadsDoNotChangeLogits) {
   spec.embd_type = DType::kQ8_0;
   Loaded l = load(spec);
   auto toks = random_tokens(50, static_cast<int>(spec.n_vocab), 11);
-  auto whole = run(*l.model, toks, 64, 2);
+  auto whole = sequence_logits(*l.model, toks, 64, 2);
   for (int chunk : {1, 7, 16}) {
-    Diff d = compare(run(*l.model, toks, chunk, 2), whole);
+    Diff d = compare(sequence_logits(*l.model, toks, chunk, 2), whole);
     EXPECT_LT(d.rel_rms, 1e-5) << "chunk " << chunk;
     EXPECT_EQ(d.argmax_mismatch, 0) << "chunk " << chunk;
   }
   for (int threads : {1, 3}) {
-    Diff d = compare(run(*l.model, toks, 64, threads), whole);
+    Diff d = compare(sequence_logits(*l.model, toks, 64, threads), whole);
     EXPECT_EQ(d.rel_rms, 0.0) << "threads " << threads;
   }
   for (int bs : {5, 32}) {
-    Diff d = compare(run(*l.model, toks, 64, 2, bs), whole);
+    Diff d = compare(sequence_logits(*l.model, toks, 64, 2, bs), whole);
     EXPECT_LT(d.rel_rms, 1e-6) << "block size " << bs;
   }
 }
@@ -451,7 +426,7 @@ TEST(Forward, SequencesInOneBatchMatchSequencesAlone) {
   ASSERT_TRUE(out.ok()) << out.status().message();
   int row = 0;
   for (int s = 0; s < 3; ++s) {
-    auto alone = run(m, seqs[static_cast<size_t>(s)], 64);
+    auto alone = sequence_logits(m, seqs[static_cast<size_t>(s)], 64);
     std::vector<std::vector<float>> batched;
     for (size_t i = 0; i < seqs[static_cast<size_t>(s)].size(); ++i) {
       auto v = out->row(row++);

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "base/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/reference_forward.h"
+#include "support/model_run.h"
 #include "support/synthetic_model.h"
 #include "support/test_util.h"
 
@@ -20,42 +20,8 @@ namespace metro::model {
 namespace {
 
 using Rows = std::vector<std::vector<float>>;
-
-// Logits of every position of `toks`, in steps of `chunk`, for a context of n_ctx.
-Rows run(const Model& m, const std::vector<int32_t>& toks, int chunk, int n_ctx) {
-  ThreadPool pool(2);
-  WorkspaceLimits lim;
-  lim.max_tokens = chunk;
-  lim.max_logits = chunk;
-  lim.max_seqs = 1;
-  lim.max_blocks_per_seq = static_cast<int>(toks.size()) / 16 + 2;
-  lim.n_ctx = n_ctx;
-  Workspace ws = m.make_workspace(lim);
-  SequenceKv kv(m, static_cast<int>(toks.size()));
-  Rows out;
-  for (size_t s = 0; s < toks.size(); s += static_cast<size_t>(chunk)) {
-    Batch b;
-    for (size_t i = s; i < std::min(toks.size(), s + static_cast<size_t>(chunk)); ++i) {
-      b.add(toks[i], static_cast<int32_t>(i), 0, true);
-    }
-    auto r = m.forward(b, kv.view(), ws, pool);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    if (!r.ok()) return out;
-    for (int row = 0; row < r->n_rows; ++row) {
-      auto v = r->row(row);
-      out.emplace_back(v.begin(), v.end());
-    }
-  }
-  return out;
-}
-
-double max_abs_diff(const Rows& a, const Rows& b) {
-  double worst = 0;
-  for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) {
-    for (size_t i = 0; i < b[t].size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
-  }
-  return worst;
-}
+using metro::testing::max_abs_diff;
+using metro::testing::sequence_logits;
 
 // The fixture: the same tokens at a context of 512 (the original one: short factors) and
 // 1024 (long factors), llama.cpp's logits for each. metro's must match the case of its own
@@ -80,7 +46,7 @@ TEST(LongRope, MatchesLlamaCppAtAShortAndALongContext) {
   for (size_t i = 0; i < 2; ++i) {
     const int n_ctx = fx["cases"][i]["n_ctx"].get<int>();
     for (int chunk : {40, 7}) {
-      const Rows got = run(**m, toks, chunk, n_ctx);
+      const Rows got = sequence_logits(**m, toks, chunk, 2, 16, n_ctx);
       ASSERT_EQ(got.size(), toks.size());
       const double own = max_abs_diff(got, want[i]), other = max_abs_diff(got, want[1 - i]);
       std::printf("longrope: n_ctx %d, chunk %d: largest difference %.4f from llama.cpp's logits (%.4f from the "
@@ -115,7 +81,7 @@ TEST(LongRope, PicksItsFactorsByContextAgainstTheReference) {
   ASSERT_TRUE(ref_short.ok() && ref_long.ok());
   EXPECT_GT(max_abs_diff(*ref_short, *ref_long), 0.05);
   for (const auto& [n_ctx, ref] : {std::pair{32, &*ref_short}, std::pair{256, &*ref_long}, std::pair{0, &*ref_long}}) {
-    const double d = max_abs_diff(run(**m, toks, 13, n_ctx), *ref);
+    const double d = max_abs_diff(sequence_logits(**m, toks, 13, 2, 16, n_ctx), *ref);
     EXPECT_LT(d, 0.01) << "n_ctx " << n_ctx;
   }
   spec.rope_attn_factor = 0;  // 1: no factor on cos and sin

@@ -9,12 +9,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "base/thread_pool.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "kernels/quant_ref.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "support/model_run.h"
 #include "support/synthetic_model.h"
 #include "support/test_util.h"
 
@@ -22,38 +22,10 @@ namespace metro::model {
 namespace {
 
 using Rows = std::vector<std::vector<float>>;
+using metro::testing::max_abs_diff;
+using metro::testing::sequence_logits;
 
 std::string fixture(const std::string& name) { return metro::testing::source_path("tests/fixtures/lora/" + name); }
-
-Rows run(const Model& m, const std::vector<int32_t>& toks) {
-  ThreadPool pool(2);
-  WorkspaceLimits lim;
-  lim.max_tokens = static_cast<int>(toks.size());
-  lim.max_logits = static_cast<int>(toks.size());
-  lim.max_seqs = 1;
-  lim.max_blocks_per_seq = static_cast<int>(toks.size()) / 16 + 2;
-  Workspace ws = m.make_workspace(lim);
-  SequenceKv kv(m, static_cast<int>(toks.size()));
-  Batch b;
-  for (size_t i = 0; i < toks.size(); ++i) b.add(toks[i], static_cast<int32_t>(i), 0, true);
-  auto r = m.forward(b, kv.view(), ws, pool);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  Rows out;
-  if (!r.ok()) return out;
-  for (int row = 0; row < r->n_rows; ++row) {
-    auto v = r->row(row);
-    out.emplace_back(v.begin(), v.end());
-  }
-  return out;
-}
-
-double max_abs_diff(const Rows& a, const Rows& b) {
-  double worst = 0;
-  for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) {
-    for (size_t i = 0; i < b[t].size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
-  }
-  return worst;
-}
 
 // metro merges the adapter into the F32 weights; llama.cpp adds B (A x) at run time. The
 // logits agree closely at both scales (they move by up to 5.5 from the base model's).
@@ -72,7 +44,7 @@ TEST(Lora, MatchesLlamaCppAtTwoScales) {
     if (scale != 0.0f) opts.lora = {{fixture("llama_tiny_lora.gguf"), scale}};
     auto m = Model::load(fixture("llama_tiny.gguf"), opts);
     ASSERT_TRUE(m.ok()) << m.status().message();
-    const Rows got = run(**m, toks);
+    const Rows got = sequence_logits(**m, toks, static_cast<int>(toks.size()));
     const Rows want = c["logits"].get<Rows>();
     const double d = max_abs_diff(got, want);
     std::printf("lora: scale %.1f: largest difference %.4f from llama.cpp's logits (%.4f from the base model's)\n",

@@ -162,37 +162,31 @@ TEST(Perplexity, KlDivergenceAgainstAnotherModelAndTheExactForward) {
   EXPECT_NE(bad.err.find("vocabularies differ"), std::string::npos) << bad.err;
 }
 
-// Gemma 3 270M in a window inside its 512-token sliding window, where full attention is
-// exact: llama-perplexity on the same file and text (tests/fixtures/perplexity/README.md).
-constexpr double kLlamaCppGemma3Perplexity = 32.8753;
-
-TEST(Perplexity, Gemma3WithinOnePercentOfLlamaCpp) {
-  REQUIRE_GEMMA3();
+// Gemma 3 270M on the essay in windows of `ctx` tokens against llama-perplexity on the same
+// file and text (tests/fixtures/perplexity/README.md).
+void expect_gemma3_perplexity(const char* ctx, double llama_cpp) {
   auto r = metro::testing::run_metro(args({"perplexity", "-m", metro::testing::gemma3_model_path(), "-f",
                                            metro::testing::source_path("tests/fixtures/perplexity/metro_essay.txt"),
-                                           "--ctx", "256", "--json", "-t", "2"}));
+                                           "--ctx", ctx, "--json", "-t", "2"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const double ppl = nlohmann::json::parse(r.out)["perplexity"].get<double>();
-  expect_perplexity(ppl, kLlamaCppGemma3Perplexity, "gemma3");
-  std::printf("perplexity, gemma3: metro %.4f, llama.cpp %.4f (%.3f%%)\n", ppl, kLlamaCppGemma3Perplexity,
-              100.0 * (ppl - kLlamaCppGemma3Perplexity) / kLlamaCppGemma3Perplexity);
+  const std::string what = std::string("gemma3 --ctx ") + ctx;
+  expect_perplexity(ppl, llama_cpp, what.c_str());
+  std::printf("perplexity, %s: metro %.4f, llama.cpp %.4f (%.3f%%)\n", what.c_str(), ppl, llama_cpp,
+              100.0 * (ppl - llama_cpp) / llama_cpp);
+}
+
+// Windows inside the 512-token sliding window, where full attention is exact.
+TEST(Perplexity, Gemma3WithinOnePercentOfLlamaCpp) {
+  REQUIRE_GEMMA3();
+  expect_gemma3_perplexity("256", 32.8753);
 }
 
 // Past the window: 720-token windows, whose scored second halves (positions 360-719) reach
-// beyond the 512 keys the sliding-window layers see (tests/fixtures/perplexity/README.md).
-constexpr double kLlamaCppGemma3Perplexity720 = 27.0290;
-
+// beyond the 512 keys the sliding-window layers see.
 TEST(Perplexity, Gemma3PastItsSlidingWindowWithinOnePercentOfLlamaCpp) {
   REQUIRE_GEMMA3();
-  auto r = metro::testing::run_metro(args({"perplexity", "-m", metro::testing::gemma3_model_path(), "-f",
-                                           metro::testing::source_path("tests/fixtures/perplexity/metro_essay.txt"),
-                                           "--ctx", "720", "--json", "-t", "2"}));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const double ppl = nlohmann::json::parse(r.out)["perplexity"].get<double>();
-  expect_perplexity(ppl, kLlamaCppGemma3Perplexity720, "gemma3 --ctx 720");
-  std::printf("perplexity, gemma3 --ctx 720: metro %.4f, llama.cpp %.4f (%.3f%%)\n", ppl,
-              kLlamaCppGemma3Perplexity720,
-              100.0 * (ppl - kLlamaCppGemma3Perplexity720) / kLlamaCppGemma3Perplexity720);
+  expect_gemma3_perplexity("720", 27.0290);
 }
 
 TEST(Perplexity, RefusesAnUnknownKvType) {

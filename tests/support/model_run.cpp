@@ -1,0 +1,50 @@
+#include "support/model_run.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/thread_pool.h"
+
+namespace metro::testing {
+
+Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, int chunk, int threads,
+                       int block_size, int n_ctx) {
+  ThreadPool pool(threads);
+  model::WorkspaceLimits lim;
+  lim.max_tokens = chunk;
+  lim.max_logits = chunk;
+  lim.max_seqs = 4;
+  lim.max_blocks_per_seq = static_cast<int>(toks.size()) / block_size + 2;
+  lim.n_ctx = n_ctx;
+  model::Workspace ws = m.make_workspace(lim);
+  model::SequenceKv kv(m, static_cast<int>(toks.size()), kernels::DType::kF16, block_size);
+  Logits out;
+  for (size_t s = 0; s < toks.size(); s += static_cast<size_t>(chunk)) {
+    model::Batch b;
+    for (size_t i = s; i < std::min(toks.size(), s + static_cast<size_t>(chunk)); ++i) {
+      b.add(toks[i], static_cast<int32_t>(i), 0, true);
+    }
+    auto r = m.forward(b, kv.view(), ws, pool);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!r.ok()) return out;
+    for (int row = 0; row < r->n_rows; ++row) {
+      auto v = r->row(row);
+      out.emplace_back(v.begin(), v.end());
+    }
+  }
+  return out;
+}
+
+double max_abs_diff(const Logits& a, const Logits& b) {
+  double worst = 0;
+  for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) {
+    for (size_t i = 0; i < std::min(a[t].size(), b[t].size()); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
+    }
+  }
+  return worst;
+}
+
+}  // namespace metro::testing

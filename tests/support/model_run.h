@@ -1,0 +1,22 @@
+// One sequence through a model's forward pass in tests: the logits of every position.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace metro::testing {
+
+using Logits = std::vector<std::vector<float>>;
+
+// Logits of every position of `toks`, computed in steps of `chunk` tokens on `threads`
+// threads over KV pages of `block_size` tokens, for a context per sequence of n_ctx (0: the
+// trained one; model::WorkspaceLimits::n_ctx).
+Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, int chunk, int threads = 2,
+                       int block_size = 16, int n_ctx = 0);
+
+// The largest |a - b| over the positions both have.
+double max_abs_diff(const Logits& a, const Logits& b);
+
+}  // namespace metro::testing
