@@ -98,11 +98,26 @@ Status read_adapter(const gguf::File& base, const gguf::File& ad, const LoraSpec
 
 Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<const LoraSpec> adapters,
                                           LoraReport* report) {
-  std::map<std::string, std::vector<Delta>> deltas;
+  std::vector<gguf::File> files;
+  files.reserve(adapters.size());
   for (const LoraSpec& spec : adapters) {
+    auto f = gguf::File::load(spec.path);
+    if (!f.ok()) return Status(f.status().code(), "LoRA adapter '" + spec.path + "': " + f.status().message());
+    files.push_back(std::move(*f));
+  }
+  std::vector<const gguf::File*> ptrs;
+  for (const gguf::File& f : files) ptrs.push_back(&f);
+  return merge_lora(base, ptrs, adapters, report);
+}
+
+Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<const gguf::File* const> adapters,
+                                          std::span<const LoraSpec> specs, LoraReport* report) {
+  if (adapters.size() != specs.size()) return invalid_argument("LoRA: one spec per adapter");
+  std::map<std::string, std::vector<Delta>> deltas;
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const LoraSpec& spec = specs[i];
     if (!std::isfinite(spec.scale)) return invalid_argument("LoRA adapter '" + spec.path + "': the scale is not finite");
-    METRO_ASSIGN_OR_RETURN(gguf::File ad, gguf::File::load(spec.path));
-    METRO_RETURN_IF_ERROR(read_adapter(base, ad, spec, deltas));
+    METRO_RETURN_IF_ERROR(read_adapter(base, *adapters[i], spec, deltas));
   }
   gguf::Writer w;
   for (const auto& kv : base.metadata()) {

@@ -37,4 +37,9 @@ struct LoraReport {
 Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<const LoraSpec> adapters,
                                           LoraReport* report = nullptr);
 
+// The same with adapters already parsed: adapters[i] at specs[i].scale, named by
+// specs[i].path in errors (the fuzz target feeds bytes here).
+Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<const gguf::File* const> adapters,
+                                          std::span<const LoraSpec> specs, LoraReport* report = nullptr);
+
 }  // namespace metro::model
