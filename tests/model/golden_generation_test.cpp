@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "support/model_run.h"
 #include "support/test_util.h"
 
 namespace metro::model {
@@ -122,13 +123,7 @@ std::vector<std::vector<float>> forced_logits(const Model& m, const std::vector<
     b.add(t, i, 0, i >= static_cast<int>(prompt.size()) - 1 && i < n - 1);
   }
   std::vector<std::vector<float>> out;
-  auto r = m.forward(b, kv.view(), ws, pool);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  if (!r.ok()) return out;
-  for (int row = 0; row < r->n_rows; ++row) {
-    auto v = r->row(row);
-    out.emplace_back(v.begin(), v.end());
-  }
+  metro::testing::forward_rows(m, b, kv.view(), ws, pool, out);
   return out;
 }
 

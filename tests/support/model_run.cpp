@@ -26,15 +26,21 @@ Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, 
     for (size_t i = s; i < std::min(toks.size(), s + static_cast<size_t>(chunk)); ++i) {
       b.add(toks[i], static_cast<int32_t>(i), 0, true);
     }
-    auto r = m.forward(b, kv.view(), ws, pool);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    if (!r.ok()) return out;
-    for (int row = 0; row < r->n_rows; ++row) {
-      auto v = r->row(row);
-      out.emplace_back(v.begin(), v.end());
-    }
+    if (!forward_rows(m, b, kv.view(), ws, pool, out)) return out;
   }
   return out;
+}
+
+bool forward_rows(const model::Model& m, const model::Batch& b, const model::KvView& kv, model::Workspace& ws,
+                  ThreadPool& pool, Logits& out) {
+  auto r = m.forward(b, kv, ws, pool);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return false;
+  for (int row = 0; row < r->n_rows; ++row) {
+    auto v = r->row(row);
+    out.emplace_back(v.begin(), v.end());
+  }
+  return true;
 }
 
 double max_abs_diff(const Logits& a, const Logits& b) {

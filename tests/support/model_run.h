@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/model.h"
 
 namespace metro::testing {
@@ -15,6 +16,11 @@ using Logits = std::vector<std::vector<float>>;
 // trained one; model::WorkspaceLimits::n_ctx).
 Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, int chunk, int threads = 2,
                        int block_size = 16, int n_ctx = 0);
+
+// Runs one step and appends the logits rows it returns; false (and a test failure) when
+// the step is refused.
+bool forward_rows(const model::Model& m, const model::Batch& b, const model::KvView& kv, model::Workspace& ws,
+                  ThreadPool& pool, Logits& out);
 
 // The largest |a - b| over the positions both have.
 double max_abs_diff(const Logits& a, const Logits& b);
