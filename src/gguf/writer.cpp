@@ -15,6 +15,17 @@ void Writer::set_alignment(uint32_t alignment) {
   alignment_written_ = true;
 }
 
+void Writer::copy_metadata(const File& f, std::string_view skip) {
+  for (const auto& kv : f.metadata()) {
+    if (!skip.empty() && kv.key == skip) continue;
+    if (kv.key == "general.alignment") {
+      set_alignment(static_cast<uint32_t>(*kv.value.as_uint()));
+      continue;
+    }
+    add_value(kv.key, kv.value);
+  }
+}
+
 void Writer::add_string(std::string_view key, std::string_view v) {
   meta_.put_string(key);
   meta_.put<uint32_t>(static_cast<uint32_t>(ValueType::kString));

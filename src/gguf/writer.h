@@ -61,6 +61,9 @@ class Writer {
   void add_raw(std::string_view key, ValueType type, std::span<const uint8_t> payload);
   // A value read from another file, re-encoded as it was (any type, nested arrays included).
   void add_value(std::string_view key, const Value& v);
+  // Every key of `f` but `skip` (when not empty), its alignment kept: the start of a file
+  // rewritten from another (requantized, LoRA-merged).
+  void copy_metadata(const File& f, std::string_view skip = {});
 
   // dims[0] is the innermost dimension. The byte size must match the type's geometry.
   Status add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,

@@ -4,8 +4,8 @@
 #include <map>
 #include <string_view>
 
-#include "kernels/dtype.h"
 #include "gguf/writer.h"
+#include "kernels/dtype.h"
 #include "kernels/quant_ref.h"
 
 namespace metro::model {
@@ -120,13 +120,7 @@ Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<cons
     METRO_RETURN_IF_ERROR(read_adapter(base, *adapters[i], spec, deltas));
   }
   gguf::Writer w;
-  for (const auto& kv : base.metadata()) {
-    if (kv.key == "general.alignment") {
-      w.set_alignment(static_cast<uint32_t>(*kv.value.as_uint()));
-      continue;
-    }
-    w.add_value(kv.key, kv.value);
-  }
+  w.copy_metadata(base);
   std::vector<float> row;
   for (const auto& t : base.tensors()) {
     const std::vector<uint64_t> dims(t.ne, t.ne + t.n_dims);

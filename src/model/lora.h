@@ -1,5 +1,5 @@
-// LoRA adapters merged into a model's weights at load (`--lora FILE`, `--lora-scaled FILE
-// SCALE`).
+// LoRA adapters merged into a model's weights at load (`metro serve --lora NAME=FILE`, the
+// other commands' `--lora FILE`; ModelOptions::lora).
 //
 // An adapter is a GGUF file in llama.cpp's layout: general.type "adapter", adapter.type
 // "lora", adapter.lora.alpha, and for each adapted matrix W of the base (GGUF dims

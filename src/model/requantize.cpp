@@ -151,14 +151,7 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
   const kernels::DType target = plan.type.value_or(kKeepFormat);
   std::vector<bool> used(plan.tensors.size(), false);
   gguf::Writer w;
-  for (const auto& kv : in.metadata()) {
-    if (kv.key == "general.file_type") continue;
-    if (kv.key == "general.alignment") {
-      w.set_alignment(static_cast<uint32_t>(*kv.value.as_uint()));
-      continue;
-    }
-    w.add_value(kv.key, kv.value);
-  }
+  w.copy_metadata(in, "general.file_type");
   if (target != kKeepFormat) {
     w.add_u32("general.file_type", quant_file_type(target));
   } else if (auto ft = in.get_u32("general.file_type"); ft.ok()) {
