@@ -20,6 +20,8 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kLayerNorm: return "layer_norm";
     case OpKind::kGelu: return "gelu";
     case OpKind::kEncoderAttention: return "encoder_attention";
+    case OpKind::kMoe: return "moe";
+    case OpKind::kGatedAdd: return "gated_add";
     case OpKind::kCount: break;
   }
   return "?";

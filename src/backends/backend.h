@@ -113,6 +113,10 @@ struct StateSpec {
   int max_products = 0;
   std::vector<kernels::DType> product_types;
   int64_t widest_product_k = 0;
+  // MoeOps: the most experts of a layer and the most a token uses (its expert products'
+  // inputs are max_tokens * max_experts_used rows).
+  int max_experts = 0;
+  int max_experts_used = 0;
 };
 
 // A backend's per-step scratch (the activation buffers and whatever its executor needs),

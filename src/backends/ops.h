@@ -9,7 +9,7 @@
 // row r is batch token logit_rows[r]); its cols are fixed. Every operand's width is its
 // buffer's cols.
 //
-// Elementwise ops (all but Project, Attention, EncoderAttention and AllReduce) compute output row r from
+// Elementwise ops (all but Project, Attention, EncoderAttention, Moe and AllReduce) compute output row r from
 // row r of their operands alone, so an executor may run a run of consecutive elementwise
 // ops over the same row set row by row, without synchronising between them. The other ops
 // read every row (or every sequence's keys) and need all earlier writes done.
@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace metro::kernels {
 class Rope;
@@ -171,9 +172,48 @@ struct AllReduceOp {
   dist::Communicator* comm;
 };
 
+// Mixture-of-experts ops.
+// The expert FFNs of one layer: expert e computes down[e] · act(gate[e] x) * (up[e] x).
+// All experts' gate (and up) matrices share a shape and a type, and so do the downs.
+struct ExpertSet {
+  std::vector<const DeviceMatrix*> gate, up, down;
+  int size() const { return static_cast<int>(gate.size()); }
+};
+
+enum class ExpertGating : uint8_t { kSoftmax, kSigmoid };
+
+// A token's expert FFNs. Its router scores (router[t], one logit per expert, from an earlier
+// ProjectOp) become probabilities (softmax over all experts, or a sigmoid each); the n_used
+// most probable experts (the lower id first on a tie) run on src[t], each weighted by its
+// probability, the weights rescaled to sum 1 when `norm_weights`:
+//   dst[t] = sum over the chosen e, most probable first, of w_e * down_e(silu(gate_e src[t]) * up_e src[t]).
+// The executor groups the step's tokens by expert, so each expert's products run once over
+// all of its tokens; a token's result does not depend on the other tokens of the step.
+// slot_in, slot_gate, slot_up and slot_out are scratch buffers of n_used rows of the
+// product widths per token ([tokens][n_used * width]).
+struct MoeOp {
+  ActId src;
+  ActId router;
+  ActId dst;
+  const ExpertSet* experts;
+  int n_used;
+  bool norm_weights;
+  ExpertGating gating;
+  ActId slot_in, slot_gate, slot_up, slot_out;
+};
+
+// x[t] += sigmoid(gate_in[t] · gate) * y[t], or x[t] += y[t] without a gate: a shared
+// expert's output joining the routed experts' (qwen2moe).
+struct GatedAddOp {
+  ActId x;
+  ActId y;
+  ActId gate_in;
+  const DeviceVector* gate;  // null: no gate
+};
+
 using Op = std::variant<EmbedOp, RopeAnglesOp, RmsNormOp, ProjectOp, AddBiasOp, RopeOp, KvStoreOp,
                         AttentionOp, AddOp, SwigluOp, AllReduceOp, HeadNormOp, PosEmbedOp, LayerNormOp,
-                        GeluOp, EncoderAttentionOp>;
+                        GeluOp, EncoderAttentionOp, MoeOp, GatedAddOp>;
 
 // One kind per alternative of Op, in the same order.
 enum class OpKind : uint8_t {
@@ -193,6 +233,8 @@ enum class OpKind : uint8_t {
   kLayerNorm,
   kGelu,
   kEncoderAttention,
+  kMoe,
+  kGatedAdd,
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);
@@ -204,7 +246,7 @@ std::string_view op_name(OpKind kind);
 // Whether the op computes each output row from the same row of its operands (see above).
 inline bool is_elementwise(OpKind kind) {
   return kind != OpKind::kProject && kind != OpKind::kAttention && kind != OpKind::kAllReduce &&
-         kind != OpKind::kEncoderAttention;
+         kind != OpKind::kEncoderAttention && kind != OpKind::kMoe;
 }
 
 // The rows an op runs over.

@@ -82,6 +82,35 @@ class Validator {
     const int64_t kv = q / o.n_head * o.n_head_kv;
     METRO_CHECK(width(o.k, kTok) == kv && width(o.v, kTok) == kv);
   }
+  void operator()(const MoeOp& o) {
+    const ExpertSet& x = *o.experts;
+    const int n = x.size();
+    METRO_CHECK_MSG(n > 0 && static_cast<int>(x.up.size()) == n && static_cast<int>(x.down.size()) == n,
+                    "moe: every expert needs gate, up and down matrices");
+    METRO_CHECK_MSG(n <= spec_.max_experts && o.n_used >= 1 && o.n_used <= n && o.n_used <= spec_.max_experts_used,
+                    "moe: more experts than the state was made for");
+    const DeviceMatrix& g = *x.gate[0];
+    const DeviceMatrix& d = *x.down[0];
+    for (int e = 0; e < n; ++e) {
+      const DeviceMatrix& ge = *x.gate[static_cast<size_t>(e)];
+      const DeviceMatrix& ue = *x.up[static_cast<size_t>(e)];
+      METRO_CHECK_MSG(ge.n_rows() == g.n_rows() && ge.n_cols() == g.n_cols() && ge.type() == g.type() &&
+                          ue.n_rows() == g.n_rows() && ue.n_cols() == g.n_cols() && ue.type() == x.up[0]->type(),
+                      "moe: experts' gate and up matrices differ in shape or type");
+      const DeviceMatrix& de = *x.down[static_cast<size_t>(e)];
+      METRO_CHECK_MSG(de.n_rows() == d.n_rows() && de.n_cols() == g.n_rows() && de.type() == d.type(),
+                      "moe: experts' down matrices differ in shape or type");
+    }
+    METRO_CHECK(width(o.router, kTok) == n && width(o.src, kTok) == g.n_cols() && width(o.dst, kTok) == d.n_rows());
+    METRO_CHECK_MSG(width(o.slot_in, kTok) >= o.n_used * g.n_cols() && width(o.slot_gate, kTok) >= o.n_used * g.n_rows() &&
+                        width(o.slot_up, kTok) >= o.n_used * g.n_rows() && width(o.slot_out, kTok) >= o.n_used * d.n_rows(),
+                    "moe: slot buffers narrower than n_used rows of the products");
+  }
+  void operator()(const GatedAddOp& o) {
+    const int64_t n = width(o.x, kTok);
+    METRO_CHECK(width(o.y, kTok) == n);
+    if (o.gate != nullptr) METRO_CHECK(width(o.gate_in, kTok) == o.gate->size());
+  }
   void operator()(const AllReduceOp& o) {
     METRO_CHECK(o.comm != nullptr);
     width(o.x, kTok);

@@ -146,6 +146,18 @@ QuantizedActs quantize_acts_with(const KernelTable& kt, DType weight_type, const
   return q;
 }
 
+QuantizedActs acts_rows(const QuantizedActs& x, int64_t first, int64_t n) {
+  METRO_CHECK(first >= 0 && n >= 0 && first + n <= x.m);
+  QuantizedActs v = x;
+  v.m = n;
+  v.data = x.data + static_cast<size_t>(first) * x.row_stride;
+  const size_t side = static_cast<size_t>(first * (x.k / kQK));  // the side arrays' values per row: k / 32
+  if (v.block_d) v.block_d += side;
+  if (v.block_s) v.block_s += side;
+  if (v.block_sums) v.block_sums += side;
+  return v;
+}
+
 QuantizedActs quantize_acts(DType weight_type, const float* x, int64_t m, int64_t k,
                             size_t x_stride, uint8_t* out, int ith, int nth) {
   return quantize_acts_with(active_kernels(), weight_type, x, m, k, x_stride, out, ith, nth);

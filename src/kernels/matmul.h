@@ -67,6 +67,10 @@ struct QuantizedActs {
   const int32_t* block_sums = nullptr;
 };
 
+// Rows [first, first + n) of quantized activations, as quantize_acts would have made them
+// from those rows alone (a row's bytes and side data do not depend on the others).
+QuantizedActs acts_rows(const QuantizedActs& x, int64_t first, int64_t n);
+
 // Bytes needed to hold m rows of k activations quantized for weights of `weight_type`.
 size_t quantized_acts_bytes(DType weight_type, int64_t m, int64_t k);
 

@@ -9,7 +9,7 @@ namespace metro::model {
 
 bool is_supported_architecture(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
-         arch == "gemma3" || arch == "bert" || arch == "nomic-bert";
+         arch == "gemma3" || arch == "qwen2moe" || arch == "qwen3moe" || arch == "bert" || arch == "nomic-bert";
 }
 
 namespace {
@@ -59,6 +59,63 @@ Status check_vocabulary_rows(const gguf::File& f, uint32_t n_vocab) {
   return {};
 }
 
+// Kernels' and buffers' bounds on a router: experts per layer and per token.
+constexpr uint32_t kMaxExperts = 512;
+constexpr uint32_t kMaxExpertsUsed = 64;
+
+// The mixture-of-experts keys (HParams::n_expert and after). llama.cpp's choices where a
+// file is silent: qwen2moe keeps the chosen probabilities as they are, qwen3moe and
+// Mixtral rescale them to sum 1; an `expert_weights_norm` key overrides.
+Status read_experts(const gguf::File& f, const std::string& a, HParams& h) {
+  const bool moe_arch = h.architecture == "qwen2moe" || h.architecture == "qwen3moe";
+  if (f.has(a + "expert_count")) {
+    METRO_ASSIGN_OR_RETURN(h.n_expert, f.get_u32(a + "expert_count"));
+  }
+  if (h.n_expert == 0) {
+    if (moe_arch) return bad("a " + h.architecture + " model needs '" + a + "expert_count' above 0");
+    return {};
+  }
+  if (h.encoder || h.architecture == "gemma3" || h.architecture == "phi3" || h.fused_gate_up) {
+    return unimplemented("experts in a " + h.architecture + " model");
+  }
+  if (h.n_expert > kMaxExperts) {
+    return unimplemented(std::to_string(h.n_expert) + " experts per layer (at most " + std::to_string(kMaxExperts) + ")");
+  }
+  METRO_ASSIGN_OR_RETURN(h.n_expert_used, req_u32(f, a + "expert_used_count", h.n_expert));
+  if (h.n_expert_used > kMaxExpertsUsed) {
+    return unimplemented(std::to_string(h.n_expert_used) + " experts per token (at most " +
+                         std::to_string(kMaxExpertsUsed) + ")");
+  }
+  const uint32_t dflt_ff = h.architecture == "qwen2moe" ? h.n_ff / h.n_expert_used : h.n_ff;
+  METRO_ASSIGN_OR_RETURN(h.n_ff_exp, opt_u32(f, a + "expert_feed_forward_length", dflt_ff, 1u << 20));
+  if (h.n_ff_exp == 0) return bad("the experts' feed-forward length is 0");
+  h.expert_weights_norm = h.architecture != "qwen2moe";
+  if (f.has(a + "expert_weights_norm")) {
+    METRO_ASSIGN_OR_RETURN(h.expert_weights_norm, f.get_bool(a + "expert_weights_norm"));
+  }
+  if (f.has(a + "expert_gating_func")) {
+    METRO_ASSIGN_OR_RETURN(uint32_t g, f.get_u32(a + "expert_gating_func"));
+    if (g != 1 && g != 2) {
+      return unimplemented("expert gating function " + std::to_string(g) + " (softmax = 1 and sigmoid = 2 are supported)");
+    }
+    h.expert_gating = static_cast<ExpertGating>(g);
+  }
+  for (const char* key : {"expert_group_count", "leading_dense_block_count"}) {
+    if (f.has(a + key)) return unimplemented("'" + a + key + "' (expert groups and dense leading layers)");
+  }
+  if (f.find_tensor("blk.0.exp_probs_b.bias") != nullptr) {
+    return unimplemented("a router selection bias (blk.N.exp_probs_b)");
+  }
+  if (f.find_tensor("blk.0.ffn_gate_shexp.weight") != nullptr) {
+    const uint32_t dflt_sh = h.n_ff;
+    METRO_ASSIGN_OR_RETURN(h.n_ff_shexp, opt_u32(f, a + "expert_shared_feed_forward_length", dflt_sh, 1u << 20));
+    h.has_shexp_gate = f.find_tensor("blk.0.ffn_gate_inp_shexp.weight") != nullptr;
+  } else if (h.architecture == "qwen2moe") {
+    return bad("a qwen2moe model needs a shared expert; tensor 'blk.0.ffn_gate_shexp.weight' is missing");
+  }
+  return {};
+}
+
 }  // namespace
 
 Expected<HParams> HParams::from_gguf(const gguf::File& f) {
@@ -67,7 +124,7 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.architecture = std::string(arch);
   if (!is_supported_architecture(h.architecture)) {
     return unimplemented("architecture '" + h.architecture.substr(0, 64) +
-                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, bert, nomic-bert are)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe, bert, nomic-bert are)");
   }
   if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
   const std::string a = h.architecture + ".";
@@ -176,7 +233,8 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   // The Qwen families rotate halves; llama and mistral GGUFs had Q and K permuted for
   // adjacent pairs at conversion.
   h.rope_type = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "phi3" ||
-                        h.architecture == "gemma3" || h.architecture == "nomic-bert"
+                        h.architecture == "gemma3" || h.architecture == "qwen2moe" || h.architecture == "qwen3moe" ||
+                        h.architecture == "nomic-bert"
                     ? RopeType::kNeox
                     : RopeType::kNormal;
   if (f.has(a + "attention.sliding_window")) {
@@ -233,9 +291,10 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   if (f.find_tensor("blk.0.rope_factors_long.weight") != nullptr) {
     return unimplemented("per-layer LongRoPE factors (blk.N.rope_factors_long); one global pair is supported");
   }
-  if (h.architecture == "qwen3" && !h.has_qk_norm) {
-    return bad("a qwen3 model needs per-head query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");
+  if ((h.architecture == "qwen3" || h.architecture == "qwen3moe") && !h.has_qk_norm) {
+    return bad("a " + h.architecture + " model needs per-head query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");
   }
+  METRO_RETURN_IF_ERROR(read_experts(f, a, h));
   h.has_rope_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;
   return h;
 }

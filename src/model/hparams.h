@@ -17,12 +17,16 @@ enum class RopeType : uint8_t {
 
 enum class RopeScaling : uint8_t { kNone, kLinear, kYarn };
 
+// How a mixture-of-experts router turns its scores into probabilities (GGUF
+// `{arch}.expert_gating_func` values).
+enum class ExpertGating : uint8_t { kSoftmax = 1, kSigmoid = 2 };
+
 // How an encoder turns its tokens' final states into one vector (GGUF `{arch}.pooling_type`
 // values).
 enum class Pooling : uint8_t { kMean = 1, kCls = 2 };
 
 struct HParams {
-  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "bert", "nomic-bert"
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe", "bert", "nomic-bert"
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
@@ -70,12 +74,28 @@ struct HParams {
   // learned positions, with a fused QKV matrix and a SiLU-gated FFN, biases optional.
   bool encoder_rope = false;
   Pooling pooling = Pooling::kMean;
+  // Mixture of experts (qwen2moe, qwen3moe; llama and mistral files with experts: Mixtral).
+  // Each layer's FFN is a router (blk.N.ffn_gate_inp) picking n_expert_used of n_expert
+  // expert FFNs n_ff_exp wide (blk.N.ffn_{gate,up,down}_exps, one 3-D tensor each), their
+  // outputs summed with the router's probabilities as weights (rescaled to sum 1 when
+  // expert_weights_norm); qwen2moe adds a shared expert n_ff_shexp wide
+  // (blk.N.ffn_{gate,up,down}_shexp) scaled by a sigmoid gate (blk.N.ffn_gate_inp_shexp).
+  uint32_t n_expert = 0;  // 0: a dense FFN
+  uint32_t n_expert_used = 0;
+  uint32_t n_ff_exp = 0;
+  uint32_t n_ff_shexp = 0;  // 0: no shared expert
+  bool has_shexp_gate = false;
+  bool expert_weights_norm = false;
+  ExpertGating expert_gating = ExpertGating::kSoftmax;
 
   // Reads `{arch}.*` keys; validates ranges and consistency against the tensors present.
   // Architectures other than those of is_supported_architecture are refused by name.
   static Expected<HParams> from_gguf(const gguf::File& file);
 
   uint32_t n_gqa() const { return n_head / n_head_kv; }
+  bool is_moe() const { return n_expert > 0; }
+  // The hidden width of the FFN a tensor-parallel rank slices: each expert's when routed.
+  uint32_t ffn_width() const { return is_moe() ? n_ff_exp : n_ff; }
   // Bytes of KV cache one token of context needs, all layers, at `bytes_per_elem`.
   uint64_t kv_bytes_per_token(double bytes_per_elem) const {
     return static_cast<uint64_t>(2.0 * n_layer * n_head_kv * head_dim * bytes_per_elem);

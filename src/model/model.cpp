@@ -30,7 +30,19 @@ constexpr ActId kHidden{10};  // [tokens][n_embd] final normed states, on reques
 constexpr ActId kXl{11};      // [logits][n_embd] normed rows of the tokens that want logits
 constexpr ActId kLogits{12};  // [logits][n_vocab]
 constexpr ActId kRopeCsLocal{13};  // [tokens][n_rot] the sliding-window layers' angles
-constexpr int kNumActs = 14;
+// Mixture of experts: router scores, and each token's n_used expert slots of the experts'
+// input, gate, up and output rows; the shared expert's output.
+constexpr ActId kRouter{14};   // [tokens][n_expert]
+constexpr ActId kMoeIn{15};    // [tokens][n_used * n_embd]
+constexpr ActId kMoeGate{16};  // [tokens][n_used * n_ff_exp]
+constexpr ActId kMoeUp{17};    // [tokens][n_used * n_ff_exp]
+constexpr ActId kMoeOut{18};   // [tokens][n_used * n_embd]
+constexpr ActId kShared{19};   // [tokens][n_embd]
+constexpr int kNumActs = 20;
+
+// Ops one layer adds at most: attention with 3 biases, 2 head norms, a post norm and an
+// all-reduce (14 with the next layer's norm), and a routed FFN with a shared expert (11).
+constexpr int kMaxOpsPerLayer = 26;
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -92,6 +104,9 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
     return unimplemented("encoder models (" + hp.architecture + ") run on the CPU backend only, not on " +
                          std::string(backend->name()));
   }
+  if (hp.is_moe() && !backend->name().starts_with("cpu")) {
+    return unimplemented("mixture-of-experts models run on the CPU backend only, not on " + std::string(backend->name()));
+  }
   std::shared_ptr<dist::Communicator> comm = opts.comm;
   if (opts.shard.tp_size > 1) {
     if (!comm || comm->size() != opts.shard.tp_size || comm->rank() != opts.shard.tp_rank) {
@@ -133,26 +148,39 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   act(kV, n_kv);
   act(kAtt, n_q);
   act(kTmp, n_embd);
-  act(kGate, n_ff);
-  act(kUp, n_ff);
+  // A routed model's kGate and kUp hold its shared expert's hidden values.
+  const int64_t n_ff_dense = hp_.is_moe() ? hp_.n_ff_shexp : n_ff;
+  act(kGate, n_ff_dense);
+  act(kUp, n_ff_dense);
+  if (hp_.is_moe()) {
+    const int64_t k = hp_.n_expert_used;
+    act(kRouter, hp_.n_expert);
+    act(kMoeIn, k * n_embd);
+    act(kMoeGate, k * n_ff);
+    act(kMoeUp, k * n_ff);
+    act(kMoeOut, k * n_embd);
+    act(kShared, hp_.n_ff_shexp > 0 ? n_embd : 0);
+  }
   act(kRopeCs, hp_.n_rot);
   act(kRopeCsLocal, rope_local_ ? hp_.n_rot : 0);
   act(kHidden, g.ends_model ? n_embd : 0);
   const bool head = g.ends_model && !hp_.encoder;
   act(kXl, head ? n_embd : 0, RowSet::kLogits);
   act(kLogits, head ? static_cast<int64_t>(hp_.n_vocab) : 0, RowSet::kLogits);
-  // Per layer q, k, v, o, gate, up, down; then the head.
-  spec.max_products = 7 * g.n_layer() + 1;
+  // Per layer q, k, v, o, gate, up, down, and the router beside a shared expert's gate and up;
+  // then the head. Experts' products count apart (StateSpec::max_experts).
+  spec.max_products = 8 * g.n_layer() + 1;
   spec.product_types = w_.matmul_types();
-  spec.widest_product_k = std::max({n_embd, n_q, n_ff});
+  spec.widest_product_k = std::max({n_embd, n_q, n_ff, n_ff_dense});
+  spec.max_experts = static_cast<int>(hp_.n_expert);
+  spec.max_experts_used = static_cast<int>(hp_.n_expert_used);
 
   Workspace ws;
   ws.limits_ = lim;
   ws.state_ = backend_->make_state(spec);
-  // Two sets of angles, embedding and norm; per layer at most 22 (3 biases, 2 head norms, 2
-  // post norms, 2 all-reduces);
-  // the head's norm and product.
-  ws.ops.reserve(static_cast<size_t>(4 + 22 * g.n_layer() + 2));
+  // Two sets of angles, embedding and norm; per layer at most kMaxOpsPerLayer; the head's
+  // norm and product.
+  ws.ops.reserve(static_cast<size_t>(4 + kMaxOpsPerLayer * g.n_layer() + 2));
   ws.runs.reserve(static_cast<size_t>(lim.max_seqs));
   ws.logit_rows.reserve(static_cast<size_t>(lim.max_logits));
   return ws;
@@ -238,7 +266,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   const RowSet tok = RowSet::kTokens;
   // The reserve make_workspace made holds every op: building the list never allocates.
-  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + 22 * g.n_layer() + 2));
+  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + kMaxOpsPerLayer * g.n_layer() + 2));
   ops.clear();
   const kernels::Rope* global_rope = rope_long_ && hp_.long_rope(n_ctx) ? rope_long_.get() : rope_.get();
   ops.push_back(RopeAnglesOp{global_rope, kRopeCs});
@@ -270,9 +298,27 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
     if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX});
     ops.push_back(RmsNormOp{kX, kXb, L.ffn_norm.get(), eps, tok});
-    ops.push_back(project(kXb, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
-    ops.push_back(SwigluOp{kGate, kUp, kGate, hp_.gelu_ffn});
-    ops.push_back(project(kGate, tok, {L.w_down.get()}, {kTmp}));
+    if (L.router) {
+      // The router's scores and the shared expert's gate and up share their input.
+      if (L.w_gate) {
+        ops.push_back(project(kXb, tok, {L.router.get(), L.w_gate.get(), L.w_up.get()}, {kRouter, kGate, kUp}));
+      } else {
+        ops.push_back(project(kXb, tok, {L.router.get()}, {kRouter}));
+      }
+      const auto gating = hp_.expert_gating == ExpertGating::kSigmoid ? backends::ExpertGating::kSigmoid
+                                                                      : backends::ExpertGating::kSoftmax;
+      ops.push_back(MoeOp{kXb, kRouter, kTmp, &L.experts, static_cast<int>(hp_.n_expert_used), hp_.expert_weights_norm,
+                          gating, kMoeIn, kMoeGate, kMoeUp, kMoeOut});
+      if (L.w_gate) {
+        ops.push_back(SwigluOp{kGate, kUp, kGate, false});
+        ops.push_back(project(kGate, tok, {L.w_down.get()}, {kShared}));
+        ops.push_back(GatedAddOp{kTmp, kShared, kXb, L.shexp_gate.get()});
+      }
+    } else {
+      ops.push_back(project(kXb, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
+      ops.push_back(SwigluOp{kGate, kUp, kGate, hp_.gelu_ffn});
+      ops.push_back(project(kGate, tok, {L.w_down.get()}, {kTmp}));
+    }
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_ffn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_ffn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX});
@@ -298,7 +344,7 @@ void Model::build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) 
   const int n_head = static_cast<int>(hp_.n_head), n_head_kv = static_cast<int>(hp_.n_head_kv);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   const RowSet tok = RowSet::kTokens;
-  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + 22 * shard().n_layer() + 2));
+  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + kMaxOpsPerLayer * shard().n_layer() + 2));
   ops.clear();
   ops.push_back(EmbedOp{w_.token_embd.get(), kX});
   if (w_.pos_embd) ops.push_back(PosEmbedOp{w_.pos_embd.get(), kX});

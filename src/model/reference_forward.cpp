@@ -19,22 +19,126 @@ struct DenseMat {
   Mat w;
 };
 
-Expected<DenseMat> dense(const gguf::File& f, const std::string& name) {
+// Rows [first, first + n) of tensor `name` (n = 0: every row of a 1-D or 2-D tensor).
+Expected<DenseMat> dense_rows(const gguf::File& f, const std::string& name, int64_t first, int64_t n) {
   const gguf::TensorInfo* t = f.find_tensor(name);
   if (!t) return not_found("tensor '" + name + "' is missing");
   auto dt = kernels::dtype_from_ggml(t->type());
   if (!dt) return unimplemented("tensor '" + name + "' type");
   DenseMat m;
   m.cols = static_cast<int64_t>(t->ne[0]);
-  m.rows = t->n_dims > 1 ? static_cast<int64_t>(t->ne[1]) : 1;
+  m.rows = n > 0 ? n : t->n_dims > 1 ? static_cast<int64_t>(t->ne[1]) : 1;
+  int64_t all_rows = 1;
+  for (uint32_t d = 1; d < t->n_dims; ++d) all_rows *= static_cast<int64_t>(t->ne[d]);
+  if (first < 0 || first + m.rows > all_rows) return out_of_range("rows past the end of tensor '" + name + "'");
   m.w.resize(static_cast<size_t>(m.rows * m.cols));
   std::vector<float> row(static_cast<size_t>(m.cols));
   const size_t rb = kernels::row_bytes(*dt, m.cols);
   for (int64_t r = 0; r < m.rows; ++r) {
-    kernels::dequantize_row_ref(*dt, t->data + static_cast<size_t>(r) * rb, row.data(), m.cols);
+    kernels::dequantize_row_ref(*dt, t->data + static_cast<size_t>(first + r) * rb, row.data(), m.cols);
     for (int64_t c = 0; c < m.cols; ++c) m.w[static_cast<size_t>(r * m.cols + c)] = row[static_cast<size_t>(c)];
   }
   return m;
+}
+
+Expected<DenseMat> dense(const gguf::File& f, const std::string& name) { return dense_rows(f, name, 0, 0); }
+
+// Expert e's matrix of the 3-D tensor `name` ([n_expert][rows][cols]).
+Expected<DenseMat> dense_expert(const gguf::File& f, const std::string& name, int64_t e) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t || t->n_dims != 3) return not_found("3-D tensor '" + name + "' is missing");
+  const int64_t rows = static_cast<int64_t>(t->ne[1]);
+  return dense_rows(f, name, e * rows, rows);
+}
+
+double silu_times(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
+
+// A routed layer's experts (and shared expert) in double.
+struct MoeLayer {
+  DenseMat router, shexp_gate;
+  std::vector<DenseMat> gate, up, down;
+  DenseMat sh_gate, sh_up, sh_down;  // rows = 0 without a shared expert
+};
+
+Expected<MoeLayer> load_moe(const gguf::File& f, const HParams& hp, const std::string& p) {
+  MoeLayer m;
+  METRO_ASSIGN_OR_RETURN(m.router, dense(f, p + "ffn_gate_inp.weight"));
+  for (int64_t e = 0; e < static_cast<int64_t>(hp.n_expert); ++e) {
+    METRO_ASSIGN_OR_RETURN(DenseMat g, dense_expert(f, p + "ffn_gate_exps.weight", e));
+    METRO_ASSIGN_OR_RETURN(DenseMat u, dense_expert(f, p + "ffn_up_exps.weight", e));
+    METRO_ASSIGN_OR_RETURN(DenseMat d, dense_expert(f, p + "ffn_down_exps.weight", e));
+    m.gate.push_back(std::move(g));
+    m.up.push_back(std::move(u));
+    m.down.push_back(std::move(d));
+  }
+  if (hp.n_ff_shexp > 0) {
+    METRO_ASSIGN_OR_RETURN(m.sh_gate, dense(f, p + "ffn_gate_shexp.weight"));
+    METRO_ASSIGN_OR_RETURN(m.sh_up, dense(f, p + "ffn_up_shexp.weight"));
+    METRO_ASSIGN_OR_RETURN(m.sh_down, dense(f, p + "ffn_down_shexp.weight"));
+    if (hp.has_shexp_gate) {
+      METRO_ASSIGN_OR_RETURN(m.shexp_gate, dense(f, p + "ffn_gate_inp_shexp.weight"));
+    }
+  }
+  return m;
+}
+
+std::vector<double> matvec(const DenseMat& m, const std::vector<double>& x);
+
+// The routed FFN of one token's normed state h: the n_used most probable experts (the
+// lower id first on a tie), weighted by their probabilities (rescaled to sum 1 when the
+// model says), plus the gated shared expert.
+std::vector<double> moe_ffn(const MoeLayer& m, const HParams& hp, const std::string& prefix,
+                            const std::vector<double>& h, const MatvecObserver& observer) {
+  auto seen = [&](const char* name, const std::vector<double>& x) {
+    if (observer) observer(prefix + name, x);
+  };
+  seen("ffn_gate_inp.weight", h);
+  std::vector<double> p = matvec(m.router, h);
+  if (hp.expert_gating == ExpertGating::kSoftmax) {
+    const double mx = *std::max_element(p.begin(), p.end());
+    double z = 0;
+    for (double& v : p) z += (v = std::exp(v - mx));
+    for (double& v : p) v /= z;
+  } else {
+    for (double& v : p) v = 1.0 / (1.0 + std::exp(-v));
+  }
+  std::vector<int> chosen;
+  double total = 0;
+  for (uint32_t j = 0; j < hp.n_expert_used; ++j) {
+    int best = -1;
+    for (int e = 0; e < static_cast<int>(p.size()); ++e) {
+      if (std::find(chosen.begin(), chosen.end(), e) != chosen.end()) continue;
+      if (best < 0 || p[static_cast<size_t>(e)] > p[static_cast<size_t>(best)]) best = e;
+    }
+    chosen.push_back(best);
+    total += p[static_cast<size_t>(best)];
+  }
+  const double scale = hp.expert_weights_norm ? 1.0 / std::max(total, 6.103515625e-5) : 1.0;
+  std::vector<double> out(h.size(), 0.0);
+  auto add_ffn = [&](const DenseMat& wg, const DenseMat& wu, const DenseMat& wd, double w, bool shared) {
+    seen(shared ? "ffn_gate_shexp.weight" : "ffn_gate_exps.weight", h);
+    seen(shared ? "ffn_up_shexp.weight" : "ffn_up_exps.weight", h);
+    auto g = matvec(wg, h);
+    const auto u = matvec(wu, h);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu_times(g[i], u[i]);
+    seen(shared ? "ffn_down_shexp.weight" : "ffn_down_exps.weight", g);
+    const auto d = matvec(wd, g);
+    for (size_t i = 0; i < out.size(); ++i) out[i] += w * d[i];
+  };
+  for (int e : chosen) {
+    add_ffn(m.gate[static_cast<size_t>(e)], m.up[static_cast<size_t>(e)], m.down[static_cast<size_t>(e)],
+            p[static_cast<size_t>(e)] * scale, false);
+  }
+  if (m.sh_gate.rows > 0) {
+    double gate = 1.0;
+    if (m.shexp_gate.rows > 0) {
+      double d = 0;
+      for (size_t i = 0; i < h.size(); ++i) d += m.shexp_gate.w[i] * h[i];
+      gate = 1.0 / (1.0 + std::exp(-d));
+    }
+    add_ffn(m.sh_gate, m.sh_up, m.sh_down, gate, true);
+  }
+  return out;
 }
 
 // Rows [r0, r1) of m.
@@ -151,8 +255,11 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
     }
     METRO_ASSIGN_OR_RETURN(DenseMat wo, dense(f, p + "attn_output.weight"));
     METRO_ASSIGN_OR_RETURN(DenseMat fn, dense(f, p + "ffn_norm.weight"));
-    DenseMat wg, wu;
-    if (hp.fused_gate_up) {
+    DenseMat wg, wu, wd;
+    MoeLayer moe;
+    if (hp.is_moe()) {
+      METRO_ASSIGN_OR_RETURN(moe, load_moe(f, hp, p));
+    } else if (hp.fused_gate_up) {
       METRO_ASSIGN_OR_RETURN(DenseMat gu, dense(f, p + "ffn_up.weight"));
       wg = row_range(gu, 0, gu.rows / 2);
       wu = row_range(gu, gu.rows / 2, gu.rows);
@@ -160,7 +267,9 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       METRO_ASSIGN_OR_RETURN(wg, dense(f, p + "ffn_gate.weight"));
       METRO_ASSIGN_OR_RETURN(wu, dense(f, p + "ffn_up.weight"));
     }
-    METRO_ASSIGN_OR_RETURN(DenseMat wd, dense(f, p + "ffn_down.weight"));
+    if (!hp.is_moe()) {
+      METRO_ASSIGN_OR_RETURN(wd, dense(f, p + "ffn_down.weight"));
+    }
     DenseMat bq, bk, bv, qn, kn, pan, pfn;
     if (hp.has_post_norms) {
       METRO_ASSIGN_OR_RETURN(pan, dense(f, p + "post_attention_norm.weight"));
@@ -231,6 +340,11 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       if (hp.has_post_norms) o = rms_norm(o, pan, hp.rms_eps);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
       auto h2 = rms_norm(x[t], fn, hp.rms_eps);
+      if (hp.is_moe()) {
+        const auto d = moe_ffn(moe, hp, p, h2, observer);
+        for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+        continue;
+      }
       if (!hp.fused_gate_up) seen(p + "ffn_gate.weight", h2);
       seen(p + "ffn_up.weight", h2);
       auto g = matvec(wg, h2), u = matvec(wu, h2);

@@ -138,7 +138,7 @@ bool glob_match(std::string_view pattern, std::string_view s) {
 uint64_t matrix_bytes(const gguf::File& f) {
   uint64_t total = 0;
   for (const auto& t : f.tensors()) {
-    if (t.n_dims == 2 && kernels::dtype_from_ggml(t.type())) total += t.n_bytes;
+    if ((t.n_dims == 2 || t.n_dims == 3) && kernels::dtype_from_ggml(t.type())) total += t.n_bytes;
   }
   return total;
 }
@@ -161,7 +161,10 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
   for (const auto& t : in.tensors()) {
     std::vector<uint64_t> dims(t.ne, t.ne + t.n_dims);
     auto src_type = kernels::dtype_from_ggml(t.type());
-    const bool is_matrix = t.n_dims == 2 && src_type.has_value();
+    // 2-D matrices and 3-D stacks of them (experts); never a router, whose few scores
+    // pick the experts (llama.cpp keeps it as it is too).
+    const bool is_router = std::string_view(t.name).ends_with("ffn_gate_inp.weight");
+    const bool is_matrix = (t.n_dims == 2 || t.n_dims == 3) && src_type.has_value() && !is_router;
     kernels::DType want = is_matrix ? planned(plan, used, t.name, target) : target;
     if (want == kKeepFormat && src_type) want = *src_type;
     if (is_matrix && static_cast<int64_t>(t.ne[0]) % kernels::traits(want).block_size != 0) {
@@ -176,7 +179,8 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
       if (is_matrix && options.on_matrix) options.on_matrix(t.n_bytes, t.name);
       continue;
     }
-    const int64_t cols = static_cast<int64_t>(t.ne[0]), rows = static_cast<int64_t>(t.ne[1]);
+    const int64_t cols = static_cast<int64_t>(t.ne[0]);
+    const int64_t rows = static_cast<int64_t>(t.ne[1] * (t.n_dims == 3 ? t.ne[2] : 1));
     const size_t in_rb = kernels::row_bytes(*src_type, cols), out_rb = kernels::row_bytes(want, cols);
     std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
     row.resize(static_cast<size_t>(cols));

@@ -51,7 +51,7 @@ Expected<ShardGeometry> ShardGeometry::resolve(const Shard& s, const HParams& hp
   g.kv_head_end = part_begin(n_kv, s.tp_rank + 1, s.tp_size);
   g.head_begin = g.kv_head_begin * group;
   g.head_end = g.kv_head_end * group;
-  const int n_ff = static_cast<int>(hp.n_ff);
+  const int n_ff = static_cast<int>(hp.ffn_width());
   if (ff_align < 1 || n_ff % ff_align != 0) {
     return invalid_argument("the FFN width " + std::to_string(n_ff) + " is not a whole number of blocks of " +
                             std::to_string(ff_align));

@@ -82,7 +82,39 @@ class Binder {
                                                            int64_t row_end = 0, int64_t col_begin = 0,
                                                            int64_t col_end = 0) {
     METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f_, name, {n_in, n_out}));
-    METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(*t, name));
+    return slice(*t, name, 0, n_in, n_out, row_begin, row_end, col_begin, col_end);
+  }
+
+  // Expert e's [n_out][n_in] matrix of the [n_expert][n_out][n_in] tensor `name`, sliced as
+  // matrix() slices.
+  Expected<std::unique_ptr<backends::DeviceMatrix>> expert(const std::string& name, uint64_t n_in, uint64_t n_out,
+                                                           uint64_t n_expert, uint64_t e, int64_t row_begin = 0,
+                                                           int64_t row_end = 0, int64_t col_begin = 0,
+                                                           int64_t col_end = 0) {
+    METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f_, name, {n_in, n_out, n_expert}));
+    return slice(*t, name, e * n_out, n_in, n_out, row_begin, row_end, col_begin, col_end);
+  }
+
+  Expected<std::unique_ptr<backends::DeviceVector>> vector(const std::string& name, uint64_t n,
+                                                           uint64_t begin = 0, uint64_t end = 0) {
+    METRO_ASSIGN_OR_RETURN(std::vector<float> v, load_vector(f_, name, n, begin, end));
+    return b_.upload_vector(v);
+  }
+
+  // A column cut must fall on a block of the weight and of its activation partner.
+  static bool column_cut_ok(DType t, int64_t c) {
+    const auto& tr = kernels::traits(t);
+    return c % tr.block_size == 0 && c % kernels::traits(tr.dot_partner).block_size == 0;
+  }
+
+ private:
+  // Rows [row_begin, row_end) (0: all n_out) and columns [col_begin, col_end) of the n_out
+  // rows of tensor t starting at its row `first_row`.
+  Expected<std::unique_ptr<backends::DeviceMatrix>> slice(const gguf::TensorInfo& t, const std::string& name,
+                                                          uint64_t first_row, uint64_t n_in, uint64_t n_out,
+                                                          int64_t row_begin, int64_t row_end, int64_t col_begin,
+                                                          int64_t col_end) {
+    METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(t, name));
     if (!b_.reads(dt)) {
       return invalid_argument("tensor '" + name + "' is " + std::string(kernels::dtype_name(dt)) + ", which the " +
                               std::string(b_.name()) + " backend does not read");
@@ -101,23 +133,10 @@ class Binder {
     m.n_rows = row_end - row_begin;
     m.n_cols = col_end - col_begin;
     m.row_stride = kernels::row_bytes(dt, static_cast<int64_t>(n_in));
-    m.data = t->data + static_cast<size_t>(row_begin) * m.row_stride + kernels::row_bytes(dt, col_begin);
+    m.data = t.data + (first_row + static_cast<uint64_t>(row_begin)) * m.row_stride + kernels::row_bytes(dt, col_begin);
     return b_.upload_matrix(m, backends::MatrixUse::kProduct, allow_repack_);
   }
 
-  Expected<std::unique_ptr<backends::DeviceVector>> vector(const std::string& name, uint64_t n,
-                                                           uint64_t begin = 0, uint64_t end = 0) {
-    METRO_ASSIGN_OR_RETURN(std::vector<float> v, load_vector(f_, name, n, begin, end));
-    return b_.upload_vector(v);
-  }
-
-  // A column cut must fall on a block of the weight and of its activation partner.
-  static bool column_cut_ok(DType t, int64_t c) {
-    const auto& tr = kernels::traits(t);
-    return c % tr.block_size == 0 && c % kernels::traits(tr.dot_partner).block_size == 0;
-  }
-
- private:
   const gguf::File& f_;
   backends::Backend& b_;
   bool allow_repack_;
@@ -125,10 +144,48 @@ class Binder {
 
 }  // namespace
 
+namespace {
+
+// A routed layer's FFN (HParams::n_expert): the router, every expert's matrices (the
+// shard's columns of each), and the shared expert with its gate where the file has one.
+Status bind_experts(Binder& b, const HParams& hp, const ShardGeometry& g, const std::string& p, LayerWeights& L) {
+  const uint64_t n_embd = hp.n_embd, n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
+  METRO_ASSIGN_OR_RETURN(L.router, b.matrix(p + "ffn_gate_inp.weight", n_embd, n_exp));
+  L.exp_gate.resize(n_exp);
+  L.exp_up.resize(n_exp);
+  L.exp_down.resize(n_exp);
+  for (uint64_t e = 0; e < n_exp; ++e) {
+    METRO_ASSIGN_OR_RETURN(L.exp_gate[e], b.expert(p + "ffn_gate_exps.weight", n_embd, n_ff, n_exp, e, g.ff_begin, g.ff_end));
+    METRO_ASSIGN_OR_RETURN(L.exp_up[e], b.expert(p + "ffn_up_exps.weight", n_embd, n_ff, n_exp, e, g.ff_begin, g.ff_end));
+    METRO_ASSIGN_OR_RETURN(L.exp_down[e],
+                           b.expert(p + "ffn_down_exps.weight", n_ff, n_embd, n_exp, e, 0, 0, g.ff_begin, g.ff_end));
+    L.experts.gate.push_back(L.exp_gate[e].get());
+    L.experts.up.push_back(L.exp_up[e].get());
+    L.experts.down.push_back(L.exp_down[e].get());
+  }
+  if (hp.n_ff_shexp == 0) return {};
+  if (g.sliced()) return unimplemented("tensor-parallel shards of a model with a shared expert");
+  const uint64_t n_sh = hp.n_ff_shexp;
+  METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_gate_shexp.weight", n_embd, n_sh));
+  METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up_shexp.weight", n_embd, n_sh));
+  METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down_shexp.weight", n_sh, n_embd));
+  if (hp.has_shexp_gate) {
+    METRO_ASSIGN_OR_RETURN(L.shexp_gate, b.vector(p + "ffn_gate_inp_shexp.weight", n_embd));
+  }
+  return {};
+}
+
+}  // namespace
+
 std::vector<const backends::DeviceMatrix*> LayerWeights::matrices() const {
   std::vector<const backends::DeviceMatrix*> all;
-  for (const auto* m : {wq.get(), wk.get(), wv.get(), wo.get(), w_gate.get(), w_up.get(), w_down.get()}) {
+  for (const auto* m : {wq.get(), wk.get(), wv.get(), wo.get(), router.get(), w_gate.get(), w_up.get(), w_down.get()}) {
     if (m != nullptr) all.push_back(m);
+  }
+  for (size_t e = 0; e < exp_gate.size(); ++e) {
+    all.push_back(exp_gate[e].get());
+    all.push_back(exp_up[e].get());
+    all.push_back(exp_down[e].get());
   }
   return all;
 }
@@ -146,11 +203,13 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   const uint64_t n_q = static_cast<uint64_t>(hp.n_head) * hd;
   const uint64_t n_kv = static_cast<uint64_t>(hp.n_head_kv) * hd;
 
-  // FFN slices are whole blocks of the down projections' columns.
+  // FFN slices are whole blocks of the down projections' columns (the experts' when routed).
   int ff_align = 1;
+  const uint64_t n_ff_exp = hp.n_ff_exp, n_exp = hp.n_expert;
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
-    const std::string name = "blk." + std::to_string(il) + ".ffn_down.weight";
-    METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f, name, {n_ff, n_embd}));
+    const std::string name = "blk." + std::to_string(il) + (hp.is_moe() ? ".ffn_down_exps.weight" : ".ffn_down.weight");
+    METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, hp.is_moe() ? find(f, name, {n_ff_exp, n_embd, n_exp})
+                                                                 : find(f, name, {n_ff, n_embd}));
     METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(*t, name));
     ff_align = std::max({ff_align, kernels::traits(dt).block_size,
                          kernels::traits(kernels::traits(dt).dot_partner).block_size});
@@ -240,7 +299,9 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
       METRO_ASSIGN_OR_RETURN(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", n_embd));
       METRO_ASSIGN_OR_RETURN(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", n_embd));
     }
-    if (hp.fused_gate_up) {
+    if (hp.is_moe()) {
+      METRO_RETURN_IF_ERROR(bind_experts(b, hp, g, p, L));
+    } else if (hp.fused_gate_up) {
       const int64_t ub = static_cast<int64_t>(n_ff);
       METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, f0, f1));
       METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, 2 * n_ff, ub + f0, ub + f1));
@@ -248,8 +309,11 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
       METRO_ASSIGN_OR_RETURN(L.w_gate, b.matrix(p + "ffn_gate.weight", n_embd, n_ff, f0, f1));
       METRO_ASSIGN_OR_RETURN(L.w_up, b.matrix(p + "ffn_up.weight", n_embd, n_ff, f0, f1));
     }
-    METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd, 0, 0, f0, f1));
+    if (!hp.is_moe()) {
+      METRO_ASSIGN_OR_RETURN(L.w_down, b.matrix(p + "ffn_down.weight", n_ff, n_embd, 0, 0, f0, f1));
+    }
   }
+  w.n_expert_used = static_cast<int>(hp.n_expert_used);
   return w;
 }
 
@@ -398,22 +462,45 @@ std::vector<kernels::DType> ModelWeights::matmul_types() const {
   return types;
 }
 
-uint64_t ModelWeights::bytes_per_token() const {
-  uint64_t total = token_embd ? kernels::row_bytes(token_embd->type(), token_embd->n_cols()) : 0;
-  for (const auto* m : product_matrices()) {
-    total += static_cast<uint64_t>(kernels::row_bytes(m->type(), m->n_cols())) *
-             static_cast<uint64_t>(m->n_rows());
+namespace {
+
+// Each product matrix once, with the share of tokens that read it: 1, or n_used / n_expert
+// for an expert's.
+template <class F>
+void for_each_product(const ModelWeights& w, F&& f) {
+  if (w.output) f(*w.output, 1.0);
+  for (const auto& L : w.layers) {
+    const double expert_share =
+        L.exp_gate.empty() ? 0.0 : static_cast<double>(w.n_expert_used) / static_cast<double>(L.exp_gate.size());
+    for (const auto* m : {L.wq.get(), L.wk.get(), L.wv.get(), L.wo.get(), L.router.get(), L.w_gate.get(), L.w_up.get(),
+                          L.w_down.get()}) {
+      if (m != nullptr) f(*m, 1.0);
+    }
+    for (size_t e = 0; e < L.exp_gate.size(); ++e) {
+      f(*L.exp_gate[e], expert_share);
+      f(*L.exp_up[e], expert_share);
+      f(*L.exp_down[e], expert_share);
+    }
   }
-  return total;
+}
+
+}  // namespace
+
+uint64_t ModelWeights::bytes_per_token() const {
+  double total = token_embd ? static_cast<double>(kernels::row_bytes(token_embd->type(), token_embd->n_cols())) : 0.0;
+  for_each_product(*this, [&](const backends::DeviceMatrix& m, double share) {
+    total += share * static_cast<double>(kernels::row_bytes(m.type(), m.n_cols())) * static_cast<double>(m.n_rows());
+  });
+  return static_cast<uint64_t>(total);
 }
 
 uint64_t ModelWeights::product_macs(bool with_head) const {
-  uint64_t total = 0;
-  for (const auto* m : product_matrices()) {
-    if (m == output.get() && !with_head) continue;
-    total += static_cast<uint64_t>(m->n_rows()) * static_cast<uint64_t>(m->n_cols());
-  }
-  return total;
+  double total = 0.0;
+  for_each_product(*this, [&](const backends::DeviceMatrix& m, double share) {
+    if (&m == output.get() && !with_head) return;
+    total += share * static_cast<double>(m.n_rows()) * static_cast<double>(m.n_cols());
+  });
+  return static_cast<uint64_t>(total);
 }
 
 std::string ModelWeights::describe_layouts() const {

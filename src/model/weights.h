@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/ops.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kernels/dtype.h"
@@ -41,8 +42,16 @@ struct LayerWeights {
   // only for a SiLU-gated encoder FFN (nomic-bert).
   std::unique_ptr<backends::DeviceVector> bo, b_up, b_down;
   std::unique_ptr<backends::DeviceVector> attn_out_norm, attn_out_norm_b, out_norm, out_norm_b;
+  // Mixture of experts: the router [n_expert][n_embd], each expert's gate, up [n_ff][n_embd]
+  // and down [n_embd][n_ff] (n_ff: the shard's columns of n_ff_exp), and `experts` pointing
+  // at them for the op. w_gate, w_up and w_down then hold the shared expert (null without
+  // one), shexp_gate its gate vector [n_embd] (null without one).
+  std::unique_ptr<backends::DeviceMatrix> router;
+  std::vector<std::unique_ptr<backends::DeviceMatrix>> exp_gate, exp_up, exp_down;
+  backends::ExpertSet experts;
+  std::unique_ptr<backends::DeviceVector> shexp_gate;
 
-  // The product matrices present, in a fixed order.
+  // The product matrices present, in a fixed order (the experts' last, expert by expert).
   std::vector<const backends::DeviceMatrix*> matrices() const;
 };
 
@@ -77,11 +86,13 @@ struct ModelWeights {
   std::vector<const backends::DeviceMatrix*> product_matrices() const;
   // Every distinct weight type used by matrix products (sizes activation buffers).
   std::vector<kernels::DType> matmul_types() const;
-  // Bytes of weights a single decode token reads (every matrix once + its embedding row).
+  // Bytes of weights a single decode token reads (every matrix once + its embedding row;
+  // of the experts, the n_used it is routed to).
   uint64_t bytes_per_token() const;
-  // Multiply-adds of the matrix products one token passes through, with or without the
-  // head's (a prompt token whose logits nobody reads skips the head).
+  // Multiply-adds of the matrix products one token passes through (its n_used experts'),
+  // with or without the head's (a prompt token whose logits nobody reads skips the head).
   uint64_t product_macs(bool with_head) const;
+  int n_expert_used = 0;  // experts per token (0: dense)
   // e.g. "Q4_1 x8 interleaved (210), Q8_0 row-major (1)".
   std::string describe_layouts() const;
 };

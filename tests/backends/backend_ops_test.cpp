@@ -18,6 +18,7 @@
 
 #include "backends/backend_test_util.h"
 #include "backends/encoder_op_cases.h"
+#include "backends/moe_op_cases.h"
 #include "dist/communicator.h"
 #include "kernels/attention_impl.h"
 #include "kernels/kernel_set.h"
@@ -599,6 +600,8 @@ const KindCases kCases[] = {
     {OpKind::kLayerNorm, bt::layer_norm_cases},
     {OpKind::kGelu, bt::gelu_cases},
     {OpKind::kEncoderAttention, bt::encoder_attention_cases},
+    {OpKind::kMoe, bt::moe_cases},
+    {OpKind::kGatedAdd, bt::gated_add_cases},
 };
 
 void run_cases(const std::string& backend, OpKind kind) {
@@ -654,6 +657,9 @@ TEST_P(BackendOps, PosEmbed) { run_encoder_cases(GetParam(), OpKind::kPosEmbed);
 TEST_P(BackendOps, LayerNorm) { run_encoder_cases(GetParam(), OpKind::kLayerNorm); }
 TEST_P(BackendOps, Gelu) { run_encoder_cases(GetParam(), OpKind::kGelu); }
 TEST_P(BackendOps, EncoderAttention) { run_encoder_cases(GetParam(), OpKind::kEncoderAttention); }
+// Mixture-of-experts ops likewise (a device backend refuses such models at load).
+TEST_P(BackendOps, Moe) { run_encoder_cases(GetParam(), OpKind::kMoe); }
+TEST_P(BackendOps, GatedAdd) { run_encoder_cases(GetParam(), OpKind::kGatedAdd); }
 
 // Each rank's rows become the sum of every rank's, added in rank order: exactly the float
 // sum x_0 + x_1 + ..., the same bits on every rank; rows past the step's stay as they were.

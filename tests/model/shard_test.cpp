@@ -318,6 +318,70 @@ TEST(Shard, TensorParallelRanksMatchTheWholeWithinTheRoundingOfTheirSums) {
   }
 }
 
+// A mixture-of-experts model: pipeline stages give its bits; tensor-parallel ranks slice
+// every expert's FFN columns (the router runs whole on each rank, so they route alike) and
+// match the whole within the rounding of their sums.
+TEST(Shard, MixtureOfExpertsInStagesAndRanks) {
+  SyntheticModelSpec spec;
+  spec.arch = "qwen3moe";
+  spec.qk_norm = true;
+  spec.n_layer = 3;
+  spec.n_head = 8;
+  spec.n_head_kv = 4;
+  spec.n_expert = 8;
+  spec.n_expert_used = 2;
+  spec.n_ff_exp = 128;
+  const auto bytes = make_synthetic_model(spec);
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 24; ++i) toks.push_back((i * 53 + 5) % static_cast<int>(spec.n_vocab));
+  std::vector<Batch> step(1);
+  for (int i = 0; i < 24; ++i) step[0].add(toks[static_cast<size_t>(i)], i, 0, true);
+  Stage whole(load(bytes), 32);
+  const auto want = run_pipeline({&whole}, step, false);
+
+  ModelOptions first, second;
+  first.shard.layer_end = 1;
+  second.shard.layer_begin = 1;
+  Stage a(load(bytes, first), 32), b(load(bytes, second), 32);
+  expect_same_results(run_pipeline({&a, &b}, step, false), want, "two stages");
+
+  auto group = dist::make_local_group(2);
+  std::vector<std::unique_ptr<Stage>> owned;
+  std::vector<Stage*> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ModelOptions o;
+    o.shard.tp_rank = r;
+    o.shard.tp_size = 2;
+    o.comm = group[static_cast<size_t>(r)];
+    owned.push_back(std::make_unique<Stage>(load(bytes, o), 32));
+    ASSERT_TRUE(owned.back()->model);
+    EXPECT_EQ(owned.back()->model->weights().layers[0].exp_gate[0]->n_rows(), 64);
+    ranks.push_back(owned.back().get());
+  }
+  const auto got = run_ranks(ranks, step);
+  auto f = gguf::File::parse(bytes);
+  auto exact = reference_forward(*f, toks);
+  ASSERT_TRUE(exact.ok()) << exact.status().message();
+  std::vector<float> exact_flat;
+  for (const auto& row : *exact) exact_flat.insert(exact_flat.end(), row.begin(), row.end());
+  const double whole_err = rel_rms(want[0].logits, exact_flat);
+  EXPECT_TRUE(same_bits(got[1][0].logits, got[0][0].logits));
+  EXPECT_LE(rel_rms(got[0][0].logits, want[0].logits), 4 * whole_err);
+
+  // A shared expert is not sliced yet: refused by name.
+  spec.arch = "qwen2moe";
+  spec.qk_norm = false;
+  spec.n_ff_shexp = 128;
+  auto f2 = gguf::File::parse(make_synthetic_model(spec));
+  ASSERT_TRUE(f2.ok());
+  ModelOptions o;
+  o.shard.tp_size = 2;
+  o.comm = group[0];
+  auto refused = Model::from_file(std::move(*f2), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("shared expert"), std::string::npos) << refused.status().message();
+}
+
 // The default model: two pipeline stages give its bits; three tensor-parallel ranks (one KV
 // head each) hold the same bits as each other and pick its greedy tokens.
 TEST(Shard, DefaultModelInStagesAndRanks) {

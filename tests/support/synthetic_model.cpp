@@ -52,6 +52,14 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
     w.add_u32(a + "attention.value_length", s.head_dim);
   }
   w.add_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.n_expert > 0) {
+    w.add_u32(a + "expert_count", s.n_expert);
+    w.add_u32(a + "expert_used_count", s.n_expert_used);
+    w.add_u32(a + "expert_feed_forward_length", s.n_ff_exp);
+    if (s.n_ff_shexp > 0) w.add_u32(a + "expert_shared_feed_forward_length", s.n_ff_shexp);
+    if (s.expert_weights_norm >= 0) w.add_bool(a + "expert_weights_norm", s.expert_weights_norm == 1);
+    if (s.expert_gating != 0) w.add_u32(a + "expert_gating_func", s.expert_gating);
+  }
   std::vector<std::string> toks;
   const uint32_t n_tokens = s.n_tokens > 0 ? s.n_tokens : s.n_vocab;
   for (uint32_t i = 0; i < n_tokens; ++i) toks.push_back("t" + std::to_string(i));
@@ -132,6 +140,22 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
     if (s.post_norms) {
       add_norm(p + "post_attention_norm.weight", s.n_embd);
       add_norm(p + "post_ffw_norm.weight", s.n_embd);
+    }
+    if (s.n_expert > 0) {
+      const uint64_t ne = s.n_expert;
+      add(p + "ffn_gate_inp.weight", kernels::DType::kF32, {s.n_embd, ne}, 4.0f * ws);
+      add(p + "ffn_gate_exps.weight", s.expert_type, {s.n_embd, s.n_ff_exp, ne}, ws);
+      add(p + "ffn_up_exps.weight", s.expert_type, {s.n_embd, s.n_ff_exp, ne}, ws);
+      add(p + "ffn_down_exps.weight", s.expert_type, {s.n_ff_exp, s.n_embd, ne},
+          1.0f / std::sqrt(static_cast<float>(s.n_ff_exp)), s.zero_ffn_down_cols);
+      if (s.n_ff_shexp > 0) {
+        if (s.shexp_gate) add(p + "ffn_gate_inp_shexp.weight", kernels::DType::kF32, {s.n_embd}, ws);
+        add(p + "ffn_gate_shexp.weight", s.matrix_type, {s.n_embd, s.n_ff_shexp}, ws);
+        add(p + "ffn_up_shexp.weight", s.matrix_type, {s.n_embd, s.n_ff_shexp}, ws);
+        add(p + "ffn_down_shexp.weight", s.matrix_type, {s.n_ff_shexp, s.n_embd},
+            1.0f / std::sqrt(static_cast<float>(s.n_ff_shexp)));
+      }
+      continue;
     }
     if (s.fused) {
       add(p + "ffn_up.weight", s.matrix_type, {s.n_embd, 2 * uint64_t{s.n_ff}}, ws);

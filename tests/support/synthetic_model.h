@@ -37,6 +37,17 @@ struct SyntheticModelSpec {
   // ~20 over the pairs) and rope.scaling.original_context_length when not 0.
   uint32_t longrope_orig_ctx = 0;
   float rope_attn_factor = 0;  // written as rope.scaling.attn_factor when not 0
+  // Mixture of experts when n_expert > 0: every layer's FFN is a router and n_expert experts
+  // n_ff_exp wide (3-D ffn_{gate,up,down}_exps tensors of expert_type), and a shared
+  // expert n_ff_shexp wide when that is not 0 (with its sigmoid gate when shexp_gate).
+  uint32_t n_expert = 0;
+  uint32_t n_expert_used = 2;
+  uint32_t n_ff_exp = 128;
+  uint32_t n_ff_shexp = 0;
+  bool shexp_gate = true;
+  kernels::DType expert_type = kernels::DType::kF16;
+  int expert_weights_norm = -1;  // written as expert_weights_norm when 0 or 1
+  uint32_t expert_gating = 0;    // written as expert_gating_func when not 0
   uint64_t seed = 1;
   // Columns [begin, end) of every layer's attention output and FFN down projections set to
   // zero (whole blocks: what makes one tensor-parallel rank's partial sums exactly 0).

@@ -22,13 +22,26 @@ CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
     acts_[i].resize(rows * static_cast<size_t>(spec.acts[i].cols));
     bytes_ += acts_[i].size() * sizeof(float);
   }
+  METRO_CHECK(spec.max_experts >= 0 && spec.max_experts_used >= 0 && spec.max_experts_used <= spec.max_experts);
   size_t qa_bytes = 0;
-  const int64_t rows = std::max(spec.max_tokens, spec.max_logits);
+  const int64_t choices = int64_t{spec.max_tokens} * spec.max_experts_used;
+  const int64_t rows = std::max<int64_t>({spec.max_tokens, spec.max_logits, choices});
   for (kernels::DType t : spec.product_types) {
     qa_bytes = std::max(qa_bytes, kernels::quantized_acts_bytes(t, rows, spec.widest_product_k));
   }
   for (auto& b : qa) b.resize(qa_bytes);
   counters = std::make_unique<Counter[]>(static_cast<size_t>(spec.max_products));
+  if (spec.max_experts > 0) {
+    const size_t c = static_cast<size_t>(choices);
+    moe_expert.resize(c);
+    moe_slot.resize(c);
+    moe_slot_token.resize(c);
+    moe_weight.resize(c);
+    moe_offset.resize(static_cast<size_t>(spec.max_experts) + 1);
+    moe_cursor.resize(static_cast<size_t>(spec.max_experts));
+    moe_counters = std::make_unique<Counter[]>(3 * static_cast<size_t>(spec.max_experts));
+    bytes_ += 4 * c * 4 + 3 * static_cast<size_t>(spec.max_experts) * sizeof(Counter);
+  }
   const size_t pages = static_cast<size_t>(spec.max_seqs) * static_cast<size_t>(spec.max_blocks_per_seq);
   for (int b = 0; b < 2; ++b) {
     k_pages[static_cast<size_t>(b)].resize(pages);

@@ -67,6 +67,13 @@ class CpuState final : public ExecState {
   // prepares the next one's while the other threads may still read the current one's.
   std::array<std::vector<const uint8_t*>, 2> k_pages, v_pages;
   std::array<std::vector<kernels::AttentionSeq>, 2> seqs;
+  // A MoeOp's routing (reused by every layer): for choice c = t * n_used + j of token t, its
+  // expert, weight and slot (row of the slot buffers, grouped by expert); each slot's
+  // token; each expert's first slot (n_experts + 1 values); and three work counters per
+  // expert (gate, up, down).
+  std::vector<int32_t> moe_expert, moe_slot, moe_slot_token, moe_offset, moe_cursor;
+  std::vector<float> moe_weight;
+  std::unique_ptr<Counter[]> moe_counters;
 
  private:
   StateSpec spec_;

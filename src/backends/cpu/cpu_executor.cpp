@@ -4,13 +4,15 @@
 //  - a run of consecutive elementwise ops over the same rows is one phase: each thread
 //    takes the same share of the rows (rows_of) for all of them and chains the ops on a
 //    row while it is in cache, so they need no barrier between them;
-//  - each Project, Attention and AllReduce is a phase of its own.
+//  - each Project, Attention and AllReduce is a phase of its own; a Moe op is several
+//    (moe()).
 // Matrix products are not split in fixed equal shares: the threads claim runs of each
 // product from a per-product counter in the state (zeroed before the step), so a thread
 // that loses its core for a moment does less of it instead of holding the others at the
 // next barrier; every element is computed the same way, so bits do not depend on who
 // computed it. Attention keeps its static cost-balanced split.
 #include <algorithm>
+#include <cmath>
 #include <variant>
 
 #include "backends/cpu/cpu_backend_impl.h"
@@ -134,6 +136,8 @@ class Executor {
       ks_.attention(ap, std::span<const kernels::AttentionSeq>(seqs.data(), step_.runs.size()), ith_, nth_);
     } else if (const auto* e = std::get_if<EncoderAttentionOp>(&op)) {
       encoder_attention(*e);
+    } else if (const auto* m = std::get_if<MoeOp>(&op)) {
+      moe(*m);
     } else if (const auto* r = std::get_if<AllReduceOp>(&op)) {
       if (ith_ == 0) {
         r->comm->all_reduce_sum({st_.act(r->x), static_cast<size_t>(n_tokens_) * st_.cols(r->x)});
@@ -168,6 +172,139 @@ class Executor {
       done[n_done++] = partner;
     }
     product_ += p.n_out;
+  }
+
+  // A MoeOp in phases, each closed by a barrier: every thread routes its tokens; thread 0
+  // groups the choices by expert into slots; the slots' inputs are gathered and quantized;
+  // each chosen expert's gate and up products run over its slots, then SwiGLU, quantizing
+  // and the down products; each token sums its slots. The products of different experts
+  // claim work from counters of their own with no barrier between them: a thread done with
+  // one expert's share goes on to the next expert's.
+  void moe(const MoeOp& o) {
+    const int k = o.n_used, n_exp = o.experts->size();
+    const RowRange mine = rows_of(n_tokens_, ith_, nth_);
+    for (int t = mine.begin; t < mine.end; ++t) route(o, t);
+    pool_.barrier();
+    if (ith_ == 0) group_by_expert(n_exp, k);
+    pool_.barrier();
+
+    const int n_slots = n_tokens_ * k;
+    const int32_t* off = st_.moe_offset.data();
+    const kernels::Weight& g0 = cpu_matrix(o.experts->gate[0]).weight;
+    const kernels::Weight& u0 = cpu_matrix(o.experts->up[0]).weight;
+    const kernels::Weight& d0 = cpu_matrix(o.experts->down[0]).weight;
+    const size_t n_in = static_cast<size_t>(g0.n_cols), n_ff = static_cast<size_t>(g0.n_rows);
+    float* in = st_.act(o.slot_in);
+    float* gate = st_.act(o.slot_gate);
+    float* up = st_.act(o.slot_up);
+    float* out = st_.act(o.slot_out);
+    const RowRange slots = rows_of(n_slots, ith_, nth_);
+    for (int s = slots.begin; s < slots.end; ++s) {
+      const float* x = row(o.src, st_.moe_slot_token[static_cast<size_t>(s)]);
+      std::copy(x, x + n_in, in + static_cast<size_t>(s) * n_in);
+    }
+    pool_.barrier();
+    const kernels::QuantizedActs qg =
+        ks_.quantize_acts(g0.type, in, n_slots, static_cast<int64_t>(n_in), n_in, st_.qa[0].data(), ith_, nth_);
+    const bool own_up = kernels::traits(u0.type).dot_partner != kernels::traits(g0.type).dot_partner;
+    const kernels::QuantizedActs qu =
+        own_up ? ks_.quantize_acts(u0.type, in, n_slots, static_cast<int64_t>(n_in), n_in, st_.qa[1].data(), ith_, nth_)
+               : qg;
+    pool_.barrier();
+    for (int e = 0; e < n_exp; ++e) {
+      const int64_t first = off[e], n = off[e + 1] - off[e];
+      if (n == 0) continue;
+      auto* c = &st_.moe_counters[3 * static_cast<size_t>(e)];
+      ks_.matmul(cpu_matrix(o.experts->gate[static_cast<size_t>(e)]).weight, kernels::acts_rows(qg, first, n),
+                 gate + static_cast<size_t>(first) * n_ff, n_ff, ith_, nth_, &c[0].next);
+      ks_.matmul(cpu_matrix(o.experts->up[static_cast<size_t>(e)]).weight, kernels::acts_rows(qu, first, n),
+                 up + static_cast<size_t>(first) * n_ff, n_ff, ith_, nth_, &c[1].next);
+    }
+    pool_.barrier();
+    for (int s = slots.begin; s < slots.end; ++s) {
+      float* g = gate + static_cast<size_t>(s) * n_ff;
+      ks_.swiglu(g, up + static_cast<size_t>(s) * n_ff, g, static_cast<int64_t>(n_ff));
+    }
+    pool_.barrier();
+    const kernels::QuantizedActs qd =
+        ks_.quantize_acts(d0.type, gate, n_slots, static_cast<int64_t>(n_ff), n_ff, st_.qa[0].data(), ith_, nth_);
+    pool_.barrier();
+    for (int e = 0; e < n_exp; ++e) {
+      const int64_t first = off[e], n = off[e + 1] - off[e];
+      if (n == 0) continue;
+      ks_.matmul(cpu_matrix(o.experts->down[static_cast<size_t>(e)]).weight, kernels::acts_rows(qd, first, n),
+                 out + static_cast<size_t>(first) * n_in, n_in, ith_, nth_,
+                 &st_.moe_counters[3 * static_cast<size_t>(e) + 2].next);
+    }
+    pool_.barrier();
+    for (int t = mine.begin; t < mine.end; ++t) {
+      float* y = row(o.dst, t);
+      for (int j = 0; j < k; ++j) {
+        const size_t c = static_cast<size_t>(t * k + j);
+        const float w = st_.moe_weight[c];
+        const float* x = out + static_cast<size_t>(st_.moe_slot[c]) * n_in;
+        if (j == 0) {
+          for (size_t i = 0; i < n_in; ++i) y[i] = w * x[i];
+        } else {
+          for (size_t i = 0; i < n_in; ++i) y[i] += w * x[i];
+        }
+      }
+    }
+  }
+
+  // Token t's experts and weights into its choices, most probable first; its router row
+  // is overwritten with the probabilities.
+  void route(const MoeOp& o, int t) {
+    float* p = row(o.router, t);
+    const int n_exp = o.experts->size(), k = o.n_used;
+    if (o.gating == ExpertGating::kSoftmax) {
+      float mx = p[0];
+      for (int e = 1; e < n_exp; ++e) mx = std::max(mx, p[e]);
+      float sum = 0.0f;
+      for (int e = 0; e < n_exp; ++e) sum += (p[e] = std::exp(p[e] - mx));
+      for (int e = 0; e < n_exp; ++e) p[e] /= sum;
+    } else {
+      for (int e = 0; e < n_exp; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+    }
+    int32_t* chosen = st_.moe_expert.data() + static_cast<size_t>(t * k);
+    float* w = st_.moe_weight.data() + static_cast<size_t>(t * k);
+    float total = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < n_exp; ++e) {
+        if (best >= 0 && !(p[e] > p[best])) continue;
+        if (std::find(chosen, chosen + j, e) != chosen + j) continue;
+        best = e;
+      }
+      chosen[j] = best;
+      total += (w[j] = p[best]);
+    }
+    if (o.norm_weights) {
+      // A floor on the sum keeps weights finite when every chosen probability is ~0.
+      const float inv = 1.0f / std::max(total, 6.103515625e-5f);
+      for (int j = 0; j < k; ++j) w[j] *= inv;
+    }
+  }
+
+  // Thread 0: slots grouped by expert (ascending), in choice order within an expert; each
+  // used expert's work counters zeroed.
+  void group_by_expert(int n_exp, int k) {
+    const int n_choices = n_tokens_ * k;
+    int32_t* off = st_.moe_offset.data();
+    std::fill(off, off + n_exp + 1, 0);
+    for (int c = 0; c < n_choices; ++c) ++off[st_.moe_expert[static_cast<size_t>(c)] + 1];
+    for (int e = 0; e < n_exp; ++e) off[e + 1] += off[e];
+    int32_t* cursor = st_.moe_cursor.data();
+    std::copy(off, off + n_exp, cursor);
+    for (int c = 0; c < n_choices; ++c) {
+      const int32_t s = cursor[st_.moe_expert[static_cast<size_t>(c)]]++;
+      st_.moe_slot[static_cast<size_t>(c)] = s;
+      st_.moe_slot_token[static_cast<size_t>(s)] = c / k;
+    }
+    for (int e = 0; e < n_exp; ++e) {
+      if (off[e + 1] == off[e]) continue;
+      for (int i = 0; i < 3; ++i) st_.moe_counters[3 * static_cast<size_t>(e) + static_cast<size_t>(i)].next.store(0, std::memory_order_relaxed);
+    }
   }
 
   // Items (run, head) dealt out round-robin: an encoder step holds whole inputs, so its
@@ -283,10 +420,25 @@ class Executor {
     float* x = row(o.x, t);
     kernels::gelu_erf(x, x, static_cast<int64_t>(st_.cols(o.x)));
   }
+  void row_op(const GatedAddOp& o, int t) {
+    const size_t n = st_.cols(o.x);
+    float g = 1.0f;
+    if (o.gate != nullptr) {
+      const float* a = row(o.gate_in, t);
+      const float* b = cpu_vector(o.gate);
+      float d = 0.0f;
+      for (size_t i = 0; i < static_cast<size_t>(o.gate->size()); ++i) d += a[i] * b[i];
+      g = 1.0f / (1.0f + std::exp(-d));
+    }
+    float* x = row(o.x, t);
+    const float* y = row(o.y, t);
+    for (size_t i = 0; i < n; ++i) x[i] += g * y[i];
+  }
   // Not elementwise: never reached through run_elementwise.
   void row_op(const ProjectOp&, int) { METRO_CHECK(false); }
   void row_op(const AttentionOp&, int) { METRO_CHECK(false); }
   void row_op(const EncoderAttentionOp&, int) { METRO_CHECK(false); }
+  void row_op(const MoeOp&, int) { METRO_CHECK(false); }
   void row_op(const AllReduceOp&, int) { METRO_CHECK(false); }
 
   const kernels::KernelSet& ks_;

@@ -257,6 +257,9 @@ class Launcher {
   void operator()(const LayerNormOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
   void operator()(const GeluOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
   void operator()(const EncoderAttentionOp&) { METRO_CHECK_MSG(false, "encoder ops run on the CPU backend only"); }
+  // Mixture-of-experts models are refused on this backend when they load.
+  void operator()(const MoeOp&) { METRO_CHECK_MSG(false, "mixture-of-experts ops run on the CPU backend only"); }
+  void operator()(const GatedAddOp&) { METRO_CHECK_MSG(false, "mixture-of-experts ops run on the CPU backend only"); }
   // A group of one adds nothing. Larger groups sum through host memory: the rows go to the
   // buffer's pinned mirror, the communicator adds the ranks' rows there, and they come
   // back (correct, not fast: a device all-reduce is future work).
@@ -394,6 +397,14 @@ class KeyWriter {
   void operator()(const EncoderAttentionOp& o) {
     act(o.q);
     act(o.out);
+  }
+  void operator()(const MoeOp& o) {
+    act(o.src);
+    act(o.dst);
+  }
+  void operator()(const GatedAddOp& o) {
+    act(o.x);
+    act(o.y);
   }
 
  private:
