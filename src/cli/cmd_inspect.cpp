@@ -102,6 +102,14 @@ json summarize(const gguf::File& f, const std::string& path) {
     if (h.has_longrope) j["rope"]["longrope"] = true;
     if (h.rope_attn_factor != 1.0f) j["rope"]["attn_factor"] = h.rope_attn_factor;
     if (h.sliding_window > 0) j["sliding_window"] = h.sliding_window;
+    if (h.is_moe()) {
+      j["experts"] = {{"count", h.n_expert},
+                      {"used", h.n_expert_used},
+                      {"n_ff", h.n_ff_exp},
+                      {"weights_norm", h.expert_weights_norm},
+                      {"gating", h.expert_gating == model::ExpertGating::kSigmoid ? "sigmoid" : "softmax"}};
+      if (h.n_ff_shexp > 0) j["experts"]["shared_n_ff"] = h.n_ff_shexp;
+    }
     j["tied_output"] = h.tied_output;
     j["encoder"] = h.encoder;
     if (h.encoder) j["encoder_positions"] = h.encoder_rope ? "rope" : "learned";
@@ -166,6 +174,14 @@ void print_text(const json& j, const gguf::File& f, bool tensors, bool metadata)
     std::printf("heads:           %s (KV heads %s, head dim %s)\n", s("n_head").c_str(),
                 s("n_head_kv").c_str(), s("head_dim").c_str());
     std::printf("ffn:             %s\n", s("n_ff").c_str());
+    if (j.contains("experts")) {
+      const json& x = j["experts"];
+      std::printf("experts:         %d of %d per token, %d wide, %s%s", x["used"].get<int>(), x["count"].get<int>(),
+                  x["n_ff"].get<int>(), x["gating"].get<std::string>().c_str(),
+                  x["weights_norm"].get<bool>() ? " weights rescaled to sum 1" : " weights as routed");
+      if (x.contains("shared_n_ff")) std::printf("; a shared expert %d wide", x["shared_n_ff"].get<int>());
+      std::printf("\n");
+    }
     std::printf("vocab:           %s\n", s("n_vocab").c_str());
     const json& r = j["rope"];
     const bool encoder = j.value("encoder", false);

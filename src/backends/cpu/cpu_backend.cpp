@@ -39,8 +39,9 @@ CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
     moe_weight.resize(c);
     moe_offset.resize(static_cast<size_t>(spec.max_experts) + 1);
     moe_cursor.resize(static_cast<size_t>(spec.max_experts));
-    moe_counters = std::make_unique<Counter[]>(3 * static_cast<size_t>(spec.max_experts));
-    bytes_ += 4 * c * 4 + 3 * static_cast<size_t>(spec.max_experts) * sizeof(Counter);
+    moe_piece_off.resize(static_cast<size_t>(spec.max_experts) + 1);
+    moe_counters = std::make_unique<Counter[]>(2);
+    bytes_ += 4 * c * 4 + 3 * (static_cast<size_t>(spec.max_experts) + 1) * 4 + 2 * sizeof(Counter);
   }
   const size_t pages = static_cast<size_t>(spec.max_seqs) * static_cast<size_t>(spec.max_blocks_per_seq);
   for (int b = 0; b < 2; ++b) {

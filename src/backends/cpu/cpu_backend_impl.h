@@ -69,9 +69,9 @@ class CpuState final : public ExecState {
   std::array<std::vector<kernels::AttentionSeq>, 2> seqs;
   // A MoeOp's routing (reused by every layer): for choice c = t * n_used + j of token t, its
   // expert, weight and slot (row of the slot buffers, grouped by expert); each slot's
-  // token; each expert's first slot (n_experts + 1 values); and three work counters per
-  // expert (gate, up, down).
-  std::vector<int32_t> moe_expert, moe_slot, moe_slot_token, moe_offset, moe_cursor;
+  // token; each expert's first slot and first product piece (n_experts + 1 values each);
+  // and the item counters of the gate-and-up and the down phases.
+  std::vector<int32_t> moe_expert, moe_slot, moe_slot_token, moe_offset, moe_cursor, moe_piece_off;
   std::vector<float> moe_weight;
   std::unique_ptr<Counter[]> moe_counters;
 

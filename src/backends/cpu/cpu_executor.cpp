@@ -42,6 +42,10 @@ RowRange rows_of(int n, int ith, int nth) {
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Slot rows per piece of an expert's product: enough rows that a piece's weights are read
+// for many activations, few enough that a busy expert spreads over the threads.
+constexpr int kPieceRows = 64;
+
 const CpuMatrix& cpu_matrix(const DeviceMatrix* m) { return static_cast<const CpuMatrix&>(*m); }
 const float* cpu_vector(const DeviceVector* v) { return static_cast<const CpuVector&>(*v).values.data(); }
 
@@ -175,11 +179,13 @@ class Executor {
   }
 
   // A MoeOp in phases, each closed by a barrier: every thread routes its tokens; thread 0
-  // groups the choices by expert into slots; the slots' inputs are gathered and quantized;
-  // each chosen expert's gate and up products run over its slots, then SwiGLU, quantizing
-  // and the down products; each token sums its slots. The products of different experts
-  // claim work from counters of their own with no barrier between them: a thread done with
-  // one expert's share goes on to the next expert's.
+  // groups the choices by expert into slots and cuts each chosen expert's products into
+  // pieces; the slots' inputs are gathered and quantized; the gate and up products run,
+  // then SwiGLU, quantizing and the down products; each token sums its slots. A piece is a
+  // static share of one expert's product (kernels::matmul's ith of nth, no work counter),
+  // claimed whole from one counter: a decode step's few rows per expert make each piece a
+  // whole matrix streamed by one thread, while an expert with many rows is cut so that no
+  // thread is left holding it alone. Every element is computed the same way in any piece.
   void moe(const MoeOp& o) {
     const int k = o.n_used, n_exp = o.experts->size();
     const RowRange mine = rows_of(n_tokens_, ith_, nth_);
@@ -189,7 +195,6 @@ class Executor {
     pool_.barrier();
 
     const int n_slots = n_tokens_ * k;
-    const int32_t* off = st_.moe_offset.data();
     const kernels::Weight& g0 = cpu_matrix(o.experts->gate[0]).weight;
     const kernels::Weight& u0 = cpu_matrix(o.experts->up[0]).weight;
     const kernels::Weight& d0 = cpu_matrix(o.experts->down[0]).weight;
@@ -211,14 +216,17 @@ class Executor {
         own_up ? ks_.quantize_acts(u0.type, in, n_slots, static_cast<int64_t>(n_in), n_in, st_.qa[1].data(), ith_, nth_)
                : qg;
     pool_.barrier();
-    for (int e = 0; e < n_exp; ++e) {
-      const int64_t first = off[e], n = off[e + 1] - off[e];
-      if (n == 0) continue;
-      auto* c = &st_.moe_counters[3 * static_cast<size_t>(e)];
-      ks_.matmul(cpu_matrix(o.experts->gate[static_cast<size_t>(e)]).weight, kernels::acts_rows(qg, first, n),
-                 gate + static_cast<size_t>(first) * n_ff, n_ff, ith_, nth_, &c[0].next);
-      ks_.matmul(cpu_matrix(o.experts->up[static_cast<size_t>(e)]).weight, kernels::acts_rows(qu, first, n),
-                 up + static_cast<size_t>(first) * n_ff, n_ff, ith_, nth_, &c[1].next);
+    // Items: each piece of each expert, gate then up.
+    const int n_pieces = st_.moe_piece_off[static_cast<size_t>(n_exp)];
+    for (;;) {
+      const int item = static_cast<int>(st_.moe_counters[0].next.fetch_add(1, std::memory_order_relaxed));
+      if (item >= 2 * n_pieces) break;
+      const Piece pc = piece(item / 2, n_exp);
+      const bool is_up = item % 2 == 1;
+      const ExpertSet& x = *o.experts;
+      ks_.matmul(cpu_matrix((is_up ? x.up : x.gate)[static_cast<size_t>(pc.expert)]).weight,
+                 kernels::acts_rows(is_up ? qu : qg, pc.first, pc.n), (is_up ? up : gate) + static_cast<size_t>(pc.first) * n_ff,
+                 n_ff, pc.piece, pc.of, nullptr);
     }
     pool_.barrier();
     for (int s = slots.begin; s < slots.end; ++s) {
@@ -229,12 +237,12 @@ class Executor {
     const kernels::QuantizedActs qd =
         ks_.quantize_acts(d0.type, gate, n_slots, static_cast<int64_t>(n_ff), n_ff, st_.qa[0].data(), ith_, nth_);
     pool_.barrier();
-    for (int e = 0; e < n_exp; ++e) {
-      const int64_t first = off[e], n = off[e + 1] - off[e];
-      if (n == 0) continue;
-      ks_.matmul(cpu_matrix(o.experts->down[static_cast<size_t>(e)]).weight, kernels::acts_rows(qd, first, n),
-                 out + static_cast<size_t>(first) * n_in, n_in, ith_, nth_,
-                 &st_.moe_counters[3 * static_cast<size_t>(e) + 2].next);
+    for (;;) {
+      const int item = static_cast<int>(st_.moe_counters[1].next.fetch_add(1, std::memory_order_relaxed));
+      if (item >= n_pieces) break;
+      const Piece pc = piece(item, n_exp);
+      ks_.matmul(cpu_matrix(o.experts->down[static_cast<size_t>(pc.expert)]).weight, kernels::acts_rows(qd, pc.first, pc.n),
+                 out + static_cast<size_t>(pc.first) * n_in, n_in, pc.piece, pc.of, nullptr);
     }
     pool_.barrier();
     for (int t = mine.begin; t < mine.end; ++t) {
@@ -250,6 +258,19 @@ class Executor {
         }
       }
     }
+  }
+
+  // Piece `index` of the step's expert products: its expert, slot rows and share.
+  struct Piece {
+    int expert;
+    int64_t first, n;  // slot rows
+    int piece, of;
+  };
+  Piece piece(int index, int n_exp) const {
+    const int32_t* po = st_.moe_piece_off.data();
+    const int e = static_cast<int>(std::upper_bound(po, po + n_exp + 1, index) - po) - 1;
+    const int32_t* off = st_.moe_offset.data();
+    return {e, off[e], off[e + 1] - off[e], index - po[e], po[e + 1] - po[e]};
   }
 
   // Token t's experts and weights into its choices, most probable first; its router row
@@ -286,8 +307,8 @@ class Executor {
     }
   }
 
-  // Thread 0: slots grouped by expert (ascending), in choice order within an expert; each
-  // used expert's work counters zeroed.
+  // Thread 0: slots grouped by expert (ascending), in choice order within an expert; the
+  // experts' pieces; the two phases' item counters zeroed.
   void group_by_expert(int n_exp, int k) {
     const int n_choices = n_tokens_ * k;
     int32_t* off = st_.moe_offset.data();
@@ -301,10 +322,12 @@ class Executor {
       st_.moe_slot[static_cast<size_t>(c)] = s;
       st_.moe_slot_token[static_cast<size_t>(s)] = c / k;
     }
-    for (int e = 0; e < n_exp; ++e) {
-      if (off[e + 1] == off[e]) continue;
-      for (int i = 0; i < 3; ++i) st_.moe_counters[3 * static_cast<size_t>(e) + static_cast<size_t>(i)].next.store(0, std::memory_order_relaxed);
-    }
+    // An expert's rows in pieces of about kPieceRows (a whole matrix for a few rows).
+    int32_t* po = st_.moe_piece_off.data();
+    po[0] = 0;
+    for (int e = 0; e < n_exp; ++e) po[e + 1] = po[e] + ceil_div(off[e + 1] - off[e], kPieceRows);
+    st_.moe_counters[0].next.store(0, std::memory_order_relaxed);
+    st_.moe_counters[1].next.store(0, std::memory_order_relaxed);
   }
 
   // Items (run, head) dealt out round-robin: an encoder step holds whole inputs, so its
