@@ -22,6 +22,7 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kEncoderAttention: return "encoder_attention";
     case OpKind::kMoe: return "moe";
     case OpKind::kGatedAdd: return "gated_add";
+    case OpKind::kLora: return "lora";
     case OpKind::kCount: break;
   }
   return "?";

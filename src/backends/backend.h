@@ -117,6 +117,8 @@ struct StateSpec {
   // inputs are max_tokens * max_experts_used rows).
   int max_experts = 0;
   int max_experts_used = 0;
+  // LoraOps: the most adapters a LoraSet holds.
+  int max_adapters = 0;
 };
 
 // A backend's per-step scratch (the activation buffers and whatever its executor needs),
@@ -150,6 +152,8 @@ struct StepDesc {
   std::span<const SeqRun> runs;    // every token in exactly one run, in batch order
   std::span<const int> logit_rows;  // the token of each logits row
   const KvView* kv = nullptr;       // null when no op touches KV memory
+  // [n tokens] the LoRA adapter each token runs with (LoraOp; 0: none); empty: none at all.
+  std::span<const int16_t> adapter;
 };
 
 // An optional observer of a step's execution, called on the executing thread 0 (the

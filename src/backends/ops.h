@@ -9,7 +9,7 @@
 // row r is batch token logit_rows[r]); its cols are fixed. Every operand's width is its
 // buffer's cols.
 //
-// Elementwise ops (all but Project, Attention, EncoderAttention, Moe and AllReduce) compute output row r from
+// Elementwise ops (all but Project, Attention, EncoderAttention, Moe, Lora and AllReduce) compute output row r from
 // row r of their operands alone, so an executor may run a run of consecutive elementwise
 // ops over the same row set row by row, without synchronising between them. The other ops
 // read every row (or every sequence's keys) and need all earlier writes done.
@@ -211,9 +211,32 @@ struct GatedAddOp {
   const DeviceVector* gate;  // null: no gate
 };
 
+// LoRA adapters applied per token at run time.
+// One weight's low-rank deltas, one per adapter (adapter ids 1..size(); id 0 is none):
+// a[i] is adapter i+1's A [rank][n_in] and b[i] its B [n_out][rank] with the adapter's
+// scale folded in; both null where that adapter leaves the weight alone.
+struct LoraSet {
+  std::vector<const DeviceMatrix*> a, b;
+  int size() const { return static_cast<int>(a.size()); }
+};
+
+// After a ProjectOp of the same src and rows: for each i < n_out and each row r whose token
+// runs with an adapter that adapts w[i], dst[i][r] += b · (a · src[r]). The rows are grouped
+// by adapter, so each adapter's two products run once over all of its rows. The scratch
+// buffers hold each row's gathered input, its rank values per output and its deltas
+// ([rows][width]: the widest input, 3 ranks, the sum of the outputs' widths).
+struct LoraOp {
+  ActId src;
+  RowSet rows;
+  int n_out;
+  std::array<const LoraSet*, 3> sets;
+  std::array<ActId, 3> dst;
+  ActId scratch_in, scratch_mid, scratch_out;
+};
+
 using Op = std::variant<EmbedOp, RopeAnglesOp, RmsNormOp, ProjectOp, AddBiasOp, RopeOp, KvStoreOp,
                         AttentionOp, AddOp, SwigluOp, AllReduceOp, HeadNormOp, PosEmbedOp, LayerNormOp,
-                        GeluOp, EncoderAttentionOp, MoeOp, GatedAddOp>;
+                        GeluOp, EncoderAttentionOp, MoeOp, GatedAddOp, LoraOp>;
 
 // One kind per alternative of Op, in the same order.
 enum class OpKind : uint8_t {
@@ -235,6 +258,7 @@ enum class OpKind : uint8_t {
   kEncoderAttention,
   kMoe,
   kGatedAdd,
+  kLora,
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);
@@ -246,13 +270,14 @@ std::string_view op_name(OpKind kind);
 // Whether the op computes each output row from the same row of its operands (see above).
 inline bool is_elementwise(OpKind kind) {
   return kind != OpKind::kProject && kind != OpKind::kAttention && kind != OpKind::kAllReduce &&
-         kind != OpKind::kEncoderAttention && kind != OpKind::kMoe;
+         kind != OpKind::kEncoderAttention && kind != OpKind::kMoe && kind != OpKind::kLora;
 }
 
 // The rows an op runs over.
 inline RowSet row_set(const Op& op) {
   if (const auto* n = std::get_if<RmsNormOp>(&op)) return n->rows;
   if (const auto* p = std::get_if<ProjectOp>(&op)) return p->rows;
+  if (const auto* l = std::get_if<LoraOp>(&op)) return l->rows;
   return RowSet::kTokens;
 }
 

@@ -111,6 +111,30 @@ class Validator {
     METRO_CHECK(width(o.y, kTok) == n);
     if (o.gate != nullptr) METRO_CHECK(width(o.gate_in, kTok) == o.gate->size());
   }
+  void operator()(const LoraOp& o) {
+    METRO_CHECK(o.n_out >= 1 && o.n_out <= 3);
+    const int64_t k = width(o.src, o.rows);
+    const int64_t max_rank = width(o.scratch_mid, o.rows) / 3;
+    METRO_CHECK_MSG(width(o.scratch_in, o.rows) >= k, "lora: scratch narrower than the input");
+    int64_t out = 0;
+    for (int j = 0; j < o.n_out; ++j) {
+      const LoraSet* set = o.sets[static_cast<size_t>(j)];
+      METRO_CHECK(set != nullptr && set->size() <= spec_.max_adapters && set->b.size() == set->a.size());
+      const int64_t n = width(o.dst[static_cast<size_t>(j)], o.rows);
+      for (int a = 0; a < set->size(); ++a) {
+        const DeviceMatrix* A = set->a[static_cast<size_t>(a)];
+        const DeviceMatrix* B = set->b[static_cast<size_t>(a)];
+        METRO_CHECK((A == nullptr) == (B == nullptr));
+        if (A == nullptr) continue;
+        METRO_CHECK_MSG(A->type() == kernels::DType::kF32 && B->type() == kernels::DType::kF32 && A->n_cols() == k &&
+                            A->n_rows() <= max_rank && B->n_cols() == A->n_rows() && B->n_rows() == n,
+                        "lora: adapter factors do not fit the product");
+      }
+      out += n;
+    }
+    METRO_CHECK_MSG(width(o.scratch_out, o.rows) >= out, "lora: scratch narrower than the outputs");
+    for (int16_t a : step_.adapter) METRO_CHECK_MSG(a >= 0 && a <= spec_.max_adapters, "a token's adapter is not loaded");
+  }
   void operator()(const AllReduceOp& o) {
     METRO_CHECK(o.comm != nullptr);
     width(o.x, kTok);
@@ -137,6 +161,7 @@ void validate_step(std::span<const Op> ops, const StepDesc& step, const StateSpe
               step.seq.size() == step.token.size());
   METRO_CHECK(static_cast<int>(step.logit_rows.size()) <= spec.max_logits);
   METRO_CHECK(static_cast<int>(step.runs.size()) <= spec.max_seqs);
+  METRO_CHECK(step.adapter.empty() || step.adapter.size() == step.token.size());
   Validator v(step, spec);
   for (const Op& op : ops) std::visit(v, op);
   METRO_CHECK_MSG(v.products() <= spec.max_products, "more matrix products than the state was made for");

@@ -15,13 +15,7 @@ namespace {
 constexpr std::string_view kA = ".lora_a";
 constexpr std::string_view kB = ".lora_b";
 
-// One adapter's product for one base matrix.
-struct Delta {
-  std::vector<float> a;  // [r][n_in]
-  std::vector<float> b;  // [n_out][r]
-  int64_t rank = 0;
-  float s = 1.0f;
-};
+using Delta = LoraDelta;
 
 Expected<std::vector<float>> dense(const gguf::TensorInfo& t, const std::string& where) {
   auto dt = kernels::dtype_from_ggml(t.type());
@@ -95,6 +89,16 @@ Status read_adapter(const gguf::File& base, const gguf::File& ad, const LoraSpec
 }
 
 }  // namespace
+
+Expected<std::vector<std::pair<std::string, LoraDelta>>> read_lora(const gguf::File& base, const gguf::File& adapter,
+                                                                   const LoraSpec& spec) {
+  if (!std::isfinite(spec.scale)) return invalid_argument("LoRA adapter '" + spec.path + "': the scale is not finite");
+  std::map<std::string, std::vector<Delta>> deltas;
+  METRO_RETURN_IF_ERROR(read_adapter(base, adapter, spec, deltas));
+  std::vector<std::pair<std::string, LoraDelta>> out;
+  for (auto& [name, list] : deltas) out.emplace_back(name, std::move(list.front()));
+  return out;
+}
 
 Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<const LoraSpec> adapters,
                                           LoraReport* report) {

@@ -5,9 +5,12 @@
 // "lora", adapter.lora.alpha, and for each adapted matrix W of the base (GGUF dims
 // [n_in, n_out]) two tensors, W's name + ".lora_a" ([n_in, r]: A, r rows of n_in) and
 // + ".lora_b" ([r, n_out]: B). The adapted matrix is W + s B A with s = scale * alpha / r
-// (scale alone when alpha is 0), as llama.cpp applies it at run time. metro adds the
-// product to W once, in double, and stores the sum in W's own format, so an adapted model
-// runs at the base model's speed; the adapter cannot be switched per request.
+// (scale alone when alpha is 0), as llama.cpp applies it at run time. Two ways to apply it:
+//  - merge_lora adds the product to W once, in double, and stores the sum in W's own
+//    format: the adapted model runs at the base model's speed (ModelOptions::lora);
+//  - read_lora keeps the factors, and a model loaded with them (ModelOptions::adapters)
+//    adds each token's adapter's s B (A x) to its products at run time, so requests with
+//    different adapters share one batched step (backends::LoraOp).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,14 @@ namespace metro::model {
 struct LoraSpec {
   std::string path;
   float scale = 1.0f;
+};
+
+// One adapter's factors for one base matrix, F32: A [rank][n_in], B [n_out][rank].
+struct LoraDelta {
+  std::vector<float> a;
+  std::vector<float> b;
+  int64_t rank = 0;
+  float s = 1.0f;  // scale * alpha / rank (scale alone when alpha is 0)
 };
 
 struct LoraReport {
@@ -41,5 +52,10 @@ Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<cons
 // specs[i].path in errors (the fuzz target feeds bytes here).
 Expected<std::vector<uint8_t>> merge_lora(const gguf::File& base, std::span<const gguf::File* const> adapters,
                                           std::span<const LoraSpec> specs, LoraReport* report = nullptr);
+
+// The adapter's factors by base matrix name, checked against `base` as merge_lora checks
+// them; `spec.path` names the adapter in errors.
+Expected<std::vector<std::pair<std::string, LoraDelta>>> read_lora(const gguf::File& base, const gguf::File& adapter,
+                                                                   const LoraSpec& spec);
 
 }  // namespace metro::model

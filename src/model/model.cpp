@@ -38,11 +38,18 @@ constexpr ActId kMoeGate{16};  // [tokens][n_used * n_ff_exp]
 constexpr ActId kMoeUp{17};    // [tokens][n_used * n_ff_exp]
 constexpr ActId kMoeOut{18};   // [tokens][n_used * n_embd]
 constexpr ActId kShared{19};   // [tokens][n_embd]
-constexpr int kNumActs = 20;
+// Run-time LoRA scratch (LoraOp), of token rows and of logits rows.
+constexpr ActId kLoraIn{20}, kLoraMid{21}, kLoraOut{22};
+constexpr ActId kLoraInL{23}, kLoraMidL{24}, kLoraOutL{25};
+constexpr int kNumActs = 26;
 
 // Ops one layer adds at most: attention with 3 biases, 2 head norms, a post norm and an
-// all-reduce (14 with the next layer's norm), and a routed FFN with a shared expert (11).
-constexpr int kMaxOpsPerLayer = 26;
+// all-reduce (14 with the next layer's norm), a routed FFN with a shared expert (11), and
+// a LoraOp after each of 4 projects.
+constexpr int kMaxOpsPerLayer = 30;
+// Before the layers: two sets of angles, embedding, norm; after them the head's norm,
+// product and LoraOp.
+constexpr int kMaxOpsOutsideLayers = 7;
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -107,6 +114,9 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
   if (hp.is_moe() && !backend->name().starts_with("cpu")) {
     return unimplemented("mixture-of-experts models run on the CPU backend only, not on " + std::string(backend->name()));
   }
+  if (!opts.adapters.empty() && !backend->name().starts_with("cpu")) {
+    return unimplemented("run-time LoRA adapters run on the CPU backend only, not on " + std::string(backend->name()));
+  }
   std::shared_ptr<dist::Communicator> comm = opts.comm;
   if (opts.shard.tp_size > 1) {
     if (!comm || comm->size() != opts.shard.tp_size || comm->rank() != opts.shard.tp_rank) {
@@ -115,8 +125,88 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
     }
   }
   METRO_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::bind(file, hp, opts.shard, *backend, opts.allow_repack));
-  return std::unique_ptr<Model>(new Model(std::move(file), std::move(hp), std::move(w), std::move(backend),
-                                          std::move(comm)));
+  std::unique_ptr<Model> m(new Model(std::move(file), std::move(hp), std::move(w), std::move(backend), std::move(comm)));
+  if (!opts.adapters.empty()) METRO_RETURN_IF_ERROR(m->load_adapters(opts.adapters));
+  return m;
+}
+
+// Each adapter's factors onto the backend (A as it is, B times the adapter's scale), and a
+// LoraSet per adapted matrix. A matrix of a layer this shard does not hold is skipped.
+Status Model::load_adapters(const std::vector<LoraSpec>& adapters) {
+  if (hp_.encoder) return unimplemented("LoRA adapters on an encoder");
+  if (shard().sliced()) return unimplemented("run-time LoRA adapters on a tensor-parallel shard");
+  if (adapters.size() > 4096) return invalid_argument("more than 4096 LoRA adapters");
+  // The matrices a LoraOp follows: dense attention and FFN products and a separate head.
+  std::vector<std::pair<std::string, const backends::DeviceMatrix*>> targets;
+  if (!hp_.tied_output && w_.output) targets.emplace_back("output.weight", w_.output.get());
+  for (const LayerWeights& L : w_.layers) {
+    const std::string p = "blk." + std::to_string(L.model_layer) + ".";
+    if (!hp_.fused_qkv) {
+      targets.emplace_back(p + "attn_q.weight", L.wq.get());
+      targets.emplace_back(p + "attn_k.weight", L.wk.get());
+      targets.emplace_back(p + "attn_v.weight", L.wv.get());
+    }
+    targets.emplace_back(p + "attn_output.weight", L.wo.get());
+    if (!hp_.is_moe() && !hp_.fused_gate_up) {
+      targets.emplace_back(p + "ffn_gate.weight", L.w_gate.get());
+      targets.emplace_back(p + "ffn_up.weight", L.w_up.get());
+      targets.emplace_back(p + "ffn_down.weight", L.w_down.get());
+    }
+  }
+  const std::vector<int> held = shard().layers();
+  n_adapters_ = static_cast<int>(adapters.size());
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const LoraSpec& spec = adapters[i];
+    auto f = gguf::File::load(spec.path);
+    if (!f.ok()) return Status(f.status().code(), "LoRA adapter '" + spec.path + "': " + f.status().message());
+    METRO_ASSIGN_OR_RETURN(auto deltas, read_lora(file_, *f, spec));
+    for (auto& [name, d] : deltas) {
+      auto t = std::find_if(targets.begin(), targets.end(), [&](const auto& x) { return x.first == name; });
+      if (t == targets.end()) {
+        int layer = -1;
+        if (name.starts_with("blk.")) layer = std::atoi(name.c_str() + 4);
+        if (layer >= 0 && std::find(held.begin(), held.end(), layer) == held.end()) continue;  // another shard's
+        if (name == "output.weight" && !shard().ends_model) continue;
+        return unimplemented("LoRA adapter '" + spec.path + "' adapts '" + name +
+                             "': at run time adapters apply to separate attention and FFN matrices and a separate "
+                             "output head only");
+      }
+      const backends::DeviceMatrix* w = t->second;
+      const int64_t n_in = w->n_cols(), n_out = w->n_rows();
+      for (float& v : d.b) v *= d.s;
+      // The backend may read these bytes in place: the model keeps them.
+      lora_host_.push_back(std::move(d.a));
+      const float* a_data = lora_host_.back().data();
+      lora_host_.push_back(std::move(d.b));
+      const float* b_data = lora_host_.back().data();
+      backends::HostMatrix a{kernels::DType::kF32, d.rank, n_in, reinterpret_cast<const uint8_t*>(a_data),
+                             static_cast<size_t>(n_in) * sizeof(float)};
+      backends::HostMatrix b{kernels::DType::kF32, n_out, d.rank, reinterpret_cast<const uint8_t*>(b_data),
+                             static_cast<size_t>(d.rank) * sizeof(float)};
+      lora_factors_.push_back(backend_->upload_matrix(a, backends::MatrixUse::kProduct, false));
+      lora_factors_.push_back(backend_->upload_matrix(b, backends::MatrixUse::kProduct, false));
+      auto s = std::find_if(lora_sets_.begin(), lora_sets_.end(), [&](const auto& x) { return x.first == w; });
+      if (s == lora_sets_.end()) {
+        auto set = std::make_unique<backends::LoraSet>();
+        set->a.assign(adapters.size(), nullptr);
+        set->b.assign(adapters.size(), nullptr);
+        lora_sets_.emplace_back(w, std::move(set));
+        s = lora_sets_.end() - 1;
+      }
+      s->second->a[i] = lora_factors_[lora_factors_.size() - 2].get();
+      s->second->b[i] = lora_factors_.back().get();
+      lora_max_rank_ = std::max(lora_max_rank_, static_cast<int>(d.rank));
+      if (w == w_.output.get()) lora_head_ = true;
+    }
+  }
+  return {};
+}
+
+const backends::LoraSet* Model::lora_set(const backends::DeviceMatrix* w) const {
+  for (const auto& [m, set] : lora_sets_) {
+    if (m == w) return set.get();
+  }
+  return nullptr;
 }
 
 kernels::KvPageLayout Model::kv_layout(kernels::DType type, int block_size) const {
@@ -167,6 +257,18 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   const bool head = g.ends_model && !hp_.encoder;
   act(kXl, head ? n_embd : 0, RowSet::kLogits);
   act(kLogits, head ? static_cast<int64_t>(hp_.n_vocab) : 0, RowSet::kLogits);
+  if (n_adapters_ > 0) {
+    act(kLoraIn, std::max({n_embd, n_q, n_ff}));
+    act(kLoraMid, 3 * int64_t{lora_max_rank_});
+    act(kLoraOut, std::max({n_q + 2 * n_kv, n_embd, 2 * n_ff}));
+    if (lora_head_) {
+      act(kLoraInL, n_embd, RowSet::kLogits);
+      act(kLoraMidL, 3 * int64_t{lora_max_rank_}, RowSet::kLogits);
+      act(kLoraOutL, hp_.n_vocab, RowSet::kLogits);
+    } else {
+      for (ActId id : {kLoraInL, kLoraMidL, kLoraOutL}) act(id, 0, RowSet::kLogits);
+    }
+  }
   // Per layer q, k, v, o, gate, up, down, and the router beside a shared expert's gate and up;
   // then the head. Experts' products count apart (StateSpec::max_experts).
   spec.max_products = 8 * g.n_layer() + 1;
@@ -174,13 +276,12 @@ Workspace Model::make_workspace(const WorkspaceLimits& lim) const {
   spec.widest_product_k = std::max({n_embd, n_q, n_ff, n_ff_dense});
   spec.max_experts = static_cast<int>(hp_.n_expert);
   spec.max_experts_used = static_cast<int>(hp_.n_expert_used);
+  spec.max_adapters = n_adapters_;
 
   Workspace ws;
   ws.limits_ = lim;
   ws.state_ = backend_->make_state(spec);
-  // Two sets of angles, embedding and norm; per layer at most kMaxOpsPerLayer; the head's
-  // norm and product.
-  ws.ops.reserve(static_cast<size_t>(4 + kMaxOpsPerLayer * g.n_layer() + 2));
+  ws.ops.reserve(static_cast<size_t>(kMaxOpsOutsideLayers + kMaxOpsPerLayer * g.n_layer()));
   ws.runs.reserve(static_cast<size_t>(lim.max_seqs));
   ws.logit_rows.reserve(static_cast<size_t>(lim.max_logits));
   return ws;
@@ -194,6 +295,15 @@ Status Model::plan(const Batch& b, const KvView& kv, Workspace& ws) const {
   if (b.pos.size() != b.token.size() || b.seq.size() != b.token.size() ||
       b.logits.size() != b.token.size()) {
     return invalid_argument("batch arrays differ in length");
+  }
+  if (!b.adapter.empty()) {
+    if (b.adapter.size() != b.token.size()) return invalid_argument("batch arrays differ in length");
+    for (int16_t a : b.adapter) {
+      if (a < 0 || a > n_adapters_) {
+        return invalid_argument("LoRA adapter " + std::to_string(a) + " is not loaded (" + std::to_string(n_adapters_) +
+                                " are)");
+      }
+    }
   }
   if (n > lim.max_tokens) {
     return resource_exhausted("batch of " + std::to_string(n) + " tokens exceeds the workspace (" +
@@ -258,7 +368,7 @@ Status Model::plan(const Batch& b, const KvView& kv, Workspace& ws) const {
 // K/V into pages; attention; the output projection added back to the stream and normed;
 // gate and up, SwiGLU, down added back and normed for the next layer. A sliced shard sums
 // the ranks' partial output and down projections before each add back.
-void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<backends::Op>& ops) const {
+void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std::vector<backends::Op>& ops) const {
   using namespace backends;
   const ShardGeometry& g = shard();
   const float eps = hp_.rms_eps;
@@ -266,8 +376,27 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   const RowSet tok = RowSet::kTokens;
   // The reserve make_workspace made holds every op: building the list never allocates.
-  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + kMaxOpsPerLayer * g.n_layer() + 2));
+  METRO_CHECK(ops.capacity() >= static_cast<size_t>(kMaxOpsOutsideLayers + kMaxOpsPerLayer * g.n_layer()));
   ops.clear();
+  // A project, then the LoRA deltas of the tokens whose adapter adapts its weights.
+  auto push_project = [&](const ProjectOp& p) {
+    ops.push_back(p);
+    if (!lora) return;
+    LoraOp l{p.src, p.rows, p.n_out, {}, p.dst, kLoraIn, kLoraMid, kLoraOut};
+    if (p.rows == RowSet::kLogits) {
+      l.scratch_in = kLoraInL;
+      l.scratch_mid = kLoraMidL;
+      l.scratch_out = kLoraOutL;
+    }
+    static const LoraSet kNone;
+    bool any = false;
+    for (int i = 0; i < p.n_out; ++i) {
+      const LoraSet* set = lora_set(p.w[static_cast<size_t>(i)]);
+      any = any || set != nullptr;
+      l.sets[static_cast<size_t>(i)] = set != nullptr ? set : &kNone;
+    }
+    if (any) ops.push_back(l);
+  };
   const kernels::Rope* global_rope = rope_long_ && hp_.long_rope(n_ctx) ? rope_long_.get() : rope_.get();
   ops.push_back(RopeAnglesOp{global_rope, kRopeCs});
   if (rope_local_) ops.push_back(RopeAnglesOp{rope_local_.get(), kRopeCsLocal});
@@ -276,7 +405,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
   for (size_t il = 0; il < w_.layers.size(); ++il) {
     const LayerWeights& L = w_.layers[il];
     const int layer = static_cast<int>(il);  // in this shard's KV arena
-    ops.push_back(project(kXb, tok, {L.wq.get(), L.wk.get(), L.wv.get()}, {kQ, kK, kV}));
+    push_project(project(kXb, tok, {L.wq.get(), L.wk.get(), L.wv.get()}, {kQ, kK, kV}));
     if (L.bq) {
       ops.push_back(AddBiasOp{kQ, L.bq.get()});
       ops.push_back(AddBiasOp{kK, L.bk.get()});
@@ -293,7 +422,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
     ops.push_back(RopeOp{rope, kK, angles, n_head_kv});
     ops.push_back(KvStoreOp{kK, kV, layer});
     ops.push_back(AttentionOp{kQ, kAtt, layer, n_head, scale, hp_.layer_window(static_cast<uint32_t>(L.model_layer))});
-    ops.push_back(project(kAtt, tok, {L.wo.get()}, {kTmp}));
+    push_project(project(kAtt, tok, {L.wo.get()}, {kTmp}));
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX});
@@ -301,9 +430,9 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
     if (L.router) {
       // The router's scores and the shared expert's gate and up share their input.
       if (L.w_gate) {
-        ops.push_back(project(kXb, tok, {L.router.get(), L.w_gate.get(), L.w_up.get()}, {kRouter, kGate, kUp}));
+        push_project(project(kXb, tok, {L.router.get(), L.w_gate.get(), L.w_up.get()}, {kRouter, kGate, kUp}));
       } else {
-        ops.push_back(project(kXb, tok, {L.router.get()}, {kRouter}));
+        push_project(project(kXb, tok, {L.router.get()}, {kRouter}));
       }
       const auto gating = hp_.expert_gating == ExpertGating::kSigmoid ? backends::ExpertGating::kSigmoid
                                                                       : backends::ExpertGating::kSoftmax;
@@ -311,13 +440,13 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
                           gating, kMoeIn, kMoeGate, kMoeUp, kMoeOut});
       if (L.w_gate) {
         ops.push_back(SwigluOp{kGate, kUp, kGate, false});
-        ops.push_back(project(kGate, tok, {L.w_down.get()}, {kShared}));
+        push_project(project(kGate, tok, {L.w_down.get()}, {kShared}));
         ops.push_back(GatedAddOp{kTmp, kShared, kXb, L.shexp_gate.get()});
       }
     } else {
-      ops.push_back(project(kXb, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
+      push_project(project(kXb, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
       ops.push_back(SwigluOp{kGate, kUp, kGate, hp_.gelu_ffn});
-      ops.push_back(project(kGate, tok, {L.w_down.get()}, {kTmp}));
+      push_project(project(kGate, tok, {L.w_down.get()}, {kTmp}));
     }
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_ffn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_ffn_norm.get(), eps, tok});
@@ -330,7 +459,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<bac
   }
   if (g.ends_model && n_logits > 0) {
     ops.push_back(RmsNormOp{kX, kXl, w_.output_norm.get(), eps, RowSet::kLogits});
-    ops.push_back(project(kXl, RowSet::kLogits, {w_.output.get()}, {kLogits}));
+    push_project(project(kXl, RowSet::kLogits, {w_.output.get()}, {kLogits}));
   }
 }
 
@@ -344,7 +473,7 @@ void Model::build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) 
   const int n_head = static_cast<int>(hp_.n_head), n_head_kv = static_cast<int>(hp_.n_head_kv);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
   const RowSet tok = RowSet::kTokens;
-  METRO_CHECK(ops.capacity() >= static_cast<size_t>(4 + kMaxOpsPerLayer * shard().n_layer() + 2));
+  METRO_CHECK(ops.capacity() >= static_cast<size_t>(kMaxOpsOutsideLayers + kMaxOpsPerLayer * shard().n_layer()));
   ops.clear();
   ops.push_back(EmbedOp{w_.token_embd.get(), kX});
   if (w_.pos_embd) ops.push_back(PosEmbedOp{w_.pos_embd.get(), kX});
@@ -413,7 +542,8 @@ Expected<ForwardOutput> Model::forward(const Batch& b, std::span<const float> re
     if (n_logits > 0) return invalid_argument("an encoder has no output head: no token of its batch can want logits");
     build_encoder_ops(opts.want_hidden, ws.ops);
   } else {
-    build_ops(opts.want_hidden, n_logits, ws.limits().n_ctx, ws.ops);
+    const bool lora = std::any_of(b.adapter.begin(), b.adapter.end(), [](int16_t a) { return a != 0; });
+    build_ops(opts.want_hidden, n_logits, ws.limits().n_ctx, lora, ws.ops);
   }
   if (!residual_in.empty()) ws.state_->upload(kX, residual_in);
 
@@ -424,6 +554,7 @@ Expected<ForwardOutput> Model::forward(const Batch& b, std::span<const float> re
   step.runs = ws.runs;
   step.logit_rows = ws.logit_rows;
   step.kv = &kv;
+  step.adapter = b.adapter;
   backend_->execute(ws.ops, step, *ws.state_, pool, opts.observer);
 
   ForwardOutput out;

@@ -45,6 +45,10 @@ struct ModelOptions {
   std::chrono::milliseconds watch_period{0};
   // load() only: LoRA adapters added into the weights as the file is read (model/lora.h).
   std::vector<LoraSpec> lora;
+  // LoRA adapters kept apart and applied per token at run time: adapters[i] is adapter
+  // i + 1 of Batch::adapter (model/lora.h). Dense attention and FFN matrices and a separate
+  // output head only; the CPU backend only; not on a tensor-parallel shard.
+  std::vector<LoraSpec> adapters;
 };
 
 // Upper bounds a Workspace is sized for; forward() refuses steps beyond them.
@@ -162,6 +166,8 @@ class Model {
   int kv_layers() const { return hp_.encoder ? 0 : shard().n_layer(); }
 
   Workspace make_workspace(const WorkspaceLimits& limits) const;
+  // Run-time LoRA adapters loaded (ModelOptions::adapters).
+  int n_adapters() const { return n_adapters_; }
 
   // Runs one step. The KV view must hold blocks for every position in the batch (in this
   // shard's layout); this call writes the batch's K/V into them. Errors (bad batch, limits
@@ -179,7 +185,8 @@ class Model {
   Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backends::Backend> backend,
         std::shared_ptr<dist::Communicator> comm);
   Status plan(const Batch& batch, const KvView& kv, Workspace& ws) const;
-  void build_ops(bool want_hidden, int n_logits, int n_ctx, std::vector<backends::Op>& ops) const;
+  void build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std::vector<backends::Op>& ops) const;
+  Status load_adapters(const std::vector<LoraSpec>& adapters);
   void build_encoder_ops(bool want_hidden, std::vector<backends::Op>& ops) const;
 
   gguf::File file_;
@@ -191,6 +198,14 @@ class Model {
   std::unique_ptr<kernels::Rope> rope_local_;  // the sliding-window layers' rotation; null when alike
   std::unique_ptr<kernels::Rope> rope_long_;   // LongRoPE's long factors; null without them
   std::unique_ptr<FileWatch> watch_;  // null unless asked for
+  // Run-time LoRA: the factors, and the set of each adapted base matrix.
+  int n_adapters_ = 0;
+  int lora_max_rank_ = 0;
+  bool lora_head_ = false;  // some adapter adapts the output head
+  std::vector<std::vector<float>> lora_host_;  // the factors' values, which a backend may read in place
+  std::vector<std::unique_ptr<backends::DeviceMatrix>> lora_factors_;
+  std::vector<std::pair<const backends::DeviceMatrix*, std::unique_ptr<backends::LoraSet>>> lora_sets_;
+  const backends::LoraSet* lora_set(const backends::DeviceMatrix* w) const;
   mutable std::atomic<uint64_t> given_back_{0};
   mutable std::atomic<uint64_t> locked_{0};
 };

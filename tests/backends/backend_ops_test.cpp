@@ -18,6 +18,7 @@
 
 #include "backends/backend_test_util.h"
 #include "backends/encoder_op_cases.h"
+#include "backends/lora_op_cases.h"
 #include "backends/moe_op_cases.h"
 #include "dist/communicator.h"
 #include "kernels/attention_impl.h"
@@ -602,6 +603,7 @@ const KindCases kCases[] = {
     {OpKind::kEncoderAttention, bt::encoder_attention_cases},
     {OpKind::kMoe, bt::moe_cases},
     {OpKind::kGatedAdd, bt::gated_add_cases},
+    {OpKind::kLora, bt::lora_cases},
 };
 
 void run_cases(const std::string& backend, OpKind kind) {
@@ -660,6 +662,8 @@ TEST_P(BackendOps, EncoderAttention) { run_encoder_cases(GetParam(), OpKind::kEn
 // Mixture-of-experts ops likewise (a device backend refuses such models at load).
 TEST_P(BackendOps, Moe) { run_encoder_cases(GetParam(), OpKind::kMoe); }
 TEST_P(BackendOps, GatedAdd) { run_encoder_cases(GetParam(), OpKind::kGatedAdd); }
+// Run-time LoRA likewise (a device backend refuses adapters at load).
+TEST_P(BackendOps, Lora) { run_encoder_cases(GetParam(), OpKind::kLora); }
 
 // Each rank's rows become the sum of every rank's, added in rank order: exactly the float
 // sum x_0 + x_1 + ..., the same bits on every rank; rows past the step's stay as they were.

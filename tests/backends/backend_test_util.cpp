@@ -85,6 +85,7 @@ Outcome run(Backend& b, const Case& c, const Uploaded& up, int n_threads) {
   step.runs = c.runs;
   step.logit_rows = c.logit_rows;
   step.kv = c.kv ? &view : nullptr;
+  step.adapter = c.adapter;
   const std::vector<Op> ops = c.ops(up);
   ThreadPool pool(n_threads);
   b.execute(ops, step, *state, pool);

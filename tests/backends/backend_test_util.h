@@ -59,6 +59,7 @@ struct Case {
   std::vector<int32_t> token, pos, seq;
   std::vector<SeqRun> runs;
   std::vector<int> logit_rows;
+  std::vector<int16_t> adapter;  // per token (StepDesc::adapter); empty: none
   std::vector<MatrixSrc> matrices;
   std::vector<std::vector<float>> vectors;
   std::optional<KvSrc> kv;

@@ -11,6 +11,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
+#include "kv/kv_arena.h"
 #include "kernels/quant_ref.h"
 #include "model/lora.h"
 #include "model/model.h"
@@ -54,6 +55,67 @@ TEST(Lora, MatchesLlamaCppAtTwoScales) {
       EXPECT_GT(max_abs_diff(got, base_ref), 1.0) << "scale " << scale;
     }
   }
+}
+
+// The same adapter kept apart and applied per token at run time (ModelOptions::adapters):
+// one model with the adapter at scale 1 as adapter 1 and at 0.5 as adapter 2 matches
+// llama.cpp for each, and three sequences of one batch, one per adapter and one with none,
+// each get the logits they get alone.
+TEST(Lora, RunTimeAdaptersShareABatchAndMatchLlamaCpp) {
+  std::ifstream in(fixture("llama_tiny_lora_logits.json"));
+  const auto fx = nlohmann::json::parse(in);
+  const auto toks = fx["tokens"].get<std::vector<int32_t>>();
+  ModelOptions opts;
+  opts.adapters = {{fixture("llama_tiny_lora.gguf"), 1.0f}, {fixture("llama_tiny_lora.gguf"), 0.5f}};
+  auto m = Model::load(fixture("llama_tiny.gguf"), opts);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ((*m)->n_adapters(), 2);
+  const int n = static_cast<int>(toks.size());
+  std::vector<Rows> alone(3);
+  for (const auto& c : fx["cases"]) {
+    const float scale = c["scale"].get<float>();
+    const int16_t id = scale == 1.0f ? 1 : scale == 0.5f ? 2 : 0;
+    for (int chunk : {n, 5}) {
+      const Rows got = sequence_logits(**m, toks, chunk, 2, 16, 0, id);
+      ASSERT_EQ(got.size(), toks.size());
+      const double d = max_abs_diff(got, c["logits"].get<Rows>());
+      std::printf("lora at run time: adapter %d (scale %.1f), chunk %d: largest difference %.4f from llama.cpp's\n", id,
+                  scale, chunk, d);
+      EXPECT_LT(d, 0.01) << "scale " << scale;
+      if (chunk == n) alone[static_cast<size_t>(id)] = got;
+    }
+  }
+  EXPECT_GT(max_abs_diff(alone[1], alone[0]), 1.0);
+  EXPECT_GT(max_abs_diff(alone[2], alone[0]), 1.0);
+  EXPECT_GT(max_abs_diff(alone[1], alone[2]), 0.5);
+  // One batch: sequence s runs with adapter s, its tokens at positions 0.. in its own blocks.
+  const int bs = 8, blocks = (n + bs - 1) / bs;
+  kernels::KvPageLayout layout{kernels::DType::kF16, bs, static_cast<int>((*m)->hparams().n_head_kv),
+                               static_cast<int>((*m)->hparams().head_dim)};
+  kv::KvArena arena((*m)->hparams(), layout, 3 * blocks);
+  std::vector<std::vector<int32_t>> owned(3);
+  for (int s = 0; s < 3; ++s) {
+    for (int j = 0; j < blocks; ++j) owned[static_cast<size_t>(s)].push_back(s * blocks + j);
+  }
+  std::vector<std::span<const int32_t>> tables(owned.begin(), owned.end());
+  ThreadPool pool(2);
+  Workspace ws = (*m)->make_workspace({3 * n, 3 * n, 3, blocks});
+  Batch b;
+  for (int s : {2, 0, 1}) {
+    for (int i = 0; i < n; ++i) b.add(toks[static_cast<size_t>(i)], i, s, true, static_cast<int16_t>(s));
+  }
+  Rows rows;
+  ASSERT_TRUE(metro::testing::forward_rows(**m, b, arena.view(tables), ws, pool, rows));
+  ASSERT_EQ(rows.size(), 3 * toks.size());
+  for (int k = 0; k < 3; ++k) {
+    const int s = k == 0 ? 2 : k - 1;
+    const Rows part(rows.begin() + k * n, rows.begin() + (k + 1) * n);
+    EXPECT_LT(max_abs_diff(part, alone[static_cast<size_t>(s)]), 1e-4) << "adapter " << s;
+  }
+  // An adapter the model does not hold is refused.
+  Batch bad;
+  bad.add(toks[0], 0, 0, true, 3);
+  EXPECT_FALSE((*m)->forward(bad, arena.view(tables), ws, pool).ok());
 }
 
 // An adapter written here: rank 2 on one matrix of a synthetic model.

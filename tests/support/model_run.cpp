@@ -10,7 +10,7 @@
 namespace metro::testing {
 
 Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, int chunk, int threads,
-                       int block_size, int n_ctx) {
+                       int block_size, int n_ctx, int16_t adapter) {
   ThreadPool pool(threads);
   model::WorkspaceLimits lim;
   lim.max_tokens = chunk;
@@ -24,7 +24,7 @@ Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, 
   for (size_t s = 0; s < toks.size(); s += static_cast<size_t>(chunk)) {
     model::Batch b;
     for (size_t i = s; i < std::min(toks.size(), s + static_cast<size_t>(chunk)); ++i) {
-      b.add(toks[i], static_cast<int32_t>(i), 0, true);
+      b.add(toks[i], static_cast<int32_t>(i), 0, true, adapter);
     }
     if (!forward_rows(m, b, kv.view(), ws, pool, out)) return out;
   }
@@ -47,7 +47,9 @@ double max_abs_diff(const Logits& a, const Logits& b) {
   double worst = 0;
   for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) {
     for (size_t i = 0; i < std::min(a[t].size(), b[t].size()); ++i) {
-      worst = std::max(worst, std::fabs(static_cast<double>(a[t][i]) - b[t][i]));
+      const double d = std::fabs(static_cast<double>(a[t][i]) - b[t][i]);
+      if (std::isnan(d)) return d;  // NaN compares false: never hide it
+      worst = std::max(worst, d);
     }
   }
   return worst;

@@ -13,16 +13,17 @@ using Logits = std::vector<std::vector<float>>;
 
 // Logits of every position of `toks`, computed in steps of `chunk` tokens on `threads`
 // threads over KV pages of `block_size` tokens, for a context per sequence of n_ctx (0: the
-// trained one; model::WorkspaceLimits::n_ctx).
+// trained one; model::WorkspaceLimits::n_ctx), every token with LoRA adapter `adapter` (0:
+// none; model::Batch::adapter).
 Logits sequence_logits(const model::Model& m, const std::vector<int32_t>& toks, int chunk, int threads = 2,
-                       int block_size = 16, int n_ctx = 0);
+                       int block_size = 16, int n_ctx = 0, int16_t adapter = 0);
 
 // Runs one step and appends the logits rows it returns; false (and a test failure) when
 // the step is refused.
 bool forward_rows(const model::Model& m, const model::Batch& b, const model::KvView& kv, model::Workspace& ws,
                   ThreadPool& pool, Logits& out);
 
-// The largest |a - b| over the positions both have.
+// The largest |a - b| over the positions both have (NaN when any is NaN).
 double max_abs_diff(const Logits& a, const Logits& b);
 
 }  // namespace metro::testing

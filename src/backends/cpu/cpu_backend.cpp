@@ -31,6 +31,12 @@ CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
   }
   for (auto& b : qa) b.resize(qa_bytes);
   counters = std::make_unique<Counter[]>(static_cast<size_t>(spec.max_products));
+  if (spec.max_adapters > 0) {
+    for (auto& g : lora_groups) {
+      g.rows.reserve(static_cast<size_t>(std::max(spec.max_tokens, spec.max_logits)));
+      g.off.reserve(static_cast<size_t>(spec.max_adapters) + 1);
+    }
+  }
   if (spec.max_experts > 0) {
     const size_t c = static_cast<size_t>(choices);
     moe_expert.resize(c);

@@ -44,6 +44,12 @@ class CpuBuffer final : public DeviceBuffer {
   AlignedBuffer<uint8_t> mem_;
 };
 
+// One row set's rows of a step that run with a LoRA adapter: rows[off[a - 1], off[a]) run
+// with adapter a (off has one value per adapter and a last one, the total).
+struct LoraGroups {
+  std::vector<int> rows, off;
+};
+
 class CpuState final : public ExecState {
  public:
   explicit CpuState(const StateSpec& spec);
@@ -74,6 +80,8 @@ class CpuState final : public ExecState {
   std::vector<int32_t> moe_expert, moe_slot, moe_slot_token, moe_offset, moe_cursor, moe_piece_off;
   std::vector<float> moe_weight;
   std::unique_ptr<Counter[]> moe_counters;
+  // LoraOps' rows by adapter: token rows, logits rows (made before each step).
+  std::array<LoraGroups, 2> lora_groups;
 
  private:
   StateSpec spec_;

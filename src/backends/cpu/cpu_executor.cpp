@@ -142,6 +142,8 @@ class Executor {
       encoder_attention(*e);
     } else if (const auto* m = std::get_if<MoeOp>(&op)) {
       moe(*m);
+    } else if (const auto* l = std::get_if<LoraOp>(&op)) {
+      lora(*l);
     } else if (const auto* r = std::get_if<AllReduceOp>(&op)) {
       if (ith_ == 0) {
         r->comm->all_reduce_sum({st_.act(r->x), static_cast<size_t>(n_tokens_) * st_.cols(r->x)});
@@ -271,6 +273,82 @@ class Executor {
     const int e = static_cast<int>(std::upper_bound(po, po + n_exp + 1, index) - po) - 1;
     const int32_t* off = st_.moe_offset.data();
     return {e, off[e], off[e + 1] - off[e], index - po[e], po[e + 1] - po[e]};
+  }
+
+  // A LoraOp in phases closed by barriers: the rows of every adapter, grouped by adapter in
+  // execute(), are gathered; each adapter's A products over its rows, then its B products;
+  // each row adds its deltas to the outputs. An adapter's products are static shares of
+  // the threads (they are small: rank rows, or n_out rows of rank columns).
+  void lora(const LoraOp& o) {
+    const LoraGroups& gr = st_.lora_groups[o.rows == RowSet::kTokens ? 0 : 1];
+    const int n = gr.off.empty() ? 0 : gr.off.back();
+    if (n == 0) return;
+    const int n_adapters = static_cast<int>(gr.off.size()) - 1;
+    const size_t k = st_.cols(o.src);
+    const size_t in_stride = st_.cols(o.scratch_in), mid_stride = st_.cols(o.scratch_mid),
+                 out_stride = st_.cols(o.scratch_out);
+    const size_t max_rank = mid_stride / 3;
+    float* in = st_.act(o.scratch_in);
+    float* mid = st_.act(o.scratch_mid);
+    float* out = st_.act(o.scratch_out);
+    const RowRange mine = rows_of(n, ith_, nth_);
+    for (int i = mine.begin; i < mine.end; ++i) {
+      const float* x = row(o.src, gr.rows[static_cast<size_t>(i)]);
+      std::copy(x, x + k, in + static_cast<size_t>(i) * in_stride);
+    }
+    pool_.barrier();
+    auto f32_acts = [](const float* x, int64_t m, int64_t cols, size_t stride) {
+      kernels::QuantizedActs q;
+      q.type = DType::kF32;
+      q.m = m;
+      q.k = cols;
+      q.data = reinterpret_cast<const uint8_t*>(x);
+      q.row_stride = stride * sizeof(float);
+      return q;
+    };
+    for (int a = 0; a < n_adapters; ++a) {
+      const int first = gr.off[static_cast<size_t>(a)], m = gr.off[static_cast<size_t>(a) + 1] - first;
+      if (m == 0) continue;
+      for (int j = 0; j < o.n_out; ++j) {
+        const LoraSet& set = *o.sets[static_cast<size_t>(j)];
+        const DeviceMatrix* A = a < set.size() ? set.a[static_cast<size_t>(a)] : nullptr;
+        if (A == nullptr) continue;
+        ks_.matmul(cpu_matrix(A).weight, f32_acts(in + static_cast<size_t>(first) * in_stride, m, static_cast<int64_t>(k), in_stride),
+                   mid + static_cast<size_t>(first) * mid_stride + static_cast<size_t>(j) * max_rank, mid_stride, ith_, nth_);
+      }
+    }
+    pool_.barrier();
+    size_t col = 0;
+    for (int j = 0; j < o.n_out; ++j) {
+      for (int a = 0; a < n_adapters; ++a) {
+        const int first = gr.off[static_cast<size_t>(a)], m = gr.off[static_cast<size_t>(a) + 1] - first;
+        const LoraSet& set = *o.sets[static_cast<size_t>(j)];
+        const DeviceMatrix* B = a < set.size() ? set.b[static_cast<size_t>(a)] : nullptr;
+        if (m == 0 || B == nullptr) continue;
+        ks_.matmul(cpu_matrix(B).weight,
+                   f32_acts(mid + static_cast<size_t>(first) * mid_stride + static_cast<size_t>(j) * max_rank, m, B->n_cols(),
+                            mid_stride),
+                   out + static_cast<size_t>(first) * out_stride + col, out_stride, ith_, nth_);
+      }
+      col += st_.cols(o.dst[static_cast<size_t>(j)]);
+    }
+    pool_.barrier();
+    for (int a = 0; a < n_adapters; ++a) {
+      const int first = gr.off[static_cast<size_t>(a)], last = gr.off[static_cast<size_t>(a) + 1];
+      const int lo = std::max(first, mine.begin), hi = std::min(last, mine.end);
+      size_t c0 = 0;
+      for (int j = 0; j < o.n_out; ++j) {
+        const size_t w = st_.cols(o.dst[static_cast<size_t>(j)]);
+        const LoraSet& set = *o.sets[static_cast<size_t>(j)];
+        if (a < set.size() && set.a[static_cast<size_t>(a)] != nullptr) {
+          for (int i = lo; i < hi; ++i) {
+            float* y = row(o.dst[static_cast<size_t>(j)], gr.rows[static_cast<size_t>(i)]);
+            ks_.add(y, out + static_cast<size_t>(i) * out_stride + c0, y, static_cast<int64_t>(w));
+          }
+        }
+        c0 += w;
+      }
+    }
   }
 
   // Token t's experts and weights into its choices, most probable first; its router row
@@ -462,6 +540,7 @@ class Executor {
   void row_op(const AttentionOp&, int) { METRO_CHECK(false); }
   void row_op(const EncoderAttentionOp&, int) { METRO_CHECK(false); }
   void row_op(const MoeOp&, int) { METRO_CHECK(false); }
+  void row_op(const LoraOp&, int) { METRO_CHECK(false); }
   void row_op(const AllReduceOp&, int) { METRO_CHECK(false); }
 
   const kernels::KernelSet& ks_;
@@ -479,6 +558,34 @@ class Executor {
   int64_t pending_prep_ns_ = 0;  // the preparation time of the op that follows
 };
 
+// Each row set's rows that run with an adapter, grouped by adapter (ascending, in row
+// order within one), for the step's LoraOps.
+void group_lora_rows(std::span<const Op> ops, const StepDesc& step, CpuState& st) {
+  int n_adapters = 0;
+  for (const Op& op : ops) {
+    if (const auto* l = std::get_if<LoraOp>(&op)) {
+      for (int j = 0; j < l->n_out; ++j) n_adapters = std::max(n_adapters, l->sets[static_cast<size_t>(j)]->size());
+    }
+  }
+  for (int set = 0; set < 2; ++set) {
+    LoraGroups& g = st.lora_groups[static_cast<size_t>(set)];
+    g.rows.clear();
+    g.off.assign(static_cast<size_t>(n_adapters) + 1, 0);
+    if (n_adapters == 0 || step.adapter.empty()) continue;
+    const int n = set == 0 ? static_cast<int>(step.token.size()) : static_cast<int>(step.logit_rows.size());
+    auto adapter_of = [&](int r) {
+      return step.adapter[static_cast<size_t>(set == 0 ? r : step.logit_rows[static_cast<size_t>(r)])];
+    };
+    for (int a = 1; a <= n_adapters; ++a) {
+      g.off[static_cast<size_t>(a) - 1] = static_cast<int>(g.rows.size());
+      for (int r = 0; r < n; ++r) {
+        if (adapter_of(r) == a) g.rows.push_back(r);
+      }
+    }
+    g.off[static_cast<size_t>(n_adapters)] = static_cast<int>(g.rows.size());
+  }
+}
+
 }  // namespace
 
 void CpuBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecState& state,
@@ -491,6 +598,7 @@ void CpuBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecStat
     if (const auto* p = std::get_if<ProjectOp>(&op)) products += p->n_out;
   }
   for (int i = 0; i < products; ++i) st->counters[static_cast<size_t>(i)].next.store(0, std::memory_order_relaxed);
+  group_lora_rows(ops, step, *st);
   const kernels::KernelSet& set = set_;
   pool.run([&](int ith, int nth) { Executor(set, *st, step, ops, pool, observer, ith, nth).run(); });
 }

@@ -260,6 +260,8 @@ class Launcher {
   // Mixture-of-experts models are refused on this backend when they load.
   void operator()(const MoeOp&) { METRO_CHECK_MSG(false, "mixture-of-experts ops run on the CPU backend only"); }
   void operator()(const GatedAddOp&) { METRO_CHECK_MSG(false, "mixture-of-experts ops run on the CPU backend only"); }
+  // Run-time LoRA adapters are refused on this backend when a model loads them.
+  void operator()(const LoraOp&) { METRO_CHECK_MSG(false, "LoRA ops run on the CPU backend only"); }
   // A group of one adds nothing. Larger groups sum through host memory: the rows go to the
   // buffer's pinned mirror, the communicator adds the ranks' rows there, and they come
   // back (correct, not fast: a device all-reduce is future work).
@@ -406,6 +408,7 @@ class KeyWriter {
     act(o.x);
     act(o.y);
   }
+  void operator()(const LoraOp& o) { act(o.src); }
 
  private:
   template <class T>
