@@ -364,7 +364,12 @@ int cmd_serve(int argc, char** argv) {
   }
   auto specs = parse_model_specs(model_args, model_name, served_names);
   if (!specs.ok()) return fail("serve", specs.status());
-  if (Status st = add_lora_specs(lora_args, lora_scaled_args, *specs); !st.ok()) return fail("serve", st);
+  // Run-time adapters need the CPU backend's LoRA op, and a precision tier's low model holds
+  // none: there the adapters are merged into copies.
+  const bool run_time_lora = device == "cpu" && tier_flags.tiers.empty();
+  if (Status st = add_lora_specs(lora_args, lora_scaled_args, *specs, run_time_lora); !st.ok()) {
+    return fail("serve", st);
+  }
   auto splits = parse_splits(split_args, *specs);
   if (!splits.ok()) return fail("serve", splits.status());
   auto rollouts = parse_rollouts(rollout_args, *specs);
@@ -532,8 +537,10 @@ int cmd_serve(int argc, char** argv) {
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
+    std::vector<model::LoraSpec> adapters;
+    for (const auto& ad : ms.adapters) adapters.push_back(ad.second);
     METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2),
-                                                      /*progress=*/false, ms.lora));
+                                                      /*progress=*/false, ms.lora, adapters));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());
@@ -573,6 +580,9 @@ int cmd_serve(int argc, char** argv) {
     served->created_unix_s = unix_time_seconds();
     METRO_RETURN_IF_ERROR(door.add_model(served));
     served->load_seconds = static_cast<double>(now_ns() - t_start) * 1e-9;
+    for (size_t i = 0; i < ms.adapters.size(); ++i) {
+      METRO_RETURN_IF_ERROR(door.add_adapter(ms.adapters[i].first, served, static_cast<int16_t>(i + 1)));
+    }
     return Status();
   };
   auto loader = [=, models = *specs, shares = *splits, plans = *rollouts,

@@ -40,12 +40,14 @@ Status with_path(const std::string& path, const Status& s) {
 
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device,
                                  std::chrono::milliseconds watch_period, bool progress,
-                                 const std::vector<model::LoraSpec>& lora) {
+                                 const std::vector<model::LoraSpec>& lora,
+                                 const std::vector<model::LoraSpec>& adapters) {
   Stopwatch sw;
   LoadedModel lm;
   model::ModelOptions opts;
   opts.allow_repack = allow_repack;
   opts.lora = lora;
+  opts.adapters = adapters;
   METRO_ASSIGN_OR_RETURN(opts.backend, backends::make_backend(device));
   opts.watch_period = watch_period;
   std::optional<Progress> bar;  // made at the first chunk, when the size is known

@@ -29,7 +29,8 @@ struct LoadedModel {
 // adapters added into the weights as it loads (model/lora.h).
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true, const std::string& device = "cpu",
                                  std::chrono::milliseconds watch_period = std::chrono::milliseconds{0},
-                                 bool progress = true, const std::vector<model::LoraSpec>& lora = {});
+                                 bool progress = true, const std::vector<model::LoraSpec>& lora = {},
+                                 const std::vector<model::LoraSpec>& adapters = {});
 
 // --lora FILE (repeatable, scale 1) and --lora-scaled FILE SCALE (repeatable), as llama.cpp
 // names them: adapters merged into the model's weights at load.

@@ -234,7 +234,7 @@ Expected<std::vector<FaultTarget>> parse_faults(const std::vector<std::string>& 
 }
 
 Status add_lora_specs(const std::vector<std::string>& lora, const std::vector<std::pair<std::string, double>>& scaled,
-                      std::vector<ServeModelSpec>& specs) {
+                      std::vector<ServeModelSpec>& specs, bool run_time) {
   std::vector<std::pair<std::string, double>> all;
   for (const std::string& a : lora) all.emplace_back(a, 1.0);
   all.insert(all.end(), scaled.begin(), scaled.end());
@@ -253,9 +253,15 @@ Status add_lora_specs(const std::vector<std::string>& lora, const std::vector<st
     s.lora = {{a.substr(eq + 1), static_cast<float>(scale)}};
     if (!name_ok(s.name)) return invalid_argument("--lora '" + a + "': '" + s.name + "' is too long a model name");
     for (const ServeModelSpec& o : specs) {
-      if (o.name == s.name) return invalid_argument("--lora '" + a + "': the model '" + s.name + "' is given twice");
+      bool taken = o.name == s.name;
+      for (const auto& ad : o.adapters) taken = taken || ad.first == s.name;
+      if (taken) return invalid_argument("--lora '" + a + "': the model '" + s.name + "' is given twice");
     }
-    specs.push_back(std::move(s));
+    if (run_time) {
+      specs.front().adapters.emplace_back(s.name, s.lora.front());
+    } else {
+      specs.push_back(std::move(s));
+    }
   }
   return {};
 }

@@ -10,8 +10,12 @@
 //   --fault TARGET:error=SHARE,status=CODE,latency=DURATION,latency_share=SHARE
 //                           faults injected into TARGET (NAME, NAME@VARIANT, or a VARIANT that
 //                           only one name has) for rehearsals
-//   --lora NAME=FILE        the first model again with the LoRA adapter FILE merged into its
-//                           weights, served as BASE:NAME (BASE: that model's name; repeatable)
+//   --lora NAME=FILE        the first model with the LoRA adapter FILE, served as BASE:NAME
+//                           (BASE: that model's name; repeatable): applied per request in the
+//                           first model's own engine (its requests share steps with the
+//                           base's and the other adapters'), or, where run-time adapters are
+//                           not available (a device backend, precision tiers), merged into a
+//                           copy of the model with an engine of its own
 //   --lora-scaled NAME=FILE SCALE   the same at a scale
 #pragma once
 
@@ -31,6 +35,8 @@ struct ServeModelSpec {
   std::string variant;               // "" for the primary
   std::string path;
   std::vector<model::LoraSpec> lora;  // adapters merged into the weights as it loads
+  // Run-time adapters (ModelOptions::adapters), adapter i + 1 served as adapters[i].first.
+  std::vector<std::pair<std::string, model::LoraSpec>> adapters;
 };
 
 // `names`: --served-model-name's values (the first names the unnamed model), `model_name`:
@@ -39,9 +45,11 @@ Expected<std::vector<ServeModelSpec>> parse_model_specs(const std::vector<std::s
                                                         const std::string& model_name,
                                                         const std::vector<std::string>& names);
 
-// Appends a model BASE:NAME per --lora / --lora-scaled value (scale 1 for --lora).
+// A model BASE:NAME per --lora / --lora-scaled value (scale 1 for --lora): a run-time
+// adapter of the first model when `run_time`, else a spec of its own with the adapter
+// merged.
 Status add_lora_specs(const std::vector<std::string>& lora, const std::vector<std::pair<std::string, double>>& scaled,
-                      std::vector<ServeModelSpec>& specs);
+                      std::vector<ServeModelSpec>& specs, bool run_time = true);
 
 struct SplitSpec {
   std::string name, variant;

@@ -219,27 +219,30 @@ int64_t Engine::kv_capacity_tokens() const {
   return static_cast<int64_t>(impl_->arena->n_blocks()) * cfg_.kv_block;
 }
 size_t Engine::kv_bytes() const { return impl_->arena->bytes(); }
-int Engine::cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending, std::string_view tenant) const {
+int Engine::cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending, std::string_view tenant,
+                                 int16_t adapter) const {
   const auto& hint = impl_->prefix_hint;
   // Blocks the spill tier holds are read back, not computed: they count as cached.
-  return hint ? hint->cached_tokens(prompt, with_pending, cache_scope(tenant), impl_->spill != nullptr) : 0;
+  return hint ? hint->cached_tokens(prompt, with_pending, cache_scope(tenant, adapter), impl_->spill != nullptr) : 0;
 }
-int Engine::prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant) const {
+int Engine::prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant, int16_t adapter) const {
   const auto& hint = impl_->prefix_hint;
   if (!impl_->spill || !hint) return 0;
-  const std::vector<uint64_t> chain = hint->spilled_chain(prompt, cache_scope(tenant));
+  const std::vector<uint64_t> chain = hint->spilled_chain(prompt, cache_scope(tenant, adapter));
   if (!chain.empty()) impl_->spill->prefetch(chain);
   return static_cast<int>(chain.size());
 }
 std::shared_ptr<const kv::PendingPrefix> Engine::hold_pending_prefix(std::span<const int32_t> prompt,
-                                                                     std::string_view tenant) const {
+                                                                     std::string_view tenant, int16_t adapter) const {
   const auto& hint = impl_->prefix_hint;
-  return hint ? hint->hold_pending(prompt, cache_scope(tenant)) : nullptr;
+  return hint ? hint->hold_pending(prompt, cache_scope(tenant, adapter)) : nullptr;
 }
-uint64_t Engine::cache_scope(std::string_view tenant) const {
-  if (cfg_.prefix_cache_scope == PrefixCacheScope::kGlobal) return 0;
+uint64_t Engine::cache_scope(std::string_view tenant, int16_t adapter) const {
+  // An adapter's salt: its id mixed, never 0, so no adapter shares the base's blocks.
+  const uint64_t salt = adapter == 0 ? 0 : hash_bytes(&adapter, sizeof(adapter), 0x6c6f7261ull) | 2u;
+  if (cfg_.prefix_cache_scope == PrefixCacheScope::kGlobal) return salt;
   // Never 0 (the global scope), whatever the tenant's name; "" is the anonymous tenant.
-  return hash_bytes(tenant.data(), tenant.size(), 0x74656e616e74ull) | 1u;
+  return (hash_bytes(tenant.data(), tenant.size(), 0x74656e616e74ull) | 1u) ^ salt;
 }
 size_t Engine::workspace_bytes() const { return impl_->ws.bytes(); }
 const char* Engine::scheduler_name() const { return impl_->sched->name(); }
@@ -263,6 +266,13 @@ Status Engine::check(const Request& r) const {
     }
   }
   const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  if (r.adapter < 0 || r.adapter > model_->n_adapters()) {
+    return invalid_argument("LoRA adapter " + std::to_string(r.adapter) + " is not loaded (the model has " +
+                            std::to_string(model_->n_adapters()) + ")");
+  }
+  if (r.adapter != 0 && cfg_.low_tier && cfg_.low_tier->n_adapters() < r.adapter) {
+    return invalid_argument("LoRA adapter " + std::to_string(r.adapter) + " is not loaded in the low precision tier");
+  }
   if (model_->hparams().encoder && r.kind != RequestKind::kEmbed) {
     return invalid_argument("this model is an encoder (" + model_->hparams().architecture +
                             "): it makes embeddings only");
@@ -423,7 +433,7 @@ void Engine::Impl::admit(std::unique_ptr<ActiveRequest> r) {
     c->seq.prefix_hash = q.prefix_hash;
     c->seq.use_prefix_cache = q.kind == RequestKind::kGenerate;
     c->seq.whole_prompt = self->model_->hparams().encoder;
-    c->seq.cache_scope = self->cache_scope(q.tenant);
+    c->seq.cache_scope = self->cache_scope(q.tenant, q.adapter);
     if (q.kind == RequestKind::kGenerate) {
       c->sampler = std::make_unique<Sampler>(q.sampling, base_seed + static_cast<uint64_t>(i));
       c->history.set_prompt(q.prompt);

@@ -217,17 +217,19 @@ class Engine {
   // `tenant`: the requester (the cache is scoped per tenant unless configured global).
   // With a spill tier (--kv-spill-dir), blocks it holds count too: they are read back.
   int cached_prefix_tokens(std::span<const int32_t> prompt, bool with_pending = false,
-                           std::string_view tenant = {}) const;
+                           std::string_view tenant = {}, int16_t adapter = 0) const;
   // Starts reading the blocks of the prompt's prefix that the spill tier holds into memory
   // (the tier's thread), so that its first step restores them without waiting on the disk.
   // Returns the blocks asked for (0 without a spill tier). Any thread: admission calls it.
-  int prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant = {}) const;
+  int prefetch_prefix(std::span<const int32_t> prompt, std::string_view tenant = {}, int16_t adapter = 0) const;
   // Registers an admitted prompt whose prefix the engine will compute, until the returned
   // hold is dropped (when its first token is out or it ends). Null with the prefix cache off.
   std::shared_ptr<const kv::PendingPrefix> hold_pending_prefix(std::span<const int32_t> prompt,
-                                                                std::string_view tenant = {}) const;
-  // The prefix-cache scope of a tenant's requests (KvCacheManager::computed_blocks).
-  uint64_t cache_scope(std::string_view tenant) const;
+                                                                std::string_view tenant = {},
+                                                                int16_t adapter = 0) const;
+  // The prefix-cache scope of a tenant's requests with a LoRA adapter (0: none)
+  // (KvCacheManager::computed_blocks): each adapter's KV differs, so each salts it.
+  uint64_t cache_scope(std::string_view tenant, int16_t adapter = 0) const;
   size_t kv_bytes() const;
   size_t workspace_bytes() const;
   const char* scheduler_name() const;

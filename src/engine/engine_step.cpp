@@ -238,7 +238,8 @@ bool Engine::Impl::build_batch(const sched::StepPlan& plan, bool* want_hidden) {
     const int begin = ss.seq->n_computed, end = begin + ss.n_tokens;
     const int first_logit = end - ss.logit_rows();
     for (int p = begin; p < end; ++p) {
-      batch.add(token_at(*ss.seq, p), p, static_cast<int32_t>(slot), !embed && ss.sample && p >= first_logit);
+      batch.add(token_at(*ss.seq, p), p, static_cast<int32_t>(slot), !embed && ss.sample && p >= first_logit,
+                c.req->req.adapter);
     }
   }
   return true;

@@ -62,7 +62,7 @@ void Engine::Impl::decide_tier(int64_t now) {
     if (!c->in_scheduler || c->finished || c->seq.status != sched::SeqStatus::kWaiting) continue;
     c->kv_tier = tier_of(*c);
     c->kv_mixed = false;
-    c->seq.cache_scope = self->cache_scope(c->req->req.tenant) ^ (c->kv_tier == adaptive::Tier::kLow ? kLowTierScope : 0);
+    c->seq.cache_scope = self->cache_scope(c->req->req.tenant, c->req->req.adapter) ^ (c->kv_tier == adaptive::Tier::kLow ? kLowTierScope : 0);
   }
   if (decision.tier != before) {
     METRO_LOG_INFO("precision tier %s -> %s (%s, pressure %.2f)", adaptive::tier_name(before),
@@ -114,7 +114,8 @@ Expected<model::ForwardOutput> Engine::Impl::forward_tiers(const sched::StepPlan
     sub_batch.clear();
     for (int i = tok_begin; i < tok_end; ++i) {
       const size_t k = static_cast<size_t>(i);
-      sub_batch.add(batch.token[k], batch.pos[k], batch.seq[k] - static_cast<int32_t>(slot_begin), batch.logits[k] != 0);
+      sub_batch.add(batch.token[k], batch.pos[k], batch.seq[k] - static_cast<int32_t>(slot_begin), batch.logits[k] != 0,
+                    batch.adapter.empty() ? int16_t{0} : batch.adapter[k]);
     }
     sub_tables.assign(tables.begin() + static_cast<std::ptrdiff_t>(slot_begin),
                       tables.begin() + static_cast<std::ptrdiff_t>(slot_end));

@@ -58,6 +58,9 @@ struct Request {
   // Precision tiers: the tier this request runs in whatever the load (unset: the engine's
   // pins by class, else the controller's pick).
   std::optional<adaptive::Tier> tier;
+  // The LoRA adapter the request runs with: 1..the model's n_adapters() (0: none). Requests
+  // with different adapters share steps; each adapter's prefixes are cached apart.
+  int16_t adapter = 0;
 };
 
 enum class FinishReason : uint8_t {

@@ -72,6 +72,7 @@ Call::~Call() { finish(CallOutcome{}); }
 
 void Call::submit(std::vector<engine::Request> requests, Submitted done) {
   std::shared_ptr<engine::Engine> eng = model_->engine;
+  for (engine::Request& r : requests) r.adapter = model_->adapter;
   // Admission's promise, kept or ended: past it without a first token the engine ends the
   // request with 503 deadline_missed instead of leaving the client waiting.
   if (model_->admission) {
@@ -264,6 +265,20 @@ Status FrontDoor::add_model(std::shared_ptr<ServedModel> model) {
   return registry_.add(std::move(model));
 }
 
+Status FrontDoor::add_adapter(const std::string& name, const std::shared_ptr<const ServedModel>& base,
+                              int16_t adapter) {
+  if (!base || !base->engine) return invalid_argument("add_adapter: no base model");
+  if (adapter < 1 || adapter > base->engine->model().n_adapters()) {
+    return invalid_argument("add_adapter: the model has no LoRA adapter " + std::to_string(adapter));
+  }
+  auto m = std::make_shared<ServedModel>(*base);
+  m->name = name;
+  m->aliases.clear();
+  m->variant.clear();
+  m->adapter = adapter;
+  return registry_.add(std::move(m));
+}
+
 Status FrontDoor::remove_model(const std::string& name, const std::string& variant) {
   METRO_RETURN_IF_ERROR(registry_.remove(name, variant));
   guard_.forget(name, variant);
@@ -347,7 +362,9 @@ Decision FrontDoor::admit(const CallRequest& r) {
   int cached = 0;
   for (const engine::Request& e : r.requests) {
     if (r.cached_answer) break;
-    if (e.kind == engine::RequestKind::kGenerate) cached += m.engine->cached_prefix_tokens(e.prompt, true, r.tenant);
+    if (e.kind == engine::RequestKind::kGenerate) {
+      cached += m.engine->cached_prefix_tokens(e.prompt, true, r.tenant, m.adapter);
+    }
   }
   const int queued = r.cached_answer ? 0 : uncached(r.prompt_tokens, cached);
   if (m.admission && !r.cached_answer) {
@@ -377,8 +394,10 @@ Decision FrontDoor::admit(const CallRequest& r) {
   // of it the KV spill tier holds starts coming back from disk while it waits.
   for (const engine::Request& e : r.requests) {
     if (e.kind != engine::RequestKind::kGenerate) continue;
-    if (auto hold = m.engine->hold_pending_prefix(e.prompt, r.tenant)) call->pending_prefixes_.push_back(std::move(hold));
-    m.engine->prefetch_prefix(e.prompt, r.tenant);
+    if (auto hold = m.engine->hold_pending_prefix(e.prompt, r.tenant, m.adapter)) {
+      call->pending_prefixes_.push_back(std::move(hold));
+    }
+    m.engine->prefetch_prefix(e.prompt, r.tenant, m.adapter);
   }
   Decision d = Decision::admitted();
   d.call = std::move(call);

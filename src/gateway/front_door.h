@@ -165,6 +165,9 @@ class FrontDoor {
   // Serves `model` from now on: registers it, its metrics and, with admission on, its
   // admission control (calibrated by a timed prefill unless the config says not to).
   Status add_model(std::shared_ptr<ServedModel> model);
+  // Serves `base`'s engine with LoRA adapter `adapter` of its model as `name`: one engine,
+  // so the same queue, admission and engine series as the base; a name of its own.
+  Status add_adapter(const std::string& name, const std::shared_ptr<const ServedModel>& base, int16_t adapter);
   // Stops serving a model or variant (ModelRegistry::remove; the guard forgets it). Its
   // engine stops when the last request using it has ended.
   Status remove_model(const std::string& name, const std::string& variant);

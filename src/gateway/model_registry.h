@@ -31,6 +31,9 @@ struct ServedModel {
   std::vector<std::string> aliases;  // other names requests may use (listed after `name`)
   std::string variant;  // "" for the primary
   std::shared_ptr<engine::Engine> engine;
+  // The LoRA adapter of the engine's model its requests run with (0: none): the entries
+  // of one base model's adapters share its engine, and so its steps.
+  int16_t adapter = 0;
   std::optional<tokenizer::ChatTemplate> chat_template;  // none: chat requests are refused
   int64_t created_unix_s = 0;  // when it was loaded (/v1/models `created`)
   double load_seconds = 0.0;

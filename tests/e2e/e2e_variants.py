@@ -473,11 +473,13 @@ def t_config_file(ctx):
         os.unlink(path)
 
 
-def t_lora_adapter_served_as_its_own_model(ctx):
-    """`--lora NAME=FILE` serves the first model again with the adapter merged into its
-    weights, as BASE:NAME: both are listed, a request picks one by `model`, the adapted one
-    answers differently (the tiny llama file and adapter of tests/fixtures/lora), an unknown
-    adapter name is a 404; a bad value or a file that is not an adapter stops the server."""
+def t_lora_adapters_share_the_base_engine(ctx):
+    """`--lora NAME=FILE` serves the first model with the adapter as BASE:NAME, applied per
+    request in the base's own engine: both are listed, a request picks one by `model`, the
+    adapted ones answer differently (the tiny llama file and adapter of tests/fixtures/lora),
+    the same requests sent at once (so sharing steps) answer as they did alone, one engine
+    serves them all (one KV pool on /metrics), an unknown adapter name is a 404; a bad
+    value or a file that is not an adapter stops the server."""
     fx = os.path.join(ROOT, "tests", "fixtures", "lora")
     model, adapter = os.path.join(fx, "llama_tiny.gguf"), os.path.join(fx, "llama_tiny_lora.gguf")
     srv = MetroServer(ctx.metro, model, ["--served-model-name", "tiny", "--lora", f"ad={adapter}",
@@ -488,15 +490,24 @@ def t_lora_adapter_served_as_its_own_model(ctx):
         srv.wait_ready()
         st, _, data = request(srv.port, "GET", "/v1/models")
         assert [x["id"] for x in json.loads(data)["data"]] == ["tiny", "tiny:ad", "tiny:half"], data
-        texts = {}
-        for name in ("tiny", "tiny:ad", "tiny:half"):
+        names = ("tiny", "tiny:ad", "tiny:half")
+
+        def complete(name):
             st, _, data = request(srv.port, "POST", "/v1/completions",
                                   {"model": name, "prompt": "abc", "max_tokens": 8, "temperature": 0})
             assert st == 200, (name, st, data[:200])
             body = json.loads(data)
             assert body["model"] == name, body
-            texts[name] = body["choices"][0]["text"]
+            return body["choices"][0]["text"]
+
+        texts = {name: complete(name) for name in names}
         assert len(set(texts.values())) == 3, texts
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            together = list(pool.map(complete, [n for n in names for _ in range(2)]))
+        assert together == [texts[n] for n in names for _ in range(2)], (together, texts)
+        st, _, data = request(srv.port, "GET", "/metrics")
+        pools = [ln for ln in data.decode().splitlines() if ln.startswith("metro_kv_blocks_capacity{")]
+        assert len(pools) == 1, pools
         st, _, data = request(srv.port, "POST", "/v1/completions", {"model": "tiny:nope", "prompt": "abc"})
         assert st == 404, (st, data[:200])
     finally:
@@ -505,10 +516,11 @@ def t_lora_adapter_served_as_its_own_model(ctx):
         p = subprocess.run([ctx.metro, "serve", "-m", model] + extra + ["--port", "0"], capture_output=True, text=True,
                            timeout=120)
         assert p.returncode != 0 and want in p.stderr, (extra, p.returncode, p.stderr[-300:])
-    ctx.note(f"lora: base and two adapted models answer differently: {sorted(texts.values())}")
+    ctx.note(f"lora: base and two adapters in one engine answer differently, alone and at once: "
+             f"{sorted(texts.values())}")
 
 
 TESTS = [t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back, t_rollout_rolls_back_damaged_weights,
          t_breaker_faults_and_admin_api,
          t_hot_load_and_unload_under_load, t_feedback_rolls_back_a_disliked_canary, t_config_file,
-         t_lora_adapter_served_as_its_own_model]
+         t_lora_adapters_share_the_base_engine]

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "engine/engine_test_util.h"
 #include "engine/step_trace.h"
+#include "gguf/writer.h"
 #include "support/test_util.h"
 
 namespace metro::engine {
@@ -173,6 +174,75 @@ TEST(Engine, PrefixCacheIsScopedPerTenant) {
     EXPECT_EQ(eng->cached_prefix_tokens(other, true, "alice"), 64);
     EXPECT_EQ(eng->cached_prefix_tokens(other, true, "bob"), global ? 64 : 0);
   }
+}
+
+// Run-time LoRA adapters (Request::adapter) in one engine: an adapter's requests find only
+// its own cached prefixes (its KV differs from the base's), the base's only the base's, the
+// outputs are the same cached or not and differ from the base's; an adapter the model does
+// not hold is refused.
+TEST(Engine, LoraAdaptersShareTheEngineAndSaltThePrefixCache) {
+  REQUIRE_MODEL();
+  // Rank 4 on every layer's attn_q and ffn_up of the default model (576 wide, FFN 1536).
+  gguf::Writer w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.type", "adapter");
+  w.add_string("adapter.type", "lora");
+  w.add_f32("adapter.lora.alpha", 4.0f);
+  const uint64_t rank = 4, n_embd = 576, n_ff = 1536;
+  for (int il = 0; il < 30; ++il) {
+    for (const auto& [name, n_out] : {std::pair{"attn_q", n_embd}, std::pair{"ffn_up", n_ff}}) {
+      const std::string t = "blk." + std::to_string(il) + "." + name + ".weight";
+      std::vector<float> a(n_embd * rank), b(rank * n_out);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i + il)) * 0.3f;
+      for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i + il)) * 0.3f;
+      ASSERT_TRUE(w.add_tensor(t + ".lora_a", gguf::GgmlType::kF32, {n_embd, rank},
+                               {reinterpret_cast<const uint8_t*>(a.data()), a.size() * 4}).ok());
+      ASSERT_TRUE(w.add_tensor(t + ".lora_b", gguf::GgmlType::kF32, {rank, n_out},
+                               {reinterpret_cast<const uint8_t*>(b.data()), b.size() * 4}).ok());
+    }
+  }
+  const std::string path = ::testing::TempDir() + "/engine_lora_adapter.gguf";
+  {
+    const std::vector<uint8_t> bytes = w.serialize();
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  model::ModelOptions opts;
+  opts.adapters = {{path, 1.0f}};
+  auto m = model::Model::load(metro::testing::default_model_path(), opts);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EngineConfig cfg;
+  cfg.n_threads = 2;
+  auto e = Engine::create(std::shared_ptr<const model::Model>(std::move(*m)), *default_model().tokenizer, cfg);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  Engine& eng = **e;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; ++i) prompt.push_back(300 + (i * 37) % 900);
+  auto request = [&](int16_t adapter) {
+    Request r = greedy_request(prompt, 6);
+    r.adapter = adapter;
+    return r;
+  };
+  Generation base1 = collect(*eng.submit(request(0)));
+  EXPECT_EQ(eng.cached_prefix_tokens(prompt, false, "", 0), 64);
+  EXPECT_EQ(eng.cached_prefix_tokens(prompt, false, "", 1), 0);
+  Generation ad1 = collect(*eng.submit(request(1)));
+  EXPECT_EQ(ad1.usage.cached_prompt_tokens, 0);
+  Generation ad2 = collect(*eng.submit(request(1)));
+  EXPECT_EQ(ad2.usage.cached_prompt_tokens, 64);
+  Generation base2 = collect(*eng.submit(request(0)));
+  EXPECT_EQ(base2.usage.cached_prompt_tokens, 64);
+  EXPECT_EQ(ad1.tokens, ad2.tokens);
+  EXPECT_EQ(base1.tokens, base2.tokens);
+  EXPECT_NE(ad1.tokens, base1.tokens);
+  // Both at once, in shared steps: the same outputs.
+  auto h0 = eng.submit(request(0));
+  auto h1 = eng.submit(request(1));
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  EXPECT_EQ(collect(*h0).tokens, base1.tokens);
+  EXPECT_EQ(collect(*h1).tokens, ad1.tokens);
+  EXPECT_FALSE(eng.submit(request(2)).ok());
+  std::remove(path.c_str());
 }
 
 TEST(Engine, PreemptionUnderATightBudgetKeepsOutputs) {
