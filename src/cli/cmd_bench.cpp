@@ -107,6 +107,10 @@ struct Runner {
   int32_t random_token() {
     return static_cast<int32_t>(rng() % m.hparams().n_vocab);
   }
+  // Run-time adapters (--adapter): sequence s runs adapter s mod n + 1.
+  int16_t adapter_of(int s) const {
+    return m.n_adapters() == 0 ? int16_t{0} : static_cast<int16_t>(s % m.n_adapters() + 1);
+  }
 
   // Prefill of n_seq prompts of p tokens each (chunks of at most ws max_tokens tokens,
   // whole sequences' chunks interleaved), then n decode steps over all sequences.
@@ -136,7 +140,7 @@ struct Runner {
         const int take = std::min(p - done[static_cast<size_t>(s)], max_tokens - batch.size());
         for (int i = 0; i < take; ++i) {
           const int pos = done[static_cast<size_t>(s)] + i;
-          batch.add(random_token(), pos, s, pos == p - 1);
+          batch.add(random_token(), pos, s, pos == p - 1, adapter_of(s));
         }
         done[static_cast<size_t>(s)] += take;
         remaining -= take;
@@ -149,7 +153,7 @@ struct Runner {
     const int64_t t1 = now_ns();
     for (int step = 0; step < n; ++step) {
       batch.clear();
-      for (int s = 0; s < n_seq; ++s) batch.add(random_token(), p + step, s, true);
+      for (int s = 0; s < n_seq; ++s) batch.add(random_token(), p + step, s, true, adapter_of(s));
       model::ForwardOptions fo;
       fo.observer = profile;
       auto out = m.forward(batch, view, ws, pool, fo);
@@ -206,6 +210,10 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-m,--model", model_path, "GGUF model file")->required();
   LoraFlags lora;
   add_lora_flags(app, lora);
+  std::vector<std::string> adapter_files;
+  app.add_option("--adapter", adapter_files,
+                 "a LoRA adapter applied at run time, as metro serve --lora applies it (repeatable): sequence s runs "
+                 "adapter s mod N + 1");
   app.add_option("-p,--n-prompt", p, "prompt tokens (pp test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
   app.add_option("-n,--n-gen", n, "generated tokens (tg test; per sequence with --batch)")->check(CLI::Range(1, 1 << 16));
   app.add_option("-r,--repetitions", reps, "repetitions")->check(CLI::Range(1, 1000));
@@ -246,7 +254,9 @@ int cmd_bench(int argc, char** argv) {
   for (int b : batches) {
     if (b < 1 || b > 1024) return fail("bench", invalid_argument("--batch counts must be in [1, 1024]"));
   }
-  auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs());
+  std::vector<model::LoraSpec> adapters;
+  for (const std::string& f : adapter_files) adapters.push_back({f, 1.0f});
+  auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs(), adapters);
   if (!lm.ok()) return fail("bench", lm.status());
   const model::Model& m = *lm->model;
   const bool on_cpu = device == "cpu";

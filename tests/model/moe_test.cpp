@@ -29,21 +29,9 @@ using metro::testing::make_synthetic_model;
 using metro::testing::sequence_logits;
 using metro::testing::SyntheticModelSpec;
 
-struct Loaded {
-  std::vector<uint8_t> bytes;
-  std::unique_ptr<Model> model;
-};
-
-Loaded load(const SyntheticModelSpec& spec) {
-  Loaded l;
-  l.bytes = make_synthetic_model(spec);
-  auto f = gguf::File::parse(l.bytes);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  auto m = Model::from_file(std::move(*f));
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  if (m.ok()) l.model = std::move(*m);
-  return l;
-}
+using Loaded = metro::testing::LoadedSynthetic;
+using metro::testing::random_tokens;
+constexpr auto load = metro::testing::load_synthetic;
 
 Status load_status(const SyntheticModelSpec& spec) {
   auto bytes = make_synthetic_model(spec);
@@ -51,13 +39,6 @@ Status load_status(const SyntheticModelSpec& spec) {
   if (!f.ok()) return f.status();
   auto m = Model::from_file(std::move(*f));
   return m.ok() ? Status{} : m.status();
-}
-
-std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
 }
 
 // Relative RMS difference over everything, the worst per-position cosine, and the

@@ -372,7 +372,8 @@ TEST(Shard, MixtureOfExpertsInStagesAndRanks) {
   spec.arch = "qwen2moe";
   spec.qk_norm = false;
   spec.n_ff_shexp = 128;
-  auto f2 = gguf::File::parse(make_synthetic_model(spec));
+  const auto shared_bytes = make_synthetic_model(spec);  // parse() reads these bytes in place
+  auto f2 = gguf::File::parse(shared_bytes);
   ASSERT_TRUE(f2.ok());
   ModelOptions o;
   o.shard.tp_size = 2;

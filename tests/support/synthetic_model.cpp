@@ -1,5 +1,7 @@
 #include "support/synthetic_model.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 
@@ -167,6 +169,25 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
         s.zero_ffn_down_cols);
   }
   return w.serialize();
+}
+
+LoadedSynthetic load_synthetic(const SyntheticModelSpec& spec) {
+  LoadedSynthetic l;
+  l.bytes = make_synthetic_model(spec);
+  auto f = gguf::File::parse(l.bytes);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  if (!f.ok()) return l;
+  auto m = model::Model::from_file(std::move(*f));
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (m.ok()) l.model = std::move(*m);
+  return l;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
 }
 
 }  // namespace metro::testing

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "model/model.h"
 
 namespace metro::testing {
 
@@ -59,5 +61,16 @@ struct SyntheticModelSpec {
 
 // The GGUF bytes of such a model (a byte-level-free minimal "gpt2" vocabulary included).
 std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& spec);
+
+// Such a model loaded on the default backend, beside the bytes it was parsed from (a test
+// failure and a null model when it does not load).
+struct LoadedSynthetic {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<model::Model> model;
+};
+LoadedSynthetic load_synthetic(const SyntheticModelSpec& spec);
+
+// n token ids below `vocab`, from a generator seeded with `seed`.
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed);
 
 }  // namespace metro::testing
