@@ -275,28 +275,35 @@ class Executor {
     return {e, off[e], off[e + 1] - off[e], index - po[e], po[e + 1] - po[e]};
   }
 
-  // A LoraOp in phases closed by barriers: the rows of every adapter, grouped by adapter in
-  // execute(), are gathered; each adapter's A products over its rows, then its B products;
-  // each row adds its deltas to the outputs. An adapter's products are static shares of
-  // the threads (they are small: rank rows, or n_out rows of rank columns).
+  // A LoraOp in phases closed by barriers: each adapter's rows (grouped by adapter in
+  // execute()) are gathered, unless every adapter's rows already lie together in the row
+  // set; each adapter's A products over its rows (static shares: rank rows are few); then
+  // every thread takes its own columns of each B product and adds them to the outputs, so
+  // the products and the adds need no barrier between them.
   void lora(const LoraOp& o) {
     const LoraGroups& gr = st_.lora_groups[o.rows == RowSet::kTokens ? 0 : 1];
     const int n = gr.off.empty() ? 0 : gr.off.back();
     if (n == 0) return;
     const int n_adapters = static_cast<int>(gr.off.size()) - 1;
     const size_t k = st_.cols(o.src);
-    const size_t in_stride = st_.cols(o.scratch_in), mid_stride = st_.cols(o.scratch_mid),
-                 out_stride = st_.cols(o.scratch_out);
+    const size_t mid_stride = st_.cols(o.scratch_mid), out_stride = st_.cols(o.scratch_out);
     const size_t max_rank = mid_stride / 3;
-    float* in = st_.act(o.scratch_in);
     float* mid = st_.act(o.scratch_mid);
     float* out = st_.act(o.scratch_out);
-    const RowRange mine = rows_of(n, ith_, nth_);
-    for (int i = mine.begin; i < mine.end; ++i) {
-      const float* x = row(o.src, gr.rows[static_cast<size_t>(i)]);
-      std::copy(x, x + k, in + static_cast<size_t>(i) * in_stride);
+    // Row i of the grouped order: in the source itself when the groups lie together.
+    const float* in = st_.act(o.src);
+    size_t in_stride = k;
+    if (!gr.contiguous) {
+      in = st_.act(o.scratch_in);
+      in_stride = st_.cols(o.scratch_in);
+      const RowRange mine = rows_of(n, ith_, nth_);
+      for (int i = mine.begin; i < mine.end; ++i) {
+        const float* x = row(o.src, gr.rows[static_cast<size_t>(i)]);
+        std::copy(x, x + k, st_.act(o.scratch_in) + static_cast<size_t>(i) * in_stride);
+      }
+      pool_.barrier();
     }
-    pool_.barrier();
+    const size_t row0 = gr.contiguous ? static_cast<size_t>(gr.rows[0]) : 0;  // the grouped order's first row
     auto f32_acts = [](const float* x, int64_t m, int64_t cols, size_t stride) {
       kernels::QuantizedActs q;
       q.type = DType::kF32;
@@ -313,41 +320,39 @@ class Executor {
         const LoraSet& set = *o.sets[static_cast<size_t>(j)];
         const DeviceMatrix* A = a < set.size() ? set.a[static_cast<size_t>(a)] : nullptr;
         if (A == nullptr) continue;
-        ks_.matmul(cpu_matrix(A).weight, f32_acts(in + static_cast<size_t>(first) * in_stride, m, static_cast<int64_t>(k), in_stride),
+        ks_.matmul(cpu_matrix(A).weight,
+                   f32_acts(in + (row0 + static_cast<size_t>(first)) * in_stride, m, static_cast<int64_t>(k), in_stride),
                    mid + static_cast<size_t>(first) * mid_stride + static_cast<size_t>(j) * max_rank, mid_stride, ith_, nth_);
       }
     }
     pool_.barrier();
     size_t col = 0;
     for (int j = 0; j < o.n_out; ++j) {
-      for (int a = 0; a < n_adapters; ++a) {
+      const ActId dst = o.dst[static_cast<size_t>(j)];
+      const int64_t width = static_cast<int64_t>(st_.cols(dst));
+      // This thread's columns: an equal share in whole 8-row groups of B.
+      const int64_t groups = (width + 7) / 8;
+      const int64_t c0 = std::min(width, groups * ith_ / nth_ * 8), c1 = std::min(width, groups * (ith_ + 1) / nth_ * 8);
+      for (int a = 0; a < n_adapters && c1 > c0; ++a) {
         const int first = gr.off[static_cast<size_t>(a)], m = gr.off[static_cast<size_t>(a) + 1] - first;
         const LoraSet& set = *o.sets[static_cast<size_t>(j)];
         const DeviceMatrix* B = a < set.size() ? set.b[static_cast<size_t>(a)] : nullptr;
         if (m == 0 || B == nullptr) continue;
-        ks_.matmul(cpu_matrix(B).weight,
-                   f32_acts(mid + static_cast<size_t>(first) * mid_stride + static_cast<size_t>(j) * max_rank, m, B->n_cols(),
-                            mid_stride),
-                   out + static_cast<size_t>(first) * out_stride + col, out_stride, ith_, nth_);
-      }
-      col += st_.cols(o.dst[static_cast<size_t>(j)]);
-    }
-    pool_.barrier();
-    for (int a = 0; a < n_adapters; ++a) {
-      const int first = gr.off[static_cast<size_t>(a)], last = gr.off[static_cast<size_t>(a) + 1];
-      const int lo = std::max(first, mine.begin), hi = std::min(last, mine.end);
-      size_t c0 = 0;
-      for (int j = 0; j < o.n_out; ++j) {
-        const size_t w = st_.cols(o.dst[static_cast<size_t>(j)]);
-        const LoraSet& set = *o.sets[static_cast<size_t>(j)];
-        if (a < set.size() && set.a[static_cast<size_t>(a)] != nullptr) {
-          for (int i = lo; i < hi; ++i) {
-            float* y = row(o.dst[static_cast<size_t>(j)], gr.rows[static_cast<size_t>(i)]);
-            ks_.add(y, out + static_cast<size_t>(i) * out_stride + c0, y, static_cast<int64_t>(w));
-          }
+        kernels::Weight cols = cpu_matrix(B).weight;  // rows [c0, c1) of B: row-major F32
+        METRO_CHECK(cols.layout == 0);
+        cols.data += static_cast<size_t>(c0) * cols.row_stride;
+        cols.n_rows = c1 - c0;
+        cols.row_major = nullptr;
+        float* y = out + static_cast<size_t>(first) * out_stride + col + static_cast<size_t>(c0);
+        ks_.matmul(cols, f32_acts(mid + static_cast<size_t>(first) * mid_stride + static_cast<size_t>(j) * max_rank, m,
+                                  B->n_cols(), mid_stride),
+                   y, out_stride, 0, 1);
+        for (int i = 0; i < m; ++i) {
+          float* d = row(dst, gr.rows[static_cast<size_t>(first + i)]) + c0;
+          ks_.add(d, y + static_cast<size_t>(i) * out_stride, d, c1 - c0);
         }
-        c0 += w;
       }
+      col += static_cast<size_t>(width);
     }
   }
 
@@ -583,6 +588,8 @@ void group_lora_rows(std::span<const Op> ops, const StepDesc& step, CpuState& st
       }
     }
     g.off[static_cast<size_t>(n_adapters)] = static_cast<int>(g.rows.size());
+    g.contiguous = !g.rows.empty();
+    for (size_t i = 1; i < g.rows.size() && g.contiguous; ++i) g.contiguous = g.rows[i] == g.rows[i - 1] + 1;
   }
 }
 
