@@ -54,6 +54,27 @@ def main(out):
     f = pad(header(2, len(meta)) + b''.join(meta) + tinfo) + data
     write(out, 'tiny_llama.gguf', f)
     write(out, 'truncated.gguf', f[: len(f) // 2])
+
+    # A mixture-of-experts header: the expert keys and the shared expert's tensor names
+    # that HParams::from_gguf reads (qwen2moe, 4 experts, 2 per token).
+    moe = [
+        kv('general.architecture', 8, s('qwen2moe')),
+        kv('qwen2moe.embedding_length', 4, struct.pack('<I', 32)),
+        kv('qwen2moe.block_count', 4, struct.pack('<I', 1)),
+        kv('qwen2moe.attention.head_count', 4, struct.pack('<I', 4)),
+        kv('qwen2moe.feed_forward_length', 4, struct.pack('<I', 64)),
+        kv('qwen2moe.expert_count', 4, struct.pack('<I', 4)),
+        kv('qwen2moe.expert_used_count', 4, struct.pack('<I', 2)),
+        kv('qwen2moe.expert_feed_forward_length', 4, struct.pack('<I', 16)),
+        kv('qwen2moe.expert_shared_feed_forward_length', 4, struct.pack('<I', 32)),
+        kv('qwen2moe.expert_gating_func', 4, struct.pack('<I', 1)),
+        kv('qwen2moe.expert_weights_norm', 7, b'\x00'),
+        kv('tokenizer.ggml.tokens', 9, struct.pack('<IQ', 8, 3) + s('a') + s('b') + s('c')),
+    ]
+    minfo = (tensor('blk.0.attn_norm.weight', [32], 0, 0) + tensor('blk.0.ffn_gate_shexp.weight', [32, 32], 0, 128) +
+             tensor('blk.0.ffn_gate_inp_shexp.weight', [32], 0, 4224))
+    mdata = pad(b'\x01' * 128) + b'\x02' * 4096 + b'\x03' * 128
+    write(out, 'tiny_qwen2moe.gguf', pad(header(3, len(moe)) + b''.join(moe) + minfo) + mdata)
     write(out, 'v2_empty.gguf', header(0, 0, 2))
 
 if __name__ == '__main__':
