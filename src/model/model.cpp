@@ -161,7 +161,9 @@ Status Model::load_adapters(const std::vector<LoraSpec>& adapters) {
     auto f = gguf::File::load(spec.path);
     if (!f.ok()) return Status(f.status().code(), "LoRA adapter '" + spec.path + "': " + f.status().message());
     METRO_ASSIGN_OR_RETURN(auto deltas, read_lora(file_, *f, spec));
-    for (auto& [name, d] : deltas) {
+    for (auto& entry : deltas) {
+      const std::string& name = entry.first;  // a plain reference: lambdas may capture it
+      LoraDelta& d = entry.second;
       auto t = std::find_if(targets.begin(), targets.end(), [&](const auto& x) { return x.first == name; });
       if (t == targets.end()) {
         int layer = -1;
