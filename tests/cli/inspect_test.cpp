@@ -44,6 +44,32 @@ TEST(InspectCli, DefaultModelText) {
   EXPECT_NE(r.out.find("chat template:   present"), std::string::npos) << r.out;
 }
 
+// A mixture-of-experts file (tests/fixtures/moe): its experts in JSON and text, and the
+// weights a decode token reads counting its 2 experts of 8, not all of them.
+TEST(InspectCli, MixtureOfExperts) {
+  const std::string path = metro::testing::source_path("tests/fixtures/moe/qwen2moe_tiny.gguf");
+  auto r = run_metro({"inspect", path, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "qwen2moe");
+  EXPECT_EQ(j["experts"]["count"], 8);
+  EXPECT_EQ(j["experts"]["used"], 2);
+  EXPECT_EQ(j["experts"]["n_ff"], 32);
+  EXPECT_EQ(j["experts"]["shared_n_ff"], 96);
+  EXPECT_EQ(j["experts"]["weights_norm"], false);
+  EXPECT_EQ(j["experts"]["gating"], "softmax");
+  // F32 weights: the embedding row (256 B), the head (256 x 64), and per layer Q, K, V, O
+  // (64x64, 32x64, 32x64, 64x64), the router (8x64), the shared expert (3 of 96x64) and 2 of
+  // the 8 experts' 3 matrices of 32x64 (all 8 would add 6 x 3 x 8 KiB a layer).
+  const uint64_t layer = 4 * (64 * 64 + 32 * 64 + 32 * 64 + 64 * 64 + 8 * 64 + 3 * 96 * 64 + 2 * 3 * 32 * 64);
+  EXPECT_EQ(j["weight_bytes_per_token"].get<uint64_t>(), 256 + 4 * 256 * 64 + 2 * layer);
+  auto t = run_metro({"inspect", path});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("experts:         2 of 8 per token, 32 wide, softmax weights as routed; a shared expert 96 wide"),
+            std::string::npos)
+      << t.out;
+}
+
 TEST(InspectCli, MalformedFileIsOneLineExitOne) {
   auto bytes = metro::testing::small_valid_gguf();
   bytes.resize(bytes.size() / 2);
