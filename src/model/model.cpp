@@ -137,22 +137,37 @@ Status Model::load_adapters(const std::vector<LoraSpec>& adapters) {
   if (hp_.encoder) return unimplemented("LoRA adapters on an encoder");
   if (shard().sliced()) return unimplemented("run-time LoRA adapters on a tensor-parallel shard");
   if (adapters.size() > 4096) return invalid_argument("more than 4096 LoRA adapters");
-  // The matrices a LoraOp follows: dense attention and FFN products and a separate head.
-  std::vector<std::pair<std::string, const backends::DeviceMatrix*>> targets;
-  if (!hp_.tied_output && w_.output) targets.emplace_back("output.weight", w_.output.get());
+  // The matrices a LoraOp follows, by the file's tensor name: attention and FFN products and
+  // a separate head. A fused tensor (phi3's attn_qkv, its gate-and-up ffn_up) adapts each
+  // matrix bound from its rows with those rows of B.
+  struct Piece {
+    std::string name;
+    const backends::DeviceMatrix* w;
+    int64_t row0;  // the matrix's first row in the tensor
+  };
+  std::vector<Piece> targets;
+  if (!hp_.tied_output && w_.output) targets.push_back({"output.weight", w_.output.get(), 0});
   for (const LayerWeights& L : w_.layers) {
     const std::string p = "blk." + std::to_string(L.model_layer) + ".";
-    if (!hp_.fused_qkv) {
-      targets.emplace_back(p + "attn_q.weight", L.wq.get());
-      targets.emplace_back(p + "attn_k.weight", L.wk.get());
-      targets.emplace_back(p + "attn_v.weight", L.wv.get());
+    if (hp_.fused_qkv) {
+      targets.push_back({p + "attn_qkv.weight", L.wq.get(), 0});
+      targets.push_back({p + "attn_qkv.weight", L.wk.get(), L.wq->n_rows()});
+      targets.push_back({p + "attn_qkv.weight", L.wv.get(), L.wq->n_rows() + L.wk->n_rows()});
+    } else {
+      targets.push_back({p + "attn_q.weight", L.wq.get(), 0});
+      targets.push_back({p + "attn_k.weight", L.wk.get(), 0});
+      targets.push_back({p + "attn_v.weight", L.wv.get(), 0});
     }
-    targets.emplace_back(p + "attn_output.weight", L.wo.get());
-    if (!hp_.is_moe() && !hp_.fused_gate_up) {
-      targets.emplace_back(p + "ffn_gate.weight", L.w_gate.get());
-      targets.emplace_back(p + "ffn_up.weight", L.w_up.get());
-      targets.emplace_back(p + "ffn_down.weight", L.w_down.get());
+    targets.push_back({p + "attn_output.weight", L.wo.get(), 0});
+    if (hp_.is_moe()) continue;
+    if (hp_.fused_gate_up) {
+      targets.push_back({p + "ffn_up.weight", L.w_gate.get(), 0});
+      targets.push_back({p + "ffn_up.weight", L.w_up.get(), L.w_gate->n_rows()});
+    } else {
+      targets.push_back({p + "ffn_gate.weight", L.w_gate.get(), 0});
+      targets.push_back({p + "ffn_up.weight", L.w_up.get(), 0});
     }
+    targets.push_back({p + "ffn_down.weight", L.w_down.get(), 0});
   }
   const std::vector<int> held = shard().layers();
   n_adapters_ = static_cast<int>(adapters.size());
@@ -164,42 +179,48 @@ Status Model::load_adapters(const std::vector<LoraSpec>& adapters) {
     for (auto& entry : deltas) {
       const std::string& name = entry.first;  // a plain reference: lambdas may capture it
       LoraDelta& d = entry.second;
-      auto t = std::find_if(targets.begin(), targets.end(), [&](const auto& x) { return x.first == name; });
-      if (t == targets.end()) {
+      const bool targeted = std::any_of(targets.begin(), targets.end(), [&](const Piece& x) { return x.name == name; });
+      if (!targeted) {
         int layer = -1;
         if (name.starts_with("blk.")) layer = std::atoi(name.c_str() + 4);
         if (layer >= 0 && std::find(held.begin(), held.end(), layer) == held.end()) continue;  // another shard's
         if (name == "output.weight" && !shard().ends_model) continue;
         return unimplemented("LoRA adapter '" + spec.path + "' adapts '" + name +
-                             "': at run time adapters apply to separate attention and FFN matrices and a separate "
-                             "output head only");
+                             "': at run time adapters apply to attention and FFN matrices and a separate output "
+                             "head only (not to experts or embeddings)");
       }
-      const backends::DeviceMatrix* w = t->second;
-      const int64_t n_in = w->n_cols(), n_out = w->n_rows();
       for (float& v : d.b) v *= d.s;
       // The backend may read these bytes in place: the model keeps them.
       lora_host_.push_back(std::move(d.a));
-      const float* a_data = lora_host_.back().data();
-      lora_host_.push_back(std::move(d.b));
-      const float* b_data = lora_host_.back().data();
-      backends::HostMatrix a{kernels::DType::kF32, d.rank, n_in, reinterpret_cast<const uint8_t*>(a_data),
+      const std::vector<float>& a_vals = lora_host_.back();
+      const int64_t n_in = static_cast<int64_t>(a_vals.size()) / d.rank;
+      backends::HostMatrix a{kernels::DType::kF32, d.rank, n_in, reinterpret_cast<const uint8_t*>(a_vals.data()),
                              static_cast<size_t>(n_in) * sizeof(float)};
-      backends::HostMatrix b{kernels::DType::kF32, n_out, d.rank, reinterpret_cast<const uint8_t*>(b_data),
-                             static_cast<size_t>(d.rank) * sizeof(float)};
       lora_factors_.push_back(backend_->upload_matrix(a, backends::MatrixUse::kProduct, false));
-      lora_factors_.push_back(backend_->upload_matrix(b, backends::MatrixUse::kProduct, false));
-      auto s = std::find_if(lora_sets_.begin(), lora_sets_.end(), [&](const auto& x) { return x.first == w; });
-      if (s == lora_sets_.end()) {
-        auto set = std::make_unique<backends::LoraSet>();
-        set->a.assign(adapters.size(), nullptr);
-        set->b.assign(adapters.size(), nullptr);
-        lora_sets_.emplace_back(w, std::move(set));
-        s = lora_sets_.end() - 1;
+      const backends::DeviceMatrix* a_dev = lora_factors_.back().get();
+      const std::vector<float> b_all = std::move(d.b);
+      for (const Piece& piece : targets) {
+        if (piece.name != name) continue;
+        const backends::DeviceMatrix* w = piece.w;
+        const int64_t n_out = w->n_rows();
+        // This matrix's rows of B.
+        lora_host_.emplace_back(b_all.begin() + piece.row0 * d.rank, b_all.begin() + (piece.row0 + n_out) * d.rank);
+        backends::HostMatrix b{kernels::DType::kF32, n_out, d.rank, reinterpret_cast<const uint8_t*>(lora_host_.back().data()),
+                               static_cast<size_t>(d.rank) * sizeof(float)};
+        lora_factors_.push_back(backend_->upload_matrix(b, backends::MatrixUse::kProduct, false));
+        auto s = std::find_if(lora_sets_.begin(), lora_sets_.end(), [&](const auto& x) { return x.first == w; });
+        if (s == lora_sets_.end()) {
+          auto set = std::make_unique<backends::LoraSet>();
+          set->a.assign(adapters.size(), nullptr);
+          set->b.assign(adapters.size(), nullptr);
+          lora_sets_.emplace_back(w, std::move(set));
+          s = lora_sets_.end() - 1;
+        }
+        s->second->a[i] = a_dev;
+        s->second->b[i] = lora_factors_.back().get();
+        if (w == w_.output.get()) lora_head_ = true;
       }
-      s->second->a[i] = lora_factors_[lora_factors_.size() - 2].get();
-      s->second->b[i] = lora_factors_.back().get();
       lora_max_rank_ = std::max(lora_max_rank_, static_cast<int>(d.rank));
-      if (w == w_.output.get()) lora_head_ = true;
     }
   }
   return {};

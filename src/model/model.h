@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -202,7 +203,7 @@ class Model {
   int n_adapters_ = 0;
   int lora_max_rank_ = 0;
   bool lora_head_ = false;  // some adapter adapts the output head
-  std::vector<std::vector<float>> lora_host_;  // the factors' values, which a backend may read in place
+  std::deque<std::vector<float>> lora_host_;  // the factors' values, which a backend may read in place
   std::vector<std::unique_ptr<backends::DeviceMatrix>> lora_factors_;
   std::vector<std::pair<const backends::DeviceMatrix*, std::unique_ptr<backends::LoraSet>>> lora_sets_;
   const backends::LoraSet* lora_set(const backends::DeviceMatrix* w) const;

@@ -138,6 +138,53 @@ std::vector<uint8_t> adapter_bytes(const std::string& arch, const std::string& t
   return w.serialize();
 }
 
+// phi3's fused tensors at run time: an adapter of attn_qkv (or of the gate-and-up ffn_up)
+// adapts each matrix bound from its rows with those rows of B, as merging does to the
+// whole tensor (F32 weights: the merged sum is exact but for its rounding).
+TEST(Lora, RunTimeAdaptersOfFusedTensorsMatchMerging) {
+  metro::testing::SyntheticModelSpec spec;
+  spec.arch = "phi3";
+  spec.fused = true;
+  spec.tied_output = false;
+  spec.matrix_type = kernels::DType::kF32;
+  const auto base = metro::testing::make_synthetic_model(spec);
+  const uint64_t n_embd = spec.n_embd, hd = n_embd / spec.n_head;
+  const uint64_t n_qkv = (spec.n_head + 2 * spec.n_head_kv) * hd;
+  const std::string dir = ::testing::TempDir();
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> files = {
+      {dir + "/fused_qkv_lora.gguf", adapter_bytes("phi3", "blk.1.attn_qkv.weight", n_embd, n_qkv, 3, 6.0f)},
+      {dir + "/fused_up_lora.gguf", adapter_bytes("phi3", "blk.0.ffn_up.weight", n_embd, 2 * uint64_t{spec.n_ff}, 2, 4.0f)}};
+  for (const auto& [path, bytes] : files) {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto file = gguf::File::parse(base);
+  ASSERT_TRUE(file.ok());
+  ModelOptions opts;
+  opts.adapters = {{files[0].first, 1.0f}, {files[1].first, 1.0f}};
+  auto m = Model::from_file(std::move(*file), opts);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 20; ++i) toks.push_back((i * 29 + 3) % static_cast<int>(spec.n_vocab));
+  const Rows plain = sequence_logits(**m, toks, 20, 2, 16, 0, 0);
+  for (int16_t id : {1, 2}) {
+    const Rows run_time = sequence_logits(**m, toks, 20, 2, 16, 0, id);
+    auto f = gguf::File::parse(base);
+    ASSERT_TRUE(f.ok());
+    const LoraSpec one{files[static_cast<size_t>(id - 1)].first, 1.0f};
+    auto merged_bytes = merge_lora(*f, std::span<const LoraSpec>(&one, 1));
+    ASSERT_TRUE(merged_bytes.ok()) << merged_bytes.status().message();
+    auto mf = gguf::File::parse(*merged_bytes);
+    ASSERT_TRUE(mf.ok());
+    auto merged = Model::from_file(std::move(*mf));
+    ASSERT_TRUE(merged.ok()) << merged.status().message();
+    const Rows want = sequence_logits(**merged, toks, 20);
+    EXPECT_LT(max_abs_diff(run_time, want), 2e-3) << "adapter " << id;
+    EXPECT_GT(max_abs_diff(run_time, plain), 0.05) << "adapter " << id;
+  }
+  for (const auto& f : files) std::remove(f.first.c_str());
+}
+
 // On a Q8_0 matrix: each merged value lies within about half a quantization step of base + s B A
 // (computed here in double), and every other tensor keeps its bytes.
 TEST(Lora, MergesIntoAQuantizedMatrix) {
