@@ -208,16 +208,14 @@ Status Model::load_adapters(const std::vector<LoraSpec>& adapters) {
         backends::HostMatrix b{kernels::DType::kF32, n_out, d.rank, reinterpret_cast<const uint8_t*>(lora_host_.back().data()),
                                static_cast<size_t>(d.rank) * sizeof(float)};
         lora_factors_.push_back(backend_->upload_matrix(b, backends::MatrixUse::kProduct, false));
-        auto s = std::find_if(lora_sets_.begin(), lora_sets_.end(), [&](const auto& x) { return x.first == w; });
-        if (s == lora_sets_.end()) {
-          auto set = std::make_unique<backends::LoraSet>();
+        std::unique_ptr<backends::LoraSet>& set = lora_sets_[w];
+        if (!set) {
+          set = std::make_unique<backends::LoraSet>();
           set->a.assign(adapters.size(), nullptr);
           set->b.assign(adapters.size(), nullptr);
-          lora_sets_.emplace_back(w, std::move(set));
-          s = lora_sets_.end() - 1;
         }
-        s->second->a[i] = a_dev;
-        s->second->b[i] = lora_factors_.back().get();
+        set->a[i] = a_dev;
+        set->b[i] = lora_factors_.back().get();
         if (w == w_.output.get()) lora_head_ = true;
       }
       lora_max_rank_ = std::max(lora_max_rank_, static_cast<int>(d.rank));
@@ -227,10 +225,8 @@ Status Model::load_adapters(const std::vector<LoraSpec>& adapters) {
 }
 
 const backends::LoraSet* Model::lora_set(const backends::DeviceMatrix* w) const {
-  for (const auto& [m, set] : lora_sets_) {
-    if (m == w) return set.get();
-  }
-  return nullptr;
+  auto it = lora_sets_.find(w);
+  return it == lora_sets_.end() ? nullptr : it->second.get();
 }
 
 kernels::KvPageLayout Model::kv_layout(kernels::DType type, int block_size) const {

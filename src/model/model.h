@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/backend.h"
@@ -205,7 +206,7 @@ class Model {
   bool lora_head_ = false;  // some adapter adapts the output head
   std::deque<std::vector<float>> lora_host_;  // the factors' values, which a backend may read in place
   std::vector<std::unique_ptr<backends::DeviceMatrix>> lora_factors_;
-  std::vector<std::pair<const backends::DeviceMatrix*, std::unique_ptr<backends::LoraSet>>> lora_sets_;
+  std::unordered_map<const backends::DeviceMatrix*, std::unique_ptr<backends::LoraSet>> lora_sets_;
   const backends::LoraSet* lora_set(const backends::DeviceMatrix* w) const;
   mutable std::atomic<uint64_t> given_back_{0};
   mutable std::atomic<uint64_t> locked_{0};

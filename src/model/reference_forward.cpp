@@ -51,6 +51,25 @@ Expected<DenseMat> dense_expert(const gguf::File& f, const std::string& name, in
   return dense_rows(f, name, e * rows, rows);
 }
 
+// Rows [r0, r1) of m.
+DenseMat row_range(const DenseMat& m, int64_t r0, int64_t r1) {
+  DenseMat out;
+  out.rows = r1 - r0;
+  out.cols = m.cols;
+  out.w.assign(m.w.begin() + static_cast<std::ptrdiff_t>(r0 * m.cols), m.w.begin() + static_cast<std::ptrdiff_t>(r1 * m.cols));
+  return out;
+}
+
+std::vector<double> matvec(const DenseMat& m, const std::vector<double>& x) {
+  std::vector<double> y(static_cast<size_t>(m.rows), 0.0);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < m.cols; ++c) s += m.w[static_cast<size_t>(r * m.cols + c)] * x[static_cast<size_t>(c)];
+    y[static_cast<size_t>(r)] = s;
+  }
+  return y;
+}
+
 double silu_times(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
 
 // A routed layer's experts (and shared expert) in double.
@@ -81,8 +100,6 @@ Expected<MoeLayer> load_moe(const gguf::File& f, const HParams& hp, const std::s
   }
   return m;
 }
-
-std::vector<double> matvec(const DenseMat& m, const std::vector<double>& x);
 
 // The routed FFN of one token's normed state h: the n_used most probable experts (the
 // lower id first on a tie), weighted by their probabilities (rescaled to sum 1 when the
@@ -139,25 +156,6 @@ std::vector<double> moe_ffn(const MoeLayer& m, const HParams& hp, const std::str
     add_ffn(m.sh_gate, m.sh_up, m.sh_down, gate, true);
   }
   return out;
-}
-
-// Rows [r0, r1) of m.
-DenseMat row_range(const DenseMat& m, int64_t r0, int64_t r1) {
-  DenseMat out;
-  out.rows = r1 - r0;
-  out.cols = m.cols;
-  out.w.assign(m.w.begin() + static_cast<std::ptrdiff_t>(r0 * m.cols), m.w.begin() + static_cast<std::ptrdiff_t>(r1 * m.cols));
-  return out;
-}
-
-std::vector<double> matvec(const DenseMat& m, const std::vector<double>& x) {
-  std::vector<double> y(static_cast<size_t>(m.rows), 0.0);
-  for (int64_t r = 0; r < m.rows; ++r) {
-    double s = 0;
-    for (int64_t c = 0; c < m.cols; ++c) s += m.w[static_cast<size_t>(r * m.cols + c)] * x[static_cast<size_t>(c)];
-    y[static_cast<size_t>(r)] = s;
-  }
-  return y;
 }
 
 std::vector<double> rms_norm(const std::vector<double>& x, const DenseMat& w, double eps) {

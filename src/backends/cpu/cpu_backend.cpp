@@ -35,6 +35,7 @@ CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
     for (auto& g : lora_groups) {
       g.rows.reserve(static_cast<size_t>(std::max(spec.max_tokens, spec.max_logits)));
       g.off.reserve(static_cast<size_t>(spec.max_adapters) + 1);
+      g.cursor.reserve(static_cast<size_t>(spec.max_adapters));
     }
   }
   if (spec.max_experts > 0) {

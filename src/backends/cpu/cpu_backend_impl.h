@@ -48,6 +48,7 @@ class CpuBuffer final : public DeviceBuffer {
 // with adapter a (off has one value per adapter and a last one, the total).
 struct LoraGroups {
   std::vector<int> rows, off;
+  std::vector<int> cursor;  // grouping scratch
   bool contiguous = false;  // rows are consecutive row numbers: no gather needed
 };
 

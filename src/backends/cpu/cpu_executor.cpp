@@ -581,13 +581,18 @@ void group_lora_rows(std::span<const Op> ops, const StepDesc& step, CpuState& st
     auto adapter_of = [&](int r) {
       return step.adapter[static_cast<size_t>(set == 0 ? r : step.logit_rows[static_cast<size_t>(r)])];
     };
-    for (int a = 1; a <= n_adapters; ++a) {
-      g.off[static_cast<size_t>(a) - 1] = static_cast<int>(g.rows.size());
-      for (int r = 0; r < n; ++r) {
-        if (adapter_of(r) == a) g.rows.push_back(r);
-      }
+    // A counting sort: off[a] counts adapter a's rows, then becomes its end.
+    for (int r = 0; r < n; ++r) {
+      const int a = adapter_of(r);
+      if (a > 0 && a <= n_adapters) ++g.off[static_cast<size_t>(a)];
     }
-    g.off[static_cast<size_t>(n_adapters)] = static_cast<int>(g.rows.size());
+    for (int a = 1; a <= n_adapters; ++a) g.off[static_cast<size_t>(a)] += g.off[static_cast<size_t>(a) - 1];
+    g.rows.resize(static_cast<size_t>(g.off.back()));
+    g.cursor.assign(g.off.begin(), g.off.end() - 1);
+    for (int r = 0; r < n; ++r) {
+      const int a = adapter_of(r);
+      if (a > 0 && a <= n_adapters) g.rows[static_cast<size_t>(g.cursor[static_cast<size_t>(a) - 1]++)] = r;
+    }
     g.contiguous = !g.rows.empty();
     for (size_t i = 1; i < g.rows.size() && g.contiguous; ++i) g.contiguous = g.rows[i] == g.rows[i - 1] + 1;
   }
