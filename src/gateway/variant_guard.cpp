@@ -425,12 +425,17 @@ void VariantGuard::test_canary(Rollout& r, bool failed, double ttft_s, double tp
   const Reference& ref = reference_[r.st.plan.name];
   const auto [p0, p1] = error_hypotheses(r.st.plan.name);
   r.st.cusum_error = std::max(0.0, r.st.cusum_error + llr(failed, p0, p1));
-  if (!failed && ttft_s >= 0 && ref.ttft.size() >= kMinReference) {
+  // The latency tests compare the canary with the primary serving beside it, under the same
+  // load from outside. At a share of 1 the primary serves nothing: its latencies are from
+  // before, when the machine's load may have been another, so the latency tests hold their
+  // sums (a latency regression shows at the earlier, shared steps).
+  const bool beside = r.st.plan.shares[r.st.step] < 1.0;
+  if (beside && !failed && ttft_s >= 0 && ref.ttft.size() >= kMinReference) {
     const double p = p99(ref.ttft);
     const bool above = ttft_s > std::max(p * kLatencyTolerance, p + kTtftSlackS);
     r.st.cusum_ttft = std::max(0.0, r.st.cusum_ttft + llr(above, kLatencyP0, kLatencyP1));
   }
-  if (!failed && tpot_s >= 0 && ref.tpot.size() >= kMinReference) {
+  if (beside && !failed && tpot_s >= 0 && ref.tpot.size() >= kMinReference) {
     const double p = p99(ref.tpot);
     const bool above = tpot_s > std::max(p * kLatencyTolerance, p + kTpotSlackS);
     r.st.cusum_tpot = std::max(0.0, r.st.cusum_tpot + llr(above, kLatencyP0, kLatencyP1));

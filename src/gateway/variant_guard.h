@@ -13,7 +13,8 @@
 //               primary's recent failure rate, p1 = max(2 p0, p0 + 0.05)
 //   ttft_p99    a canary request's TTFT above max(1.5 x, + 50 ms) the p99 of the primary's
 //   tpot_p99    last 200: p0 = 0.02, p1 = 0.10 (by construction under 1% of the primary's are
-//               above it); TPOT alike (+ 10 ms)
+//               above it); TPOT alike (+ 10 ms). Only while the primary serves beside
+//               the canary (a share under 1): a 100% step has no concurrent reference
 //   feedback    a user rated a canary answer bad (POST /v1/feedback): p0 is the primary's
 //               recent share of bad ratings (at least 0.02), p1 = max(2 p0, p0 + 0.1)
 //   shadow_kl   a shadow-scored canary answer's mean KL from the primary's model above

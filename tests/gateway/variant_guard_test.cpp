@@ -320,6 +320,38 @@ TEST(VariantGuard, ACanaryThreeTimesSlowerIsRolledBackOnTtft) {
   EXPECT_LE(n, 40);
 }
 
+TEST(VariantGuard, AtAFullShareOnlyTheErrorTestRunsForWantOfAPrimaryBeside) {
+  // Promoted to 100%, the canary serves alone: its answers, three times slower than the
+  // primary's old ones (the whole load on one engine, or a busier machine), are not compared
+  // with latencies measured under another load; its failures still are.
+  Fixture f;
+  GuardConfig cfg;
+  cfg.min_step_requests = 10;
+  for (const bool failing : {false, true}) {
+    VariantGuard g(f.registry, cfg);
+    ASSERT_TRUE(g.start_rollout(RolloutPlan{"chat", "canary", {0.5, 1.0}, 0.001}).ok());
+    std::mt19937_64 rng(5);
+    history(g, rng, 0.005, 300);
+    for (int round = 0; round < 100 && g.rollouts().front().step == 0; ++round) {
+      drive(g, rng, 0.005, 0.005, 1.0, 2, 10);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(g.rollouts().front().step, 1u);
+    ASSERT_EQ(g.rollouts().front().state, "running");
+    // Only canary requests from here: the split sends it everything.
+    const int n = drive(g, rng, 0.0, failing ? 0.2 : 0.005, 3.0, 1, 200);
+    const RolloutStatus st = g.rollouts().front();
+    EXPECT_DOUBLE_EQ(st.cusum_ttft, 0.0);
+    if (failing) {
+      EXPECT_EQ(st.state, "rolled_back");
+      EXPECT_EQ(st.cause, "error_rate");
+      EXPECT_LE(n, 120);
+    } else {
+      EXPECT_NE(st.state, "rolled_back") << st.cause;
+    }
+  }
+}
+
 TEST(VariantGuard, AHealthyCanaryIsRarelyRolledBackByChance) {
   // alpha = 0.01 makes false alarms frequent enough to count: each run is 500 canary
   // requests as healthy as the primary (2% failures, the same latencies).
