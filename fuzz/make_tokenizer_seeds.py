@@ -114,6 +114,35 @@ def tokenizer_json_seed():
     return json.dumps(doc).encode("utf-8")
 
 
+def tokenizer_json_bpe_seed():
+    """A byte-level BPE as Hugging Face saves Llama 3's: Split with its pattern, then ByteLevel."""
+    g = "\u0120"  # the byte-level spelling of a space
+    vocab = {t: i for i, t in enumerate(["h", "i", "e", "l", "o", g, g + "h", "hi", g + "hi", "he", "ll", "hell",
+                                         "hello", "1", "2", "3"])}
+    split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+             r"\s*[\r\n]+|\s+(?!\S)|\s+")
+    doc = {
+        "version": "1.0",
+        "added_tokens": [{"id": 16, "content": "<|begin_of_text|>", "special": True},
+                         {"id": 17, "content": "<|eot_id|>", "special": True},
+                         {"id": 18, "content": "<tool>", "special": False}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [16],
+                                                                    "tokens": ["<|begin_of_text|>"]}}},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "ignore_merges": True, "byte_fallback": False, "vocab": vocab,
+                  "merges": [[g, "h"], ["h", "i"], [g + "h", "i"], ["h", "e"], ["l", "l"], ["he", "ll"],
+                             ["hell", "o"]]},
+    }
+    return json.dumps(doc).encode("utf-8")
+
+
 TEXTS = [
     (0x00, "Hello world, it's 12345!"),
     (0x13, "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"),
@@ -146,6 +175,8 @@ def main(out):
         f.write(wpm_seed())
     with open(os.path.join(out, "tokenizer.json"), "wb") as f:
         f.write(tokenizer_json_seed())
+    with open(os.path.join(out, "tokenizer_bpe.json"), "wb") as f:
+        f.write(tokenizer_json_bpe_seed())
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 // metro convert HF_DIR OUT.gguf [--type f16|f32|bf16|q8_0|q4_0|...]
 //
 // Writes a Hugging Face checkpoint directory (config.json, model.safetensors or its shards,
-// tokenizer.json) as a GGUF that metro and llama.cpp load: BERT-family encoders
-// (convert/convert.h). Matrices in --type, everything else F32; the output is written to a
-// temporary file and renamed, so a failed run leaves no partial file.
+// tokenizer.json) as a GGUF that metro and llama.cpp load: llama, mistral, qwen2 and qwen3
+// decoders and BERT-family encoders (convert/convert.h). Matrices in --type, everything else
+// F32; the output is written to a temporary file and renamed, so a failed run leaves no
+// partial file.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -46,6 +47,7 @@ int cmd_convert(int argc, char** argv) {
   auto bytes = convert::convert_hf(in_dir, opts, &rep);
   if (progress) progress->finish();
   if (!bytes.ok()) return fail("convert", bytes.status());
+  for (const std::string& warning : rep.warnings) std::fprintf(stderr, "metro convert: note: %s\n", warning.c_str());
   if (Status st = write_file_atomically(out_path, bytes->data(), bytes->size()); !st.ok()) return fail("convert", st);
   std::fprintf(stderr, "metro convert: %s, %d tensors, %d tokens, matrices %s: %.1f MiB -> %.1f MiB (%s)\n",
                rep.architecture.c_str(), rep.n_tensors, rep.n_vocab, type_name.c_str(),

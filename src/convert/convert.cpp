@@ -1,5 +1,6 @@
 #include "convert/convert.h"
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -235,10 +236,323 @@ Expected<std::vector<uint8_t>> convert_bert(const std::string& dir, const json& 
   }
   if (rep != nullptr) {
     rep->architecture = "bert";
+    rep->warnings = tok.warnings;
     rep->n_tensors = static_cast<int>(found.size());
     rep->n_vocab = tok.n_vocab;
     rep->bytes = bytes.size();
     rep->source_bytes = source_bytes;
+  }
+  return bytes;
+}
+
+// ---- decoders: llama (and mistral), qwen2, qwen3 ----
+
+struct DecoderConfig {
+  std::string arch;  // GGUF general.architecture
+  uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_kv = 0, n_ff = 0, n_ctx = 0, n_vocab = 0, head_dim = 0;
+  float eps = 1e-6f;
+  float theta = 10000.0f;
+  bool tied = false;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;
+  // llama.cpp rotates adjacent pairs for the llama architecture, where Hugging Face rotates
+  // the two halves of a head: the converter reorders Q's and K's rows to match.
+  bool permute_qk = false;
+  uint32_t sliding_window = 0;
+  std::string rope_type;  // "", "linear", "yarn", "llama3"
+  float rope_factor = 1.0f;
+  uint32_t rope_orig_ctx = 0;
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f;
+  std::optional<float> yarn_beta_fast, yarn_beta_slow;
+};
+
+Expected<float> cfg_f32(const json& c, const char* key, float dflt, float lo, float hi) {
+  if (!c.contains(key) || c[key].is_null()) return dflt;
+  if (!c[key].is_number()) return data_loss(std::string("config.json: '") + key + "' is not a number");
+  const double v = c[key].get<double>();
+  if (!(v >= lo && v <= hi)) return data_loss(std::string("config.json: '") + key + "' = " + std::to_string(v) + " is out of range");
+  return static_cast<float>(v);
+}
+
+bool cfg_bool(const json& c, const char* key, bool dflt) {
+  return c.contains(key) && c[key].is_boolean() ? c[key].get<bool>() : dflt;
+}
+
+Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
+  DecoderConfig d;
+  d.arch = type == "mistral" ? "llama" : type;
+  METRO_ASSIGN_OR_RETURN(d.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
+  METRO_ASSIGN_OR_RETURN(d.n_layer, cfg_u32(c, "num_hidden_layers", 1024));
+  METRO_ASSIGN_OR_RETURN(d.n_head, cfg_u32(c, "num_attention_heads", 1024));
+  d.n_kv = d.n_head;
+  if (c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
+    METRO_ASSIGN_OR_RETURN(d.n_kv, cfg_u32(c, "num_key_value_heads", 1024));
+  }
+  METRO_ASSIGN_OR_RETURN(d.n_ff, cfg_u32(c, "intermediate_size", 1u << 20));
+  METRO_ASSIGN_OR_RETURN(d.n_ctx, cfg_u32(c, "max_position_embeddings", 1u << 24));
+  METRO_ASSIGN_OR_RETURN(d.n_vocab, cfg_u32(c, "vocab_size", 1u << 22));
+  if (d.n_head % d.n_kv != 0) return data_loss("config.json: num_attention_heads is not a multiple of num_key_value_heads");
+  if (c.contains("head_dim") && !c["head_dim"].is_null()) {
+    METRO_ASSIGN_OR_RETURN(d.head_dim, cfg_u32(c, "head_dim", 1024));
+  } else {
+    if (d.n_embd % d.n_head != 0) return data_loss("config.json: hidden_size is not a multiple of num_attention_heads");
+    d.head_dim = d.n_embd / d.n_head;
+  }
+  if (d.head_dim % 2 != 0) return data_loss("config.json: the head width is odd");
+  METRO_ASSIGN_OR_RETURN(d.eps, cfg_f32(c, "rms_norm_eps", 1e-6f, 1e-12f, 0.1f));
+  METRO_ASSIGN_OR_RETURN(d.theta, cfg_f32(c, "rope_theta", 10000.0f, 1.0f, 1e12f));
+  // transformers' defaults: llama and mistral untied, the Qwen configs say.
+  d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral");
+  const std::string act = c.value("hidden_act", std::string("silu"));
+  if (act != "silu") return unimplemented("config.json: hidden_act '" + act.substr(0, 32) + "' (silu is supported)");
+  if (cfg_bool(c, "mlp_bias", false)) return unimplemented("config.json: mlp_bias (biases on the FFN) is not supported");
+  if (type == "qwen2") {
+    d.qkv_bias = true;  // Qwen2's attention always has them
+    if (cfg_bool(c, "use_sliding_window", false)) {
+      return unimplemented("config.json: use_sliding_window (Qwen2's windowed layers) is not supported");
+    }
+  } else {
+    d.qkv_bias = d.o_bias = cfg_bool(c, "attention_bias", false);
+    if (d.o_bias) return unimplemented("config.json: attention_bias (biases on Q, K, V and the output) is not supported");
+  }
+  d.qk_norm = type == "qwen3";
+  d.permute_qk = d.arch == "llama";
+  if (type == "mistral" && c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
+    const uint64_t w = c["sliding_window"].get<uint64_t>();
+    if (w > 0 && w < d.n_ctx) d.sliding_window = static_cast<uint32_t>(w);
+  }
+  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
+    const json& rs = c["rope_scaling"];
+    std::string t = rs.value("rope_type", rs.value("type", std::string()));
+    if (t == "default") t.clear();
+    if (!t.empty()) {
+      if (t != "linear" && t != "yarn" && t != "llama3") {
+        return unimplemented("config.json: rope_scaling type '" + t.substr(0, 32) + "' (linear, yarn and llama3 are supported)");
+      }
+      d.rope_type = t;
+      METRO_ASSIGN_OR_RETURN(d.rope_factor, cfg_f32(rs, "factor", 0.0f, 1e-3f, 1e4f));
+      if (t != "linear") {
+        METRO_ASSIGN_OR_RETURN(d.rope_orig_ctx, cfg_u32(rs, "original_max_position_embeddings", 1u << 24));
+      }
+      if (t == "llama3") {
+        METRO_ASSIGN_OR_RETURN(d.low_freq_factor, cfg_f32(rs, "low_freq_factor", 1.0f, 1e-3f, 1e4f));
+        METRO_ASSIGN_OR_RETURN(d.high_freq_factor, cfg_f32(rs, "high_freq_factor", 4.0f, 1e-3f, 1e4f));
+        if (!(d.high_freq_factor > d.low_freq_factor)) return data_loss("config.json: rope_scaling's high_freq_factor is not above low_freq_factor");
+      }
+      if (t == "yarn") {
+        if (rs.contains("attention_factor") && !rs["attention_factor"].is_null()) {
+          return unimplemented("config.json: yarn's attention_factor is not carried over");
+        }
+        if (rs.contains("beta_fast")) {
+          METRO_ASSIGN_OR_RETURN(float v, cfg_f32(rs, "beta_fast", 32.0f, 0.01f, 1e4f));
+          d.yarn_beta_fast = v;
+        }
+        if (rs.contains("beta_slow")) {
+          METRO_ASSIGN_OR_RETURN(float v, cfg_f32(rs, "beta_slow", 1.0f, 0.01f, 1e4f));
+          d.yarn_beta_slow = v;
+        }
+      }
+    }
+  }
+  return d;
+}
+
+// llama.cpp's GGUF name of a decoder tensor; nullopt for tensors it does not keep (RoPE's
+// cached frequencies, a head tied to the embedding); an error for anything else.
+Expected<std::optional<std::string>> decoder_name(const std::string& hf, const DecoderConfig& d) {
+  if (hf.ends_with("rotary_emb.inv_freq")) return std::optional<std::string>();
+  if (hf == "model.embed_tokens.weight") return std::optional<std::string>("token_embd.weight");
+  if (hf == "model.norm.weight") return std::optional<std::string>("output_norm.weight");
+  if (hf == "lm_head.weight") return d.tied ? std::optional<std::string>() : std::optional<std::string>("output.weight");
+  static const std::map<std::string, std::string> kLayer = {
+      {"input_layernorm", "attn_norm"},  {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},    {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},    {"self_attn.o_proj", "attn_output"},
+      {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate_proj", "ffn_gate"},     {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},
+  };
+  static const std::regex kRe(R"(model\.layers\.(\d{1,4})\.(.+)\.(weight|bias))");
+  std::smatch m;
+  if (std::regex_match(hf, m, kRe)) {
+    if (auto it = kLayer.find(m[2].str()); it != kLayer.end()) {
+      return std::optional<std::string>("blk." + m[1].str() + "." + it->second + "." + m[3].str());
+    }
+  }
+  return unimplemented("tensor '" + hf.substr(0, 128) + "' is not part of a " + d.arch + " decoder this converter knows");
+}
+
+// Rows of each head in llama.cpp's order: Hugging Face keeps a head's rotated pairs as its
+// first and second halves (row i with row i + d/2); llama.cpp rotates rows 2i and 2i + 1.
+std::vector<float> permute_heads(const std::vector<float>& v, uint32_t rows, uint32_t n_heads) {
+  const size_t cols = v.size() / rows;
+  const uint32_t hd = rows / n_heads, half = hd / 2;
+  std::vector<float> out(v.size());
+  for (uint32_t h = 0; h < n_heads; ++h) {
+    for (uint32_t i = 0; i < half; ++i) {
+      for (uint32_t j = 0; j < 2; ++j) {
+        const size_t to = static_cast<size_t>(h) * hd + 2 * i + j;
+        const size_t from = static_cast<size_t>(h) * hd + j * half + i;
+        std::memcpy(out.data() + to * cols, v.data() + from * cols, cols * sizeof(float));
+      }
+    }
+  }
+  return out;
+}
+
+// Llama 3's RoPE scaling as per-frequency divisors (GGUF rope_freqs.weight): wavelengths
+// longer than the original context / low_freq_factor are divided by the factor, those
+// shorter than it / high_freq_factor kept, those between blended by where they fall.
+std::vector<float> llama3_rope_factors(const DecoderConfig& d) {
+  std::vector<float> out;
+  const double lo_wavelen = d.rope_orig_ctx / static_cast<double>(d.low_freq_factor);
+  const double hi_wavelen = d.rope_orig_ctx / static_cast<double>(d.high_freq_factor);
+  for (uint32_t i = 0; i < d.head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(d.theta), static_cast<double>(i) / d.head_dim);
+    const double wavelen = 2.0 * M_PI / freq;
+    double f = 1.0;
+    if (wavelen > lo_wavelen) {
+      f = d.rope_factor;
+    } else if (wavelen >= hi_wavelen) {
+      const double smooth = (d.rope_orig_ctx / wavelen - d.low_freq_factor) / (d.high_freq_factor - d.low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / d.rope_factor + smooth);
+    }
+    out.push_back(static_cast<float>(f));
+  }
+  return out;
+}
+
+std::string dims_text(const std::vector<uint64_t>& v) {
+  std::string s;
+  for (uint64_t d : v) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + s + "]";
+}
+
+Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const json& cfg, const std::string& type,
+                                               const ConvertOptions& opts, ConvertReport* rep) {
+  METRO_ASSIGN_OR_RETURN(DecoderConfig d, decoder_config(cfg, type));
+  METRO_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open_dir(dir));
+  gguf::Writer w;
+  const std::string a = d.arch + ".";
+  w.add_string("general.architecture", d.arch);
+  std::string name = cfg.value("_name_or_path", std::string());
+  if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  w.add_string("general.name", name.substr(0, 256));
+  const DType matrix_type = is_float(opts.type) ? opts.type : DType::kF32;
+  w.add_u32("general.file_type", model::quant_file_type(matrix_type));
+  w.add_u32(a + "context_length", d.n_ctx);
+  w.add_u32(a + "embedding_length", d.n_embd);
+  w.add_u32(a + "block_count", d.n_layer);
+  w.add_u32(a + "feed_forward_length", d.n_ff);
+  w.add_u32(a + "attention.head_count", d.n_head);
+  w.add_u32(a + "attention.head_count_kv", d.n_kv);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", d.eps);
+  w.add_f32(a + "rope.freq_base", d.theta);
+  w.add_u32(a + "rope.dimension_count", d.head_dim);
+  if (d.head_dim * d.n_head != d.n_embd) {
+    w.add_u32(a + "attention.key_length", d.head_dim);
+    w.add_u32(a + "attention.value_length", d.head_dim);
+  }
+  w.add_u32(a + "vocab_size", d.n_vocab);
+  if (d.sliding_window > 0) w.add_u32(a + "attention.sliding_window", d.sliding_window);
+  if (d.rope_type == "linear" || d.rope_type == "yarn") {
+    w.add_string(a + "rope.scaling.type", d.rope_type);
+    w.add_f32(a + "rope.scaling.factor", d.rope_factor);
+    if (d.rope_type == "yarn") {
+      w.add_u32(a + "rope.scaling.original_context_length", d.rope_orig_ctx);
+      if (d.yarn_beta_fast) w.add_f32(a + "rope.scaling.yarn_beta_fast", *d.yarn_beta_fast);
+      if (d.yarn_beta_slow) w.add_f32(a + "rope.scaling.yarn_beta_slow", *d.yarn_beta_slow);
+    }
+  }
+  TokenizerInfo tok;
+  METRO_RETURN_IF_ERROR(write_hf_tokenizer(dir, w, &tok));
+  if (tok.pre.empty()) return unimplemented("tokenizer.json: a decoder needs a byte-level BPE tokenizer; this one is WordPiece");
+  if (tok.n_vocab != static_cast<int>(d.n_vocab)) {
+    return data_loss("tokenizer.json has " + std::to_string(tok.n_vocab) + " tokens; config.json's vocab_size is " +
+                     std::to_string(d.n_vocab));
+  }
+
+  const uint64_t q_rows = static_cast<uint64_t>(d.n_head) * d.head_dim, kv_rows = static_cast<uint64_t>(d.n_kv) * d.head_dim;
+  std::map<std::string, std::vector<uint64_t>> want = {
+      {"token_embd.weight", {d.n_vocab, d.n_embd}},
+      {"output_norm.weight", {d.n_embd}},
+  };
+  if (!d.tied) want["output.weight"] = {d.n_vocab, d.n_embd};
+  for (uint32_t il = 0; il < d.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    want[p + "attn_norm.weight"] = {d.n_embd};
+    want[p + "ffn_norm.weight"] = {d.n_embd};
+    want[p + "attn_q.weight"] = {q_rows, d.n_embd};
+    want[p + "attn_k.weight"] = {kv_rows, d.n_embd};
+    want[p + "attn_v.weight"] = {kv_rows, d.n_embd};
+    want[p + "attn_output.weight"] = {d.n_embd, q_rows};
+    if (d.qkv_bias) {
+      want[p + "attn_q.bias"] = {q_rows};
+      want[p + "attn_k.bias"] = {kv_rows};
+      want[p + "attn_v.bias"] = {kv_rows};
+    }
+    if (d.qk_norm) {
+      want[p + "attn_q_norm.weight"] = {d.head_dim};
+      want[p + "attn_k_norm.weight"] = {d.head_dim};
+    }
+    want[p + "ffn_gate.weight"] = {d.n_ff, d.n_embd};
+    want[p + "ffn_up.weight"] = {d.n_ff, d.n_embd};
+    want[p + "ffn_down.weight"] = {d.n_embd, d.n_ff};
+  }
+  std::map<std::string, const StTensor*> found;
+  uint64_t source_bytes = 0;
+  for (const auto& [hf, t] : ck.tensors()) {
+    METRO_ASSIGN_OR_RETURN(std::optional<std::string> g, decoder_name(hf, d));
+    if (!g) continue;
+    auto it = want.find(*g);
+    if (it == want.end()) return data_loss("tensor '" + hf + "' (" + *g + ") does not belong to a model of this config");
+    if (t.shape != it->second) {
+      return data_loss("tensor '" + hf + "' has shape " + dims_text(t.shape) + ", config.json says " + dims_text(it->second));
+    }
+    if (!t.is_float()) return data_loss("tensor '" + hf + "' is " + std::string(st_dtype_name(t.dtype)) + ", not a float type");
+    if (!found.emplace(*g, &t).second) return data_loss("two checkpoint tensors map to '" + *g + "'");
+    source_bytes += t.data.size();
+  }
+  for (const auto& [g, shape] : want) {
+    if (!found.contains(g)) return data_loss("the checkpoint lacks the tensor for '" + g + "'");
+  }
+  int n_tensors = 0;
+  if (d.rope_type == "llama3") {
+    const std::vector<float> f = llama3_rope_factors(d);
+    METRO_RETURN_IF_ERROR(w.add_tensor("rope_freqs.weight", kernels::traits(DType::kF32).ggml, {f.size()}, float_bytes(f, DType::kF32)));
+    ++n_tensors;
+  }
+  uint64_t done = 0;
+  for (const auto& [g, t] : found) {
+    METRO_ASSIGN_OR_RETURN(std::vector<float> v, ck.to_f32(*t));
+    if (d.permute_qk && (g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias"))) {
+      v = permute_heads(v, static_cast<uint32_t>(q_rows), d.n_head);
+    } else if (d.permute_qk && (g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias"))) {
+      v = permute_heads(v, static_cast<uint32_t>(kv_rows), d.n_kv);
+    }
+    const DType ty = t->shape.size() == 2 ? matrix_type : DType::kF32;
+    std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());
+    METRO_RETURN_IF_ERROR(w.add_tensor(g, kernels::traits(ty).ggml, dims, float_bytes(v, ty)));
+    ++n_tensors;
+    done += t->data.size();
+    if (opts.on_tensor) opts.on_tensor(done, source_bytes, g);
+  }
+  std::vector<uint8_t> bytes = w.serialize();
+  if (!is_float(opts.type)) {
+    METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::parse(bytes));
+    model::QuantPlan plan;
+    plan.type = opts.type;
+    METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> q, model::requantize(f, plan, {}, nullptr));
+    bytes = std::move(q);
+  }
+  if (rep != nullptr) {
+    rep->architecture = d.arch;
+    rep->n_tensors = n_tensors;
+    rep->n_vocab = tok.n_vocab;
+    rep->bytes = bytes.size();
+    rep->source_bytes = source_bytes;
+    rep->warnings = tok.warnings;
   }
   return bytes;
 }
@@ -249,10 +563,13 @@ Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const Conve
   METRO_ASSIGN_OR_RETURN(json cfg, read_json(hf_dir + "/config.json", true));
   const std::string type = cfg.value("model_type", std::string());
   if (type == "bert") return convert_bert(hf_dir, cfg, opts, report);
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+    return convert_decoder(hf_dir, cfg, type, opts, report);
+  }
   if (type.empty()) return data_loss("config.json has no model_type");
   return unimplemented("model_type '" + type.substr(0, 64) +
-                       "': this converter writes BERT-family encoders (model_type bert); convert decoder models "
-                       "with llama.cpp's convert_hf_to_gguf.py for now");
+                       "': this converter writes llama, mistral, qwen2 and qwen3 decoders and BERT encoders; convert "
+                       "other models with llama.cpp's convert_hf_to_gguf.py");
 }
 
 }  // namespace metro::convert

@@ -4,8 +4,12 @@
 // metadata keys), so that both metro and llama.cpp load it.
 //
 // Architectures: BERT-family encoders (config model_type "bert": BertModel and the
-// sentence-transformers models built on it, with the pooling of 1_Pooling/config.json).
-// Decoder families are refused by name for now.
+// sentence-transformers models built on it, with the pooling of 1_Pooling/config.json);
+// decoders of model_type llama and mistral (GGUF llama, Q and K rows reordered for
+// llama.cpp's pairwise rotation, a mistral's sliding window kept), qwen2 (biases on Q, K,
+// V) and qwen3 (per-head Q and K norms, a head width of its own), with RoPE scaling linear,
+// yarn or llama3 (as rope_freqs.weight) and a byte-level BPE tokenizer. Others are refused
+// by name.
 #pragma once
 
 #include <functional>
@@ -33,6 +37,8 @@ struct ConvertReport {
   int n_vocab = 0;
   uint64_t bytes = 0;        // of the GGUF
   uint64_t source_bytes = 0; // of the checkpoint's tensors
+  // Tokenizer settings the GGUF does not carry, one line each.
+  std::vector<std::string> warnings;
 };
 
 // The GGUF bytes of the model in `hf_dir`.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 
@@ -24,6 +25,12 @@ constexpr std::string_view kWordStart = "\xE2\x96\x81";  // U+2581
 constexpr size_t kMaxTokenTextBytes = tokenizer::kMaxTokenBytes - kWordStart.size();
 // Ids may leave holes (filled with unused tokens), but not many more than there are tokens.
 constexpr size_t kMaxHoles = 1024;
+
+// The pre-tokenizer split patterns of Llama 3 and Qwen2 as tokenizer.json spells them.
+constexpr std::string_view kHfLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kHfQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 constexpr int32_t kTypeNormal = 1;
 constexpr int32_t kTypeControl = 3;
@@ -125,15 +132,32 @@ class Converter {
     METRO_ASSIGN_OR_RETURN(root_, parse_json(files_.tokenizer_json, "tokenizer.json"));
     if (!root_.is_object()) return bad("not a JSON object");
     METRO_RETURN_IF_ERROR(read_side_files());
-    METRO_RETURN_IF_ERROR(check_pipeline());
+    model_ = member(root_, "model");
+    if (model_ == nullptr || !model_->is_object()) return bad("no 'model' object");
+    const std::string type = type_of(*model_);
+    bpe_ = type == "BPE";
+    if (type != "WordPiece" && !bpe_) {
+      return unimplemented("this converter reads WordPiece and byte-level BPE tokenizers; this one is " +
+                           (type.empty() ? std::string("of no stated type") : shown(type)));
+    }
+    METRO_RETURN_IF_ERROR(bpe_ ? check_bpe_pipeline() : check_pipeline());
     METRO_RETURN_IF_ERROR(read_vocab());
     METRO_RETURN_IF_ERROR(read_added_tokens());
+    if (bpe_) {
+      METRO_RETURN_IF_ERROR(pad_to_model_rows());
+      METRO_RETURN_IF_ERROR(read_merges());
+    }
     fill_holes();
-    METRO_RETURN_IF_ERROR(read_special_ids());
     METRO_RETURN_IF_ERROR(read_post_processor());
+    METRO_RETURN_IF_ERROR(bpe_ ? read_bpe_special_ids() : read_special_ids());
     read_token_type_count();
+    METRO_RETURN_IF_ERROR(read_chat_template());
     note_dropped_settings();
-    write(w);
+    if (bpe_) {
+      write_bpe(w);
+    } else {
+      write(w);
+    }
     if (info != nullptr) *info = std::move(info_);
     return {};
   }
@@ -162,13 +186,6 @@ class Converter {
 
   // Refuses what metro's WordPiece would tokenize differently from the reference.
   Status check_pipeline() {
-    model_ = member(root_, "model");
-    if (model_ == nullptr || !model_->is_object()) return bad("no 'model' object");
-    const std::string type = type_of(*model_);
-    if (type != "WordPiece") {
-      return unimplemented("this converter reads WordPiece tokenizers; this one is " +
-                           (type.empty() ? std::string("of no stated type") : shown(type)));
-    }
     if (const json* m = member(*model_, "max_input_chars_per_word");
         m != nullptr && !(m->is_number_integer() && m->get<int64_t>() == 100)) {
       return unimplemented("tokenizer.json: max_input_chars_per_word is " + m->dump().substr(0, 40) +
@@ -208,6 +225,228 @@ class Converter {
                            "tokenizer.json's pre_tokenizer is " +
                            (pre == nullptr ? std::string("missing") : shown(type_of(*pre))));
     }
+    return {};
+  }
+
+  // Byte-level BPE as GPT-2, Llama 3, Qwen and SmolLM save it: the pre-tokenizer must be
+  // one whose split metro (and llama.cpp) reproduce, named by the GGUF `pre` it maps to.
+  Status check_bpe_pipeline() {
+    if (bool_or(*model_, "byte_fallback", false)) {
+      return unimplemented("tokenizer.json: a BPE with byte fallback (SentencePiece style, as Llama 2, Mistral "
+                           "and Gemma save theirs) is not converted; metro converts byte-level BPE tokenizers");
+    }
+    if (member(*model_, "dropout") != nullptr) return unimplemented("tokenizer.json: BPE dropout is set");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      const json* v = member(*model_, key);
+      if (v != nullptr && !(v->is_string() && v->get<std::string>().empty())) {
+        return unimplemented(std::string("tokenizer.json: BPE ") + key + " is set; byte-level BPE has none");
+      }
+    }
+    const bool ignore_merges = bool_or(*model_, "ignore_merges", false);
+    if (const json* norm = member(root_, "normalizer"); norm != nullptr) {
+      const std::string t = type_of(*norm);
+      if (t == "NFC") {
+        info_.warnings.push_back("the NFC normalizer is not applied: text is tokenized as given, as llama.cpp does");
+      } else if (!(t == "Sequence" && member(*norm, "normalizers") != nullptr &&
+                   (*norm)["normalizers"].is_array() && (*norm)["normalizers"].empty())) {
+        return unimplemented("tokenizer.json: a byte-level BPE with the normalizer " + shown(t) +
+                             " (none or NFC is supported)");
+      }
+    }
+    // The pre-tokenizers in order, a Sequence flattened.
+    std::vector<const json*> pres;
+    if (const json* pre = member(root_, "pre_tokenizer"); pre != nullptr) {
+      if (type_of(*pre) == "Sequence") {
+        const json* list = member(*pre, "pretokenizers");
+        if (list == nullptr || !list->is_array()) return bad("pre_tokenizer: a Sequence without pretokenizers");
+        for (const json& p : *list) pres.push_back(&p);
+      } else {
+        pres.push_back(pre);
+      }
+    }
+    std::string found;
+    for (const json* p : pres) found += (found.empty() ? "" : ", ") + shown(type_of(*p));
+    const std::string unsupported =
+        "tokenizer.json: the pre-tokenizer [" + found +
+        "] is not one metro reproduces (ByteLevel with its regex; Digits then ByteLevel; Split with Llama 3's "
+        "or Qwen2's pattern then ByteLevel)";
+    if (pres.empty() || type_of(*pres.back()) != "ByteLevel") return unimplemented(unsupported);
+    const json& byte_level = *pres.back();
+    if (bool_or(byte_level, "add_prefix_space", false)) {
+      return unimplemented("tokenizer.json: ByteLevel with add_prefix_space (a space before every text) is not "
+                           "supported");
+    }
+    const bool byte_regex = bool_or(byte_level, "use_regex", true);
+    std::string family;  // the split's name in metro's table, to check ignore_merges against
+    if (pres.size() == 1 && byte_regex) {
+      pre_ = "gpt-2";
+      family = "gpt2";
+    } else if (pres.size() == 2 && byte_regex && type_of(*pres[0]) == "Digits" &&
+               bool_or(*pres[0], "individual_digits", false)) {
+      pre_ = "starcoder";
+      family = "starcoder";
+    } else if (pres.size() == 2 && !byte_regex && type_of(*pres[0]) == "Split") {
+      const json& split = *pres[0];
+      const json* pattern = member(split, "pattern");
+      const json* regex = pattern != nullptr ? member(*pattern, "Regex") : nullptr;
+      const json* behavior = member(split, "behavior");
+      if (regex == nullptr || !regex->is_string() || behavior == nullptr || !behavior->is_string() ||
+          behavior->get<std::string>() != "Isolated" || bool_or(split, "invert", false)) {
+        return unimplemented(unsupported + "; its Split is not an isolating regex");
+      }
+      const std::string r = regex->get<std::string>();
+      if (r == kHfLlama3Split) {
+        // Llama 3's split with whole words looked up first, or without (as dbrx and smaug).
+        pre_ = ignore_merges ? "llama-bpe" : "smaug-bpe";
+        family = ignore_merges ? "llama3" : "llama3-regex";
+      } else if (r == kHfQwen2Split) {
+        pre_ = "qwen2";
+        family = "qwen2";
+      } else {
+        return unimplemented("tokenizer.json: the pre-tokenizer's split pattern " + shown(r) +
+                             " is not one metro reproduces (Llama 3's and Qwen2's are)");
+      }
+    } else {
+      return unimplemented(unsupported);
+    }
+    const tokenizer::PreTokenizerSpec* spec = tokenizer::find_pre_tokenizer(pre_);
+    METRO_CHECK_MSG(spec != nullptr, "a pre-tokenizer name the converter writes is missing from metro's table");
+    const bool family_ignores = spec->ignore_merges;
+    if (family_ignores != ignore_merges) {
+      return unimplemented("tokenizer.json: ignore_merges is " + std::string(ignore_merges ? "true" : "false") +
+                           " with the " + family + " split, which metro tokenizes with it " +
+                           (family_ignores ? "on" : "off"));
+    }
+    if (const json* dec = member(root_, "decoder"); dec != nullptr && type_of(*dec) != "ByteLevel") {
+      info_.warnings.push_back("the decoder " + shown(type_of(*dec)) + " is read as ByteLevel");
+    }
+    return {};
+  }
+
+  // Rows of the model beyond the tokenizer's tokens (config.json's vocab_size, as Qwen pads
+  // its embedding) get unused placeholders, as llama.cpp's converter writes them.
+  Status pad_to_model_rows() {
+    if (!model_config_) return {};
+    const json* n = member(*model_config_, "vocab_size");
+    if (n == nullptr) return {};
+    if (!n->is_number_unsigned() || n->get<uint64_t>() > tokenizer::kMaxVocabSize) {
+      return invalid_argument("config.json: vocab_size is not a count of tokens");
+    }
+    const auto rows = static_cast<size_t>(n->get<uint64_t>());
+    if (rows < tokens_.size()) {
+      return invalid_argument("config.json: vocab_size " + std::to_string(rows) + " is below the tokenizer's " +
+                              std::to_string(tokens_.size()) + " tokens");
+    }
+    if (rows > tokens_.size() + kMaxHoles) {
+      return invalid_argument("config.json: vocab_size " + std::to_string(rows) + " leaves more than " +
+                              std::to_string(kMaxHoles) + " rows without a token");
+    }
+    tokens_.resize(rows);
+    return {};
+  }
+
+  // "a b" or ["a", "b"], each part a token of the vocabulary.
+  Status read_merges() {
+    const json* merges = member(*model_, "merges");
+    if (merges == nullptr || !merges->is_array()) return bad("model.merges is not an array");
+    if (merges->size() > 4 * tokenizer::kMaxVocabSize) return bad("model.merges is too long");
+    merges_.reserve(merges->size());
+    for (const json& m : *merges) {
+      std::string a, b;
+      if (m.is_string()) {
+        const std::string t = m.get<std::string>();
+        const size_t sp = t.find(' ');
+        if (sp == std::string::npos || t.find(' ', sp + 1) != std::string::npos) {
+          return bad("model.merges: " + shown(t) + " is not two tokens apart by one space");
+        }
+        a = t.substr(0, sp);
+        b = t.substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        a = m[0].get<std::string>();
+        b = m[1].get<std::string>();
+        if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos) {
+          return unimplemented("model.merges: " + shown(a + " " + b) +
+                               " has a space inside a part, which GGUF's \"a b\" merges cannot hold");
+        }
+      } else {
+        return bad("model.merges: an entry that is neither \"a b\" nor [a, b]");
+      }
+      if (a.empty() || b.empty()) return bad("model.merges: an empty part");
+      if (!by_text_.contains(a) || !by_text_.contains(b)) {
+        return bad("model.merges: " + shown(a + " " + b) + " merges a token the vocabulary lacks");
+      }
+      merges_.push_back(a + " " + b);
+    }
+    return {};
+  }
+
+  // A token named by tokenizer_config.json, special_tokens_map.json (a text) or config.json
+  // (an id, or the first of a list), in that order; -1 when none names one.
+  int32_t named_id(const char* key, const char* id_key) {
+    const json* config = config_ ? &*config_ : nullptr;
+    const json* map = special_map_ ? &*special_map_ : nullptr;
+    for (const json* source : {config, map}) {
+      if (auto name = token_name(source, key)) {
+        const int32_t id = find(*name);
+        if (id < 0) info_.warnings.push_back(std::string(key) + " " + shown(*name) + " is not in the vocabulary; ignored");
+        return id;
+      }
+    }
+    if (model_config_) {
+      const json* v = member(*model_config_, id_key);
+      if (v != nullptr && v->is_array() && !v->empty()) v = &(*v)[0];
+      if (v != nullptr && v->is_number_unsigned() && v->get<uint64_t>() < static_cast<uint64_t>(info_.n_vocab)) {
+        return static_cast<int32_t>(v->get<uint64_t>());
+      }
+    }
+    return -1;
+  }
+
+  Status read_bpe_special_ids() {
+    info_.bos_id = named_id("bos_token", "bos_token_id");
+    info_.eos_id = named_id("eos_token", "eos_token_id");
+    info_.pad_id = named_id("pad_token", "pad_token_id");
+    info_.unk_id = named_id("unk_token", "unk_token_id");
+    if (const json* unk = member(*model_, "unk_token"); unk != nullptr && unk->is_string() && info_.unk_id < 0) {
+      info_.unk_id = find(unk->get<std::string>());
+    }
+    // What the post-processor puts around a text decides, unless tokenizer_config.json says.
+    if (info_.first_id >= 0) info_.bos_id = info_.first_id;
+    if (info_.last_id >= 0 && info_.eos_id < 0) info_.eos_id = info_.last_id;
+    add_bos_ = info_.first_id >= 0;
+    add_eos_ = info_.last_id >= 0;
+    if (config_) {
+      if (const json* v = member(*config_, "add_bos_token"); v != nullptr && v->is_boolean()) add_bos_ = v->get<bool>();
+      if (const json* v = member(*config_, "add_eos_token"); v != nullptr && v->is_boolean()) add_eos_ = v->get<bool>();
+    }
+    if (add_bos_ && info_.bos_id < 0) return bad("a BOS is to be added but no BOS token is named");
+    if (add_eos_ && info_.eos_id < 0) return bad("an EOS is to be added but no EOS token is named");
+    return {};
+  }
+
+  // tokenizer_config.json's chat_template (a text, or named templates of which "default"),
+  // or a chat_template.jinja file.
+  Status read_chat_template() {
+    if (config_) {
+      if (const json* t = member(*config_, "chat_template"); t != nullptr) {
+        if (t->is_string()) {
+          chat_template_ = t->get<std::string>();
+        } else if (t->is_array()) {
+          for (const json& e : *t) {
+            const json* name = member(e, "name");
+            const json* text = member(e, "template");
+            if (name != nullptr && name->is_string() && name->get<std::string>() == "default" && text != nullptr &&
+                text->is_string()) {
+              chat_template_ = text->get<std::string>();
+            }
+          }
+          if (!chat_template_) info_.warnings.push_back("tokenizer_config.json: no chat template named 'default'");
+        } else {
+          return invalid_argument("tokenizer_config.json: chat_template is neither a text nor a list");
+        }
+      }
+    }
+    if (!chat_template_ && files_.chat_template_jinja) chat_template_ = *files_.chat_template_jinja;
     return {};
   }
 
@@ -504,6 +743,38 @@ class Converter {
     w.add_bool(p + "add_bos_token", info_.first_id >= 0);
     w.add_bool(p + "add_eos_token", info_.last_id >= 0);
     w.add_bool(p + "add_sep_token", false);
+    if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
+  }
+
+  // llama.cpp's "gpt2" convention: tokens as the file spells them (bytes mapped to
+  // printable characters), merges as "a b".
+  void write_bpe(gguf::Writer& w) {
+    std::vector<std::string> texts;
+    std::vector<int32_t> types;
+    texts.reserve(tokens_.size());
+    types.reserve(tokens_.size());
+    for (const Token& t : tokens_) {
+      texts.push_back(t.text);
+      types.push_back(t.type);
+    }
+    const std::string p = "tokenizer.ggml.";
+    w.add_string(p + "model", "gpt2");
+    w.add_string(p + "pre", pre_);
+    w.add_string_array(p + "tokens", texts);
+    w.add_i32_array(p + "token_type", types);
+    w.add_string_array(p + "merges", merges_);
+    auto id_key = [&](const char* key, int32_t id) {
+      if (id >= 0) w.add_u32(p + key, static_cast<uint32_t>(id));
+    };
+    id_key("bos_token_id", info_.bos_id);
+    id_key("eos_token_id", info_.eos_id);
+    id_key("unknown_token_id", info_.unk_id);
+    id_key("padding_token_id", info_.pad_id);
+    w.add_bool(p + "add_bos_token", add_bos_);
+    w.add_bool(p + "add_eos_token", add_eos_);
+    if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
+    info_.pre = pre_;
+    info_.n_merges = static_cast<int32_t>(merges_.size());
   }
 
   const HfTokenizerFiles& files_;
@@ -516,6 +787,11 @@ class Converter {
   std::map<std::string, int32_t> by_text_;
   std::map<std::string, int32_t> added_by_text_;
   TokenizerInfo info_;
+  bool bpe_ = false;
+  std::string pre_;
+  std::vector<std::string> merges_;
+  bool add_bos_ = false, add_eos_ = false;
+  std::optional<std::string> chat_template_;
 };
 
 }  // namespace
@@ -541,6 +817,8 @@ Expected<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& hf_dir) {
                                    kMaxSideFileBytes));
   METRO_ASSIGN_OR_RETURN(files.config_json,
                          read_file(hf_dir + "/config.json", "config.json", kMaxSideFileBytes));
+  METRO_ASSIGN_OR_RETURN(files.chat_template_jinja,
+                         read_file(hf_dir + "/chat_template.jinja", "chat_template.jinja", kMaxSideFileBytes));
   return files;
 }
 

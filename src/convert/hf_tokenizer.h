@@ -16,7 +16,19 @@
 //
 // Only what metro's WordPiece reproduces is accepted: model WordPiece with 100 characters a
 // word, normalizer BertNormalizer lowercasing (accents stripped), pre-tokenizer
-// BertPreTokenizer. Anything else is refused with an error that says what was found.
+// BertPreTokenizer.
+//
+// A byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM) is written in llama.cpp's "gpt2"
+// convention: tokens as the file spells them, merges "a b", `pre` named by the pre-tokenizer
+// found (ByteLevel alone: gpt-2; Digits then ByteLevel: starcoder; Split with Llama 3's
+// pattern then ByteLevel: llama-bpe, or smaug-bpe without ignore_merges; Split with Qwen2's:
+// qwen2), BOS / EOS / PAD / UNK from tokenizer_config.json, special_tokens_map.json or
+// config.json's ids, add_bos_token from tokenizer_config.json or the post-processor, rows of
+// config.json's vocab_size beyond the tokens filled with unused "[PADn]". Byte-fallback BPE
+// (SentencePiece style) and other splits are refused.
+//
+// Both write tokenizer_config.json's chat template (or chat_template.jinja's) when there is
+// one. Anything else is refused with an error that says what was found.
 // The files are untrusted: sizes, nesting and every id are checked; nothing is written to
 // the Writer unless the whole tokenizer is good.
 #pragma once
@@ -43,6 +55,11 @@ struct TokenizerInfo {
   int32_t first_id = -1;
   int32_t last_id = -1;
   uint32_t token_type_count = 2;
+  // Byte-level BPE: the GGUF pre-tokenizer name written, the merges, BOS and EOS (-1: none).
+  std::string pre;
+  int32_t n_merges = 0;
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
   // Settings of the files metro does not carry over (padding, truncation, lstrip on an
   // added token, ...), one line each.
   std::vector<std::string> warnings;
@@ -54,6 +71,7 @@ struct HfTokenizerFiles {
   std::optional<std::string> tokenizer_config_json;
   std::optional<std::string> special_tokens_map_json;
   std::optional<std::string> config_json;
+  std::optional<std::string> chat_template_jinja;
 };
 
 // Reads the files from `hf_dir`; tokenizer.json must exist.

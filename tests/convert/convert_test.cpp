@@ -309,9 +309,9 @@ TEST(Convert, RefusesWhatItCannotConvertFaithfully) {
   {
     Dir d;
     json c = config();
-    c["model_type"] = "llama";
+    c["model_type"] = "gpt2";
     d.write_model(c, ts);
-    expect_refused(d, "model_type 'llama'");
+    expect_refused(d, "model_type 'gpt2'");
   }
   {
     Dir d;

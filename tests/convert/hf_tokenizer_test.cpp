@@ -229,6 +229,55 @@ TEST(HfTokenizer, SpecialNamesFromConfigFiles) {
   EXPECT_EQ(info.cls_id, 2);   // then the usual name
 }
 
+// A byte-level BPE written by hand in the older spellings: merges as "a b" strings, the
+// EOS named by config.json's id list, named chat templates, rows of config.json's
+// vocab_size past the tokens. (tests/convert/convert_decoder_test.cpp checks whole
+// tokenizers trained by Hugging Face's library.)
+TEST(HfTokenizer, ByteLevelBpeInOlderSpellings) {
+  json j = {{"version", "1.0"},
+            {"normalizer", nullptr},
+            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"post_processor", {{"type", "ByteLevel"}, {"trim_offsets", false}}},
+            {"added_tokens", json::array({{{"id", 6}, {"content", "<|end|>"}, {"special", true}}})},
+            {"model",
+             {{"type", "BPE"},
+              {"vocab", {{"h", 0}, {"i", 1}, {"\xC4\xA0", 2}, {"hi", 3}, {"\xC4\xA0h", 4}, {"\xC4\xA0hi", 5}}},
+              {"merges", json::array({"\xC4\xA0 h", "h i", "\xC4\xA0h i"})}}}};
+  HfTokenizerFiles files;
+  files.tokenizer_json = j.dump();
+  files.config_json = R"({"vocab_size": 10, "eos_token_id": [6, 3]})";
+  files.tokenizer_config_json =
+      R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})";
+  gguf::Writer w;
+  TokenizerInfo info;
+  const Status st = convert::write_hf_tokenizer(files, w, &info);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(info.pre, "gpt-2");
+  EXPECT_EQ(info.n_merges, 3);
+  EXPECT_EQ(info.n_vocab, 10);
+  EXPECT_EQ(info.eos_id, 6);
+  EXPECT_EQ(info.bos_id, -1);
+  const auto bytes = w.serialize();
+  auto f = gguf::File::parse(bytes);
+  ASSERT_TRUE(f.ok());
+  auto tmpl = f->get_string("tokenizer.chat_template");
+  ASSERT_TRUE(tmpl.ok());
+  EXPECT_EQ(*tmpl, "D");
+  auto tok = testing::tokenizer_from(bytes);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ(tok->n_vocab(), 10);
+  EXPECT_EQ(tok->encode("hi hi<|end|>", true, true), (std::vector<int32_t>{3, 5, 6}));
+  // A merge of tokens the vocabulary lacks, and a space inside a pair's part.
+  j["model"]["merges"].push_back("x y");
+  files.tokenizer_json = j.dump();
+  EXPECT_FALSE(convert::write_hf_tokenizer(files, w).ok());
+  j["model"]["merges"].back() = json::array({"h i", "i"});
+  files.tokenizer_json = j.dump();
+  const Status sp = convert::write_hf_tokenizer(files, w);
+  EXPECT_NE(sp.message().find("space inside"), std::string::npos) << sp.message();
+}
+
 struct Refusal {
   const char* name;
   void (*edit)(json&);
@@ -237,9 +286,16 @@ struct Refusal {
 };
 
 const Refusal kRefusals[] = {
-    {"bpe", [](json& j) { j["model"]["type"] = "BPE"; }, ErrorCode::kUnimplemented,
-     "this converter reads WordPiece tokenizers; this one is 'BPE'"},
-    {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, ErrorCode::kUnimplemented, "'Unigram'"},
+    {"bpe_with_wordpiece_prefix", [](json& j) { j["model"]["type"] = "BPE"; }, ErrorCode::kUnimplemented,
+     "BPE continuing_subword_prefix is set"},
+    {"bpe_without_byte_level",
+     [](json& j) {
+       j["model"] = {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", json::array()}};
+       j.erase("normalizer");
+     },
+     ErrorCode::kUnimplemented, "is not one metro reproduces"},
+    {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, ErrorCode::kUnimplemented,
+     "reads WordPiece and byte-level BPE tokenizers; this one is 'Unigram'"},
     {"no_model", [](json& j) { j.erase("model"); }, ErrorCode::kInvalidArgument, "no 'model' object"},
     {"cased", [](json& j) { j["normalizer"]["lowercase"] = false; }, ErrorCode::kUnimplemented,
      "lowercase=false"},

@@ -1,0 +1,260 @@
+// `metro convert` of decoder checkpoints: tiny llama, qwen2 and qwen3 directories as Hugging
+// Face saves them (tests/fixtures/convert_decoders, made by make_fixture.py there with the
+// `tokenizers` library) convert to GGUFs whose tokenizer gives the token ids Hugging Face's
+// gives and whose model computes the logits of a float64 forward pass written from the
+// Hugging Face definitions, and of llama.cpp on the same conversion. Block formats load and
+// stay close; unsupported tokenizers and checkpoints are refused with the reason.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "convert/convert.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "support/model_run.h"
+#include "support/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace metro::convert {
+namespace {
+
+using nlohmann::json;
+using Rows = std::vector<std::vector<float>>;
+namespace fs = std::filesystem;
+
+const json& references() {
+  static const json j = [] {
+    std::ifstream in(metro::testing::source_path("tests/fixtures/convert_decoders/references.json"));
+    return json::parse(in);
+  }();
+  return j;
+}
+
+std::string case_dir(const json& c) {
+  return metro::testing::source_path("tests/fixtures/convert_decoders/" + c["dir"].get<std::string>());
+}
+
+// The rows of `all` (every position) at the fixture's positions.
+Rows at_positions(const Rows& all, const json& c) {
+  Rows out;
+  for (int p : c["positions"].get<std::vector<int>>()) out.push_back(all.at(static_cast<size_t>(p)));
+  return out;
+}
+
+struct Converted {
+  std::vector<uint8_t> bytes;
+  ConvertReport report;
+};
+
+Converted convert_or_die(const std::string& dir, kernels::DType type) {
+  ConvertOptions opts;
+  opts.type = type;
+  Converted c;
+  auto bytes = convert_hf(dir, opts, &c.report);
+  EXPECT_TRUE(bytes.ok()) << dir << ": " << bytes.status().message();
+  if (bytes.ok()) c.bytes = std::move(*bytes);
+  return c;
+}
+
+Rows logits_of(const std::vector<uint8_t>& bytes, const json& c) {
+  auto f = gguf::File::parse(bytes);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  if (!f.ok()) return {};
+  auto m = model::Model::from_file(std::move(*f));
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok()) return {};
+  return at_positions(metro::testing::sequence_logits(**m, c["prompt_ids"].get<std::vector<int32_t>>(), 16), c);
+}
+
+TEST(ConvertDecoder, TokenizersGiveHuggingFacesIdsAndLlamaCppsToo) {
+  for (const json& c : references()["cases"]) {
+    SCOPED_TRACE(c["dir"].get<std::string>());
+    const Converted conv = convert_or_die(case_dir(c), kernels::DType::kF32);
+    auto f = gguf::File::parse(conv.bytes);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    auto tok = tokenizer::Tokenizer::from_gguf(*f);
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    EXPECT_EQ(tok->n_vocab(), c["n_vocab"].get<int>());
+    EXPECT_EQ(conv.report.n_vocab, c["n_vocab"].get<int>());
+    ASSERT_TRUE(f->has("tokenizer.chat_template"));
+    int same = 0;
+    for (const json& t : c["texts"]) {
+      const std::string text = t["text"].get<std::string>();
+      const auto want = t["hf_ids"].get<std::vector<int32_t>>();
+      const auto got = tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
+      EXPECT_EQ(got, want) << "text " << json(text).dump();
+      if (t.contains("llama_cpp_ids")) {
+        EXPECT_EQ(t["llama_cpp_ids"].get<std::vector<int32_t>>(), want);
+      }
+      same += got == want;
+      // And back: decoding gives the text (special tokens printed, after a BOS if added).
+      tokenizer::DecodeOptions dopt;
+      dopt.render_special = true;
+      const std::string round = tok->decode(got, dopt);
+      EXPECT_TRUE(round.size() >= text.size() && round.compare(round.size() - text.size(), text.size(), text) == 0)
+          << json(round).dump() << " from " << json(text).dump();
+    }
+    std::printf("convert %s: %d of %zu texts tokenized as Hugging Face does\n", c["dir"].get<std::string>().c_str(),
+                same, c["texts"].size());
+  }
+}
+
+TEST(ConvertDecoder, ModelsComputeTheHuggingFaceForwardAndMatchLlamaCpp) {
+  for (const json& c : references()["cases"]) {
+    SCOPED_TRACE(c["dir"].get<std::string>());
+    const Converted conv = convert_or_die(case_dir(c), kernels::DType::kF32);
+    const Rows got = logits_of(conv.bytes, c);
+    const Rows hf = c["hf_logits"].get<Rows>();
+    ASSERT_EQ(got.size(), hf.size());
+    const double d_hf = metro::testing::max_abs_diff(got, hf);
+    double d_lc = 0.0;
+    if (c.contains("llama_cpp_logits")) d_lc = metro::testing::max_abs_diff(got, c["llama_cpp_logits"].get<Rows>());
+    // F32 weights; the KV cache in F16 and the summation order differ from the float64
+    // reference. The logits spread over several units, so a wrong rotation order, scaling
+    // or norm shows as differences of the order of 1.
+    std::printf("convert %s: largest logit difference %.4f from the Hugging Face forward, %.4f from llama.cpp\n",
+                c["dir"].get<std::string>().c_str(), d_hf, d_lc);
+    EXPECT_LT(d_hf, 0.02);
+    EXPECT_LT(d_lc, 0.02);
+  }
+}
+
+TEST(ConvertDecoder, HalfAndBlockFormatsLoadAndStayClose) {
+  const json& c = references()["cases"][0];
+  const Rows hf = c["hf_logits"].get<Rows>();
+  for (auto [type, bound] : {std::pair{kernels::DType::kF16, 0.05}, std::pair{kernels::DType::kBF16, 0.3},
+                             std::pair{kernels::DType::kQ8_0, 0.3}}) {
+    const Converted conv = convert_or_die(case_dir(c), type);
+    auto f = gguf::File::parse(conv.bytes);
+    ASSERT_TRUE(f.ok());
+    const gguf::TensorInfo* q = f->find_tensor("blk.0.attn_q.weight");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->type(), kernels::traits(type).ggml) << kernels::traits(type).name;
+    const gguf::TensorInfo* n = f->find_tensor("blk.0.attn_norm.weight");
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n->type(), kernels::traits(kernels::DType::kF32).ggml);
+    const double d = metro::testing::max_abs_diff(logits_of(conv.bytes, c), hf);
+    std::printf("convert %s as %s: largest logit difference %.4f\n", c["dir"].get<std::string>().c_str(),
+                std::string(kernels::traits(type).name).c_str(), d);
+    EXPECT_LT(d, bound) << kernels::traits(type).name;
+  }
+}
+
+// A writable copy of a fixture directory, changed by the test.
+class DirCopy {
+ public:
+  explicit DirCopy(const std::string& from) {
+    metro::testing::TempFile t("");
+    path_ = t.path() + ".d";
+    fs::copy(from, path_, fs::copy_options::recursive);
+  }
+  ~DirCopy() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  json read(const std::string& name) const {
+    std::ifstream in(path_ + "/" + name);
+    return json::parse(in);
+  }
+  void write(const std::string& name, const json& j) const { std::ofstream(path_ + "/" + name) << j.dump(); }
+
+ private:
+  std::string path_;
+};
+
+std::string refusal(const std::string& dir) {
+  auto r = convert_hf(dir, ConvertOptions{});
+  return r.ok() ? std::string("(converted)") : std::string(r.status().message());
+}
+
+TEST(ConvertDecoder, RefusesWhatItWouldGetWrongAndSaysWhy) {
+  const json& cases = references()["cases"];
+  const std::string llama = case_dir(cases[0]), qwen2 = case_dir(cases[1]);
+  {
+    DirCopy d(llama);  // SentencePiece-style BPE
+    json t = d.read("tokenizer.json");
+    t["model"]["byte_fallback"] = true;
+    d.write("tokenizer.json", t);
+    EXPECT_NE(refusal(d.path()).find("byte fallback"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);  // a split pattern of another model
+    json t = d.read("tokenizer.json");
+    t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"(\p{L}+|\p{N}+)";
+    d.write("tokenizer.json", t);
+    EXPECT_NE(refusal(d.path()).find("split pattern"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(qwen2);  // Qwen2's split with ignore_merges, which metro does not pair
+    json t = d.read("tokenizer.json");
+    t["model"]["ignore_merges"] = true;
+    d.write("tokenizer.json", t);
+    EXPECT_NE(refusal(d.path()).find("ignore_merges"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);  // a prefix space before every text
+    json t = d.read("tokenizer.json");
+    t["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
+    d.write("tokenizer.json", t);
+    EXPECT_NE(refusal(d.path()).find("add_prefix_space"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);  // a merge of a token that does not exist
+    json t = d.read("tokenizer.json");
+    t["model"]["merges"].push_back(json::array({"\xC4\xA0zzzz", "q"}));
+    d.write("tokenizer.json", t);
+    EXPECT_NE(refusal(d.path()).find("lacks"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);  // more heads than the weights have rows for
+    json cfg = d.read("config.json");
+    cfg["num_attention_heads"] = 8;
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("has shape"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);
+    json cfg = d.read("config.json");
+    cfg["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("dynamic"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);
+    json cfg = d.read("config.json");
+    cfg["hidden_act"] = "gelu";
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("hidden_act"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(qwen2);  // a vocabulary larger than the embedding
+    json cfg = d.read("config.json");
+    cfg["vocab_size"] = 100;
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("vocab_size"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(llama);
+    json cfg = d.read("config.json");
+    cfg["model_type"] = "gpt_neox";
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("gpt_neox"), std::string::npos) << refusal(d.path());
+  }
+}
+
+// The untied llama's head is required; the tied qwen2 has none and converts without one.
+TEST(ConvertDecoder, TiedAndSeparateHeads) {
+  const json& cases = references()["cases"];
+  const Converted llama = convert_or_die(case_dir(cases[0]), kernels::DType::kF32);
+  const Converted qwen2 = convert_or_die(case_dir(cases[1]), kernels::DType::kF32);
+  auto fl = gguf::File::parse(llama.bytes);
+  auto fq = gguf::File::parse(qwen2.bytes);
+  ASSERT_TRUE(fl.ok() && fq.ok());
+  EXPECT_NE(fl->find_tensor("output.weight"), nullptr);
+  EXPECT_NE(fl->find_tensor("rope_freqs.weight"), nullptr);  // llama3 scaling
+  EXPECT_EQ(fq->find_tensor("output.weight"), nullptr);
+  EXPECT_NE(fq->find_tensor("blk.1.attn_k.bias"), nullptr);
+}
+
+}  // namespace
+}  // namespace metro::convert
