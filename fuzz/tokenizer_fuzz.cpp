@@ -8,7 +8,8 @@
 // Input: a flags byte, then text. Inputs that start with "GGUF" are vocabulary files
 // instead: loading must fail cleanly or give a tokenizer that survives the same checks.
 // Inputs that start with '{' are Hugging Face tokenizer.json files: converting must fail
-// cleanly or give metadata that loads and survives them too.
+// cleanly or give metadata that loads and survives them too. Inputs that start with "SPM:"
+// are SentencePiece tokenizer.model files after it, converted alike.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -235,11 +236,30 @@ void fuzz_tokenizer_json(const uint8_t* data, size_t size) {
   }
 }
 
+void fuzz_sentencepiece_model(const uint8_t* data, size_t size) {
+  metro::convert::HfTokenizerFiles files;
+  files.sentencepiece_model.emplace(reinterpret_cast<const char*>(data), size);
+  metro::gguf::Writer w;
+  if (!metro::convert::write_hf_tokenizer(files, w).ok()) return;
+  const std::vector<uint8_t> bytes = w.serialize();
+  auto f = metro::gguf::File::parse(bytes);
+  require(f.ok(), "converted tokenizer parses");
+  auto tok = Tokenizer::from_gguf(*f);
+  require(tok.ok(), "converted tokenizer loads");
+  for (std::string_view text : {"Hello world, it's 12345!", "caf\xC3\xA9 \xE4\xB8\xAD\xFF\xC3", "  \n\t"}) {
+    check(*tok, text, 0xB0, false);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= 4 && data[0] == 'G' && data[1] == 'G' && data[2] == 'U' && data[3] == 'F') {
     fuzz_vocab_file(data, size);
+    return 0;
+  }
+  if (size >= 4 && data[0] == 'S' && data[1] == 'P' && data[2] == 'M' && data[3] == ':') {
+    fuzz_sentencepiece_model(data + 4, size - 4);
     return 0;
   }
   if (size >= 1 && data[0] == '{') {

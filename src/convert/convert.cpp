@@ -260,6 +260,12 @@ struct DecoderConfig {
   // the two halves of a head: the converter reorders Q's and K's rows to match.
   bool permute_qk = false;
   uint32_t sliding_window = 0;
+  // gemma3: every swa_pattern-th layer global, the others windowed and rotated at their own
+  // base; norms stored as an offset from 1 (Hugging Face multiplies by 1 + w, llama.cpp's
+  // GGUF stores the factor itself).
+  uint32_t swa_pattern = 0;
+  float rope_local_base = 10000.0f;
+  bool norm_plus_one = false;
   std::string rope_type;  // "", "linear", "yarn", "llama3"
   float rope_factor = 1.0f;
   uint32_t rope_orig_ctx = 0;
@@ -279,9 +285,54 @@ bool cfg_bool(const json& c, const char* key, bool dflt) {
   return c.contains(key) && c[key].is_boolean() ? c[key].get<bool>() : dflt;
 }
 
+// Gemma 3's own settings: GELU (tanh) gating, windowed layers with a pattern and their own
+// RoPE base, attention scaled by the head width, no soft-capping.
+Status gemma3_config(const json& c, DecoderConfig& d) {
+  const std::string act = c.value("hidden_activation", c.value("hidden_act", std::string("gelu_pytorch_tanh")));
+  if (act != "gelu_pytorch_tanh") {
+    return unimplemented("config.json: hidden_activation '" + act.substr(0, 32) + "' (gelu_pytorch_tanh is supported)");
+  }
+  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (c.contains(cap) && !c[cap].is_null()) return unimplemented(std::string("config.json: ") + cap + " is not supported");
+  }
+  if (c.contains("query_pre_attn_scalar") && !c["query_pre_attn_scalar"].is_null()) {
+    METRO_ASSIGN_OR_RETURN(uint32_t q, cfg_u32(c, "query_pre_attn_scalar", 1u << 16));
+    if (q != d.head_dim) {
+      return unimplemented("config.json: query_pre_attn_scalar " + std::to_string(q) + " differs from head_dim " +
+                           std::to_string(d.head_dim) + "; metro scales attention by the head width");
+    }
+  }
+  METRO_ASSIGN_OR_RETURN(d.sliding_window, cfg_u32(c, "sliding_window", 1u << 24));
+  METRO_ASSIGN_OR_RETURN(d.rope_local_base, cfg_f32(c, "rope_local_base_freq", 10000.0f, 1.0f, 1e12f));
+  d.norm_plus_one = true;
+  d.tied = true;
+  // Which layers are global: every pattern-th one, from layer_types or sliding_window_pattern.
+  if (c.contains("layer_types") && c["layer_types"].is_array()) {
+    const json& lt = c["layer_types"];
+    if (lt.size() != d.n_layer) return data_loss("config.json: layer_types does not list every layer");
+    uint32_t first_full = 0;
+    while (first_full < d.n_layer && lt[first_full] != "full_attention") ++first_full;
+    d.swa_pattern = first_full + 1;
+    for (uint32_t il = 0; il < d.n_layer; ++il) {
+      const bool full = (il + 1) % d.swa_pattern == 0;
+      if (lt[il] != (full ? "full_attention" : "sliding_attention")) {
+        return unimplemented("config.json: layer_types is not one global layer every " + std::to_string(d.swa_pattern) +
+                             ", the only arrangement metro runs");
+      }
+    }
+  } else {
+    d.swa_pattern = 6;
+    if (c.contains("sliding_window_pattern")) {
+      METRO_ASSIGN_OR_RETURN(d.swa_pattern, cfg_u32(c, "sliding_window_pattern", 1024));
+    }
+  }
+  return {};
+}
+
 Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   DecoderConfig d;
-  d.arch = type == "mistral" ? "llama" : type;
+  const bool gemma3 = type == "gemma3_text" || type == "gemma3";
+  d.arch = type == "mistral" ? "llama" : gemma3 ? "gemma3" : type;
   METRO_ASSIGN_OR_RETURN(d.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
   METRO_ASSIGN_OR_RETURN(d.n_layer, cfg_u32(c, "num_hidden_layers", 1024));
   METRO_ASSIGN_OR_RETURN(d.n_head, cfg_u32(c, "num_attention_heads", 1024));
@@ -302,10 +353,14 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   if (d.head_dim % 2 != 0) return data_loss("config.json: the head width is odd");
   METRO_ASSIGN_OR_RETURN(d.eps, cfg_f32(c, "rms_norm_eps", 1e-6f, 1e-12f, 0.1f));
   METRO_ASSIGN_OR_RETURN(d.theta, cfg_f32(c, "rope_theta", 10000.0f, 1.0f, 1e12f));
-  // transformers' defaults: llama and mistral untied, the Qwen configs say.
+  // transformers' defaults: llama and mistral untied, the Qwen configs say, Gemma tied.
   d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral");
-  const std::string act = c.value("hidden_act", std::string("silu"));
-  if (act != "silu") return unimplemented("config.json: hidden_act '" + act.substr(0, 32) + "' (silu is supported)");
+  if (gemma3) {
+    METRO_RETURN_IF_ERROR(gemma3_config(c, d));
+  } else {
+    const std::string act = c.value("hidden_act", std::string("silu"));
+    if (act != "silu") return unimplemented("config.json: hidden_act '" + act.substr(0, 32) + "' (silu is supported)");
+  }
   if (cfg_bool(c, "mlp_bias", false)) return unimplemented("config.json: mlp_bias (biases on the FFN) is not supported");
   if (type == "qwen2") {
     d.qkv_bias = true;  // Qwen2's attention always has them
@@ -316,7 +371,7 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
     d.qkv_bias = d.o_bias = cfg_bool(c, "attention_bias", false);
     if (d.o_bias) return unimplemented("config.json: attention_bias (biases on Q, K, V and the output) is not supported");
   }
-  d.qk_norm = type == "qwen3";
+  d.qk_norm = type == "qwen3" || gemma3;
   d.permute_qk = d.arch == "llama";
   if (type == "mistral" && c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
     const uint64_t w = c["sliding_window"].get<uint64_t>();
@@ -360,11 +415,24 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
 
 // llama.cpp's GGUF name of a decoder tensor; nullopt for tensors it does not keep (RoPE's
 // cached frequencies, a head tied to the embedding); an error for anything else.
-Expected<std::optional<std::string>> decoder_name(const std::string& hf, const DecoderConfig& d) {
+Expected<std::optional<std::string>> decoder_name(const std::string& hf_name, const DecoderConfig& d) {
+  std::string hf = hf_name;
+  if (d.arch == "gemma3") {
+    // Gemma3ForConditionalGeneration: the language model under a prefix, the vision tower
+    // and its projector beside it (not converted).
+    if (hf.starts_with("vision_tower.") || hf.starts_with("multi_modal_projector.")) return std::optional<std::string>();
+    if (hf.starts_with("language_model.")) hf = hf.substr(15);
+    if (hf.starts_with("model.language_model.")) hf = "model." + hf.substr(21);
+  }
   if (hf.ends_with("rotary_emb.inv_freq")) return std::optional<std::string>();
   if (hf == "model.embed_tokens.weight") return std::optional<std::string>("token_embd.weight");
   if (hf == "model.norm.weight") return std::optional<std::string>("output_norm.weight");
   if (hf == "lm_head.weight") return d.tied ? std::optional<std::string>() : std::optional<std::string>("output.weight");
+  static const std::map<std::string, std::string> kGemmaNorms = {
+      {"post_attention_layernorm", "post_attention_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},
+  };
   static const std::map<std::string, std::string> kLayer = {
       {"input_layernorm", "attn_norm"},  {"post_attention_layernorm", "ffn_norm"},
       {"self_attn.q_proj", "attn_q"},    {"self_attn.k_proj", "attn_k"},
@@ -376,6 +444,11 @@ Expected<std::optional<std::string>> decoder_name(const std::string& hf, const D
   static const std::regex kRe(R"(model\.layers\.(\d{1,4})\.(.+)\.(weight|bias))");
   std::smatch m;
   if (std::regex_match(hf, m, kRe)) {
+    if (d.arch == "gemma3") {
+      if (auto it = kGemmaNorms.find(m[2].str()); it != kGemmaNorms.end()) {
+        return std::optional<std::string>("blk." + m[1].str() + "." + it->second + "." + m[3].str());
+      }
+    }
     if (auto it = kLayer.find(m[2].str()); it != kLayer.end()) {
       return std::optional<std::string>("blk." + m[1].str() + "." + it->second + "." + m[3].str());
     }
@@ -456,6 +529,10 @@ Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const jso
   }
   w.add_u32(a + "vocab_size", d.n_vocab);
   if (d.sliding_window > 0) w.add_u32(a + "attention.sliding_window", d.sliding_window);
+  if (d.swa_pattern > 0) {
+    w.add_u32(a + "attention.sliding_window_pattern", d.swa_pattern);
+    w.add_f32(a + "rope.freq_base_swa", d.rope_local_base);
+  }
   if (d.rope_type == "linear" || d.rope_type == "yarn") {
     w.add_string(a + "rope.scaling.type", d.rope_type);
     w.add_f32(a + "rope.scaling.factor", d.rope_factor);
@@ -483,6 +560,10 @@ Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const jso
     const std::string p = "blk." + std::to_string(il) + ".";
     want[p + "attn_norm.weight"] = {d.n_embd};
     want[p + "ffn_norm.weight"] = {d.n_embd};
+    if (d.arch == "gemma3") {
+      want[p + "post_attention_norm.weight"] = {d.n_embd};
+      want[p + "post_ffw_norm.weight"] = {d.n_embd};
+    }
     want[p + "attn_q.weight"] = {q_rows, d.n_embd};
     want[p + "attn_k.weight"] = {kv_rows, d.n_embd};
     want[p + "attn_v.weight"] = {kv_rows, d.n_embd};
@@ -531,6 +612,9 @@ Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const jso
     } else if (d.permute_qk && (g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias"))) {
       v = permute_heads(v, static_cast<uint32_t>(kv_rows), d.n_kv);
     }
+    if (d.norm_plus_one && g.ends_with("norm.weight")) {
+      for (float& x : v) x += 1.0f;
+    }
     const DType ty = t->shape.size() == 2 ? matrix_type : DType::kF32;
     std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());
     METRO_RETURN_IF_ERROR(w.add_tensor(g, kernels::traits(ty).ggml, dims, float_bytes(v, ty)));
@@ -563,13 +647,24 @@ Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const Conve
   METRO_ASSIGN_OR_RETURN(json cfg, read_json(hf_dir + "/config.json", true));
   const std::string type = cfg.value("model_type", std::string());
   if (type == "bert") return convert_bert(hf_dir, cfg, opts, report);
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma3_text") {
     return convert_decoder(hf_dir, cfg, type, opts, report);
+  }
+  if (type == "gemma3") {
+    // The multimodal checkpoint: its language model's settings are under text_config.
+    if (!cfg.contains("text_config") || !cfg["text_config"].is_object()) {
+      return data_loss("config.json: a gemma3 model without text_config");
+    }
+    json text = cfg["text_config"];
+    for (const char* key : {"vocab_size", "tie_word_embeddings", "_name_or_path"}) {
+      if (!text.contains(key) && cfg.contains(key)) text[key] = cfg[key];
+    }
+    return convert_decoder(hf_dir, text, type, opts, report);
   }
   if (type.empty()) return data_loss("config.json has no model_type");
   return unimplemented("model_type '" + type.substr(0, 64) +
-                       "': this converter writes llama, mistral, qwen2 and qwen3 decoders and BERT encoders; convert "
-                       "other models with llama.cpp's convert_hf_to_gguf.py");
+                       "': this converter writes llama, mistral, qwen2, qwen3 and gemma3 decoders and BERT encoders; "
+                       "convert other models with llama.cpp's convert_hf_to_gguf.py");
 }
 
 }  // namespace metro::convert

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "convert/sentencepiece_model.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -129,31 +130,43 @@ class Converter {
   explicit Converter(const HfTokenizerFiles& files) : files_(files) {}
 
   Status run(gguf::Writer& w, TokenizerInfo* info) {
-    METRO_ASSIGN_OR_RETURN(root_, parse_json(files_.tokenizer_json, "tokenizer.json"));
-    if (!root_.is_object()) return bad("not a JSON object");
     METRO_RETURN_IF_ERROR(read_side_files());
-    model_ = member(root_, "model");
-    if (model_ == nullptr || !model_->is_object()) return bad("no 'model' object");
-    const std::string type = type_of(*model_);
-    bpe_ = type == "BPE";
-    if (type != "WordPiece" && !bpe_) {
-      return unimplemented("this converter reads WordPiece and byte-level BPE tokenizers; this one is " +
+    if (!files_.tokenizer_json.empty() || !files_.sentencepiece_model) {
+      METRO_ASSIGN_OR_RETURN(root_, parse_json(files_.tokenizer_json, "tokenizer.json"));
+      if (!root_.is_object()) return bad("not a JSON object");
+      model_ = member(root_, "model");
+      if (model_ == nullptr || !model_->is_object()) return bad("no 'model' object");
+    }
+    const std::string type = model_ != nullptr ? type_of(*model_) : std::string();
+    // A SentencePiece model converts from tokenizer.model, whose scores and piece types
+    // tokenizer.json does not keep; tokenizer.json then adds only its added tokens.
+    sp_ = files_.sentencepiece_model.has_value() &&
+          (model_ == nullptr || type == "Unigram" || (type == "BPE" && bool_or(*model_, "byte_fallback", false)));
+    bpe_ = !sp_ && type == "BPE";
+    if (!sp_ && type != "WordPiece" && !bpe_) {
+      return unimplemented("this converter reads WordPiece and byte-level BPE tokenizers and SentencePiece BPE models "
+                           "(tokenizer.model); this one is " +
                            (type.empty() ? std::string("of no stated type") : shown(type)));
     }
-    METRO_RETURN_IF_ERROR(bpe_ ? check_bpe_pipeline() : check_pipeline());
-    METRO_RETURN_IF_ERROR(read_vocab());
-    METRO_RETURN_IF_ERROR(read_added_tokens());
-    if (bpe_) {
-      METRO_RETURN_IF_ERROR(pad_to_model_rows());
-      METRO_RETURN_IF_ERROR(read_merges());
+    if (sp_) {
+      METRO_RETURN_IF_ERROR(read_sentencepiece());
+    } else {
+      METRO_RETURN_IF_ERROR(bpe_ ? check_bpe_pipeline() : check_pipeline());
+      METRO_RETURN_IF_ERROR(read_vocab());
     }
+    METRO_RETURN_IF_ERROR(read_added_tokens());
+    METRO_RETURN_IF_ERROR(read_added_tokens_decoder());
+    if (bpe_ || sp_) METRO_RETURN_IF_ERROR(pad_to_model_rows());
+    if (bpe_) METRO_RETURN_IF_ERROR(read_merges());
     fill_holes();
     METRO_RETURN_IF_ERROR(read_post_processor());
-    METRO_RETURN_IF_ERROR(bpe_ ? read_bpe_special_ids() : read_special_ids());
+    METRO_RETURN_IF_ERROR(bpe_ || sp_ ? read_bpe_special_ids() : read_special_ids());
     read_token_type_count();
     METRO_RETURN_IF_ERROR(read_chat_template());
     note_dropped_settings();
-    if (bpe_) {
+    if (sp_) {
+      write_spm(w);
+    } else if (bpe_) {
       write_bpe(w);
     } else {
       write(w);
@@ -233,7 +246,7 @@ class Converter {
   Status check_bpe_pipeline() {
     if (bool_or(*model_, "byte_fallback", false)) {
       return unimplemented("tokenizer.json: a BPE with byte fallback (SentencePiece style, as Llama 2, Mistral "
-                           "and Gemma save theirs) is not converted; metro converts byte-level BPE tokenizers");
+                           "and Gemma save theirs) converts from its tokenizer.model, which this directory lacks");
     }
     if (member(*model_, "dropout") != nullptr) return unimplemented("tokenizer.json: BPE dropout is set");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -323,6 +336,70 @@ class Converter {
     return {};
   }
 
+  // The pieces of tokenizer.model as the vocabulary, with their scores and types, when the
+  // model is one metro's SentencePiece BPE reproduces.
+  Status read_sentencepiece() {
+    METRO_ASSIGN_OR_RETURN(sp_model_, parse_sentencepiece_model(*files_.sentencepiece_model));
+    const SpModel& m = sp_model_;
+    if (m.model_type != 2) {
+      const char* names[] = {"", "unigram", "BPE", "word", "char"};
+      const std::string kind = m.model_type >= 1 && m.model_type <= 4 ? names[m.model_type] : "unknown";
+      return unimplemented("tokenizer.model: a SentencePiece " + kind +
+                           " model; metro converts SentencePiece BPE models (as Llama 2, Mistral and Gemma use)");
+    }
+    if (m.whitespace_as_suffix) return unimplemented("tokenizer.model: whitespace as a suffix is not supported");
+    if (!m.escape_whitespaces) return unimplemented("tokenizer.model: spaces not escaped as U+2581 are not supported");
+    if (m.has_charsmap || !(m.normalizer.empty() || m.normalizer == "identity")) {
+      return unimplemented("tokenizer.model: the normalizer " + shown(m.normalizer) +
+                           " rewrites text before tokenizing, which metro does not (identity is supported)");
+    }
+    if (m.remove_extra_whitespaces) {
+      info_.warnings.push_back("tokenizer.model collapses runs of spaces; metro, like llama.cpp, keeps them");
+    }
+    tokens_.resize(m.pieces.size());
+    scores_.resize(m.pieces.size());
+    for (size_t i = 0; i < m.pieces.size(); ++i) {
+      const SpPiece& p = m.pieces[i];
+      if (p.text.size() > kMaxTokenTextBytes) return bad("tokenizer.model: a piece is too long");
+      tokens_[i] = Token{p.text, p.type, true};
+      scores_[i] = p.score;
+      by_text_.emplace(p.text, static_cast<int32_t>(i));
+    }
+    n_placed_ = m.pieces.size();
+    return {};
+  }
+
+  // tokenizer_config.json's added_tokens_decoder: {"id": {"content": ..., "special": ...}}, as
+  // transformers saves the tokens it adds to a vocabulary.
+  Status read_added_tokens_decoder() {
+    if (!config_) return {};
+    const json* dec = member(*config_, "added_tokens_decoder");
+    if (dec == nullptr) return {};
+    if (!dec->is_object()) return invalid_argument("tokenizer_config.json: added_tokens_decoder is not an object");
+    for (const auto& [key, t] : dec->items()) {
+      const json* content = member(t, "content");
+      if (content == nullptr || !content->is_string() || key.empty() || key.size() > 9 ||
+          key.find_first_not_of("0123456789") != std::string::npos) {
+        return invalid_argument("tokenizer_config.json: added_tokens_decoder entry " + shown(key) +
+                                " is not an id with a content");
+      }
+      const int64_t id = std::stoll(key);
+      const std::string text = content->get<std::string>();
+      const auto i = static_cast<size_t>(id);
+      if (i < tokens_.size() && tokens_[i].present && tokens_[i].text == text) {
+        if (bool_or(t, "special", false) && tokens_[i].type == kTypeNormal) tokens_[i].type = kTypeControl;
+        continue;  // already known
+      }
+      if (i < tokens_.size() && tokens_[i].present) {
+        info_.warnings.push_back("added token " + shown(text) + " replaces " + shown(tokens_[i].text) + " at id " + key);
+      }
+      METRO_RETURN_IF_ERROR(place(text, id, "added_tokens_decoder"));
+      tokens_[i].type = bool_or(t, "special", false) ? kTypeControl : kTypeUserDefined;
+      added_by_text_.emplace(text, static_cast<int32_t>(id));
+    }
+    return {};
+  }
+
   // Rows of the model beyond the tokenizer's tokens (config.json's vocab_size, as Qwen pads
   // its embedding) get unused placeholders, as llama.cpp's converter writes them.
   Status pad_to_model_rows() {
@@ -407,13 +484,25 @@ class Converter {
     info_.eos_id = named_id("eos_token", "eos_token_id");
     info_.pad_id = named_id("pad_token", "pad_token_id");
     info_.unk_id = named_id("unk_token", "unk_token_id");
-    if (const json* unk = member(*model_, "unk_token"); unk != nullptr && unk->is_string() && info_.unk_id < 0) {
+    if (const json* unk = model_ != nullptr ? member(*model_, "unk_token") : nullptr;
+        unk != nullptr && unk->is_string() && info_.unk_id < 0) {
       info_.unk_id = find(unk->get<std::string>());
+    }
+    if (sp_) {
+      // tokenizer.model's own ids where no file names the token.
+      auto own = [&](int32_t& id, int32_t sp_id) {
+        if (id < 0 && sp_id >= 0 && sp_id < info_.n_vocab) id = sp_id;
+      };
+      own(info_.bos_id, sp_model_.bos_id);
+      own(info_.eos_id, sp_model_.eos_id);
+      own(info_.unk_id, sp_model_.unk_id);
+      own(info_.pad_id, sp_model_.pad_id);
     }
     // What the post-processor puts around a text decides, unless tokenizer_config.json says.
     if (info_.first_id >= 0) info_.bos_id = info_.first_id;
     if (info_.last_id >= 0 && info_.eos_id < 0) info_.eos_id = info_.last_id;
-    add_bos_ = info_.first_id >= 0;
+    // A SentencePiece tokenizer adds its BOS unless told not to (transformers' default).
+    add_bos_ = info_.first_id >= 0 || (sp_ && root_.is_null() && info_.bos_id >= 0);
     add_eos_ = info_.last_id >= 0;
     if (config_) {
       if (const json* v = member(*config_, "add_bos_token"); v != nullptr && v->is_boolean()) add_bos_ = v->get<bool>();
@@ -521,6 +610,15 @@ class Converter {
       }
       const std::string text = content->get<std::string>();
       const int64_t i = id->get<int64_t>();
+      if (sp_ && i >= 0 && static_cast<size_t>(i) < tokens_.size() && tokens_[static_cast<size_t>(i)].present &&
+          tokens_[static_cast<size_t>(i)].text == text) {
+        // A piece of tokenizer.model listed again: its own type stands (<unk> stays unknown,
+        // byte pieces stay bytes); a normal piece marked special becomes a control token.
+        Token& tk = tokens_[static_cast<size_t>(i)];
+        if (bool_or(t, "special", false) && tk.type == kTypeNormal) tk.type = kTypeControl;
+        added_by_text_.emplace(text, static_cast<int32_t>(i));
+        continue;
+      }
       if (i >= 0 && static_cast<size_t>(i) < tokens_.size() && tokens_[static_cast<size_t>(i)].present &&
           tokens_[static_cast<size_t>(i)].text != text) {
         const std::string& old = tokens_[static_cast<size_t>(i)].text;
@@ -777,6 +875,41 @@ class Converter {
     info_.n_merges = static_cast<int32_t>(merges_.size());
   }
 
+  // llama.cpp's "llama" convention: the pieces with their scores and types; a space before
+  // the text when the model adds one.
+  void write_spm(gguf::Writer& w) {
+    std::vector<std::string> texts;
+    std::vector<int32_t> types;
+    std::vector<float> scores;
+    // Added tokens score below every piece, so that no merge prefers them.
+    float lowest = 0.0f;
+    for (float f : scores_) lowest = std::min(lowest, f);
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      texts.push_back(tokens_[i].text);
+      types.push_back(tokens_[i].type);
+      scores.push_back(i < scores_.size() ? scores_[i] : lowest - 1.0f);
+    }
+    const std::string p = "tokenizer.ggml.";
+    w.add_string(p + "model", "llama");
+    w.add_string(p + "pre", "default");
+    w.add_string_array(p + "tokens", texts);
+    w.add_f32_array(p + "scores", scores);
+    w.add_i32_array(p + "token_type", types);
+    auto id_key = [&](const char* key, int32_t id) {
+      if (id >= 0) w.add_u32(p + key, static_cast<uint32_t>(id));
+    };
+    id_key("bos_token_id", info_.bos_id);
+    id_key("eos_token_id", info_.eos_id);
+    id_key("unknown_token_id", info_.unk_id);
+    id_key("padding_token_id", info_.pad_id);
+    w.add_bool(p + "add_bos_token", add_bos_);
+    w.add_bool(p + "add_eos_token", add_eos_);
+    w.add_bool(p + "add_space_prefix", sp_model_.add_dummy_prefix);
+    if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
+    info_.pre = "default";
+    info_.sentencepiece = true;
+  }
+
   const HfTokenizerFiles& files_;
   json root_;
   const json* model_ = nullptr;
@@ -788,6 +921,9 @@ class Converter {
   std::map<std::string, int32_t> added_by_text_;
   TokenizerInfo info_;
   bool bpe_ = false;
+  bool sp_ = false;
+  SpModel sp_model_;
+  std::vector<float> scores_;  // of the pieces of tokenizer.model
   std::string pre_;
   std::vector<std::string> merges_;
   bool add_bos_ = false, add_eos_ = false;
@@ -800,6 +936,9 @@ Expected<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& hf_dir) {
   HfTokenizerFiles files;
   METRO_ASSIGN_OR_RETURN(auto tok, read_file(hf_dir + "/tokenizer.json", "tokenizer.json",
                                              kMaxTokenizerJsonBytes));
+  METRO_ASSIGN_OR_RETURN(files.sentencepiece_model,
+                         read_file(hf_dir + "/tokenizer.model", "tokenizer.model", kMaxTokenizerJsonBytes));
+  if (!tok && files.sentencepiece_model) tok = std::string();
   if (!tok) {
     struct stat st {};
     if (::stat((hf_dir + "/vocab.txt").c_str(), &st) == 0) {

@@ -27,7 +27,14 @@
 // config.json's vocab_size beyond the tokens filled with unused "[PADn]". Byte-fallback BPE
 // (SentencePiece style) and other splits are refused.
 //
-// Both write tokenizer_config.json's chat template (or chat_template.jinja's) when there is
+// A SentencePiece BPE model (tokenizer.model, as Llama 2, Mistral and Gemma ship theirs; used
+// when tokenizer.json is absent or is its byte-fallback BPE) is written in llama.cpp's
+// "llama" convention: the pieces with their scores and types, add_space_prefix from the
+// model's dummy prefix, the added tokens of tokenizer.json and tokenizer_config.json's
+// added_tokens_decoder, BOS added unless the files say otherwise. Unigram models and
+// normalizing rules (NFKC) are refused.
+//
+// All write tokenizer_config.json's chat template (or chat_template.jinja's) when there is
 // one. Anything else is refused with an error that says what was found.
 // The files are untrusted: sizes, nesting and every id are checked; nothing is written to
 // the Writer unless the whole tokenizer is good.
@@ -60,6 +67,7 @@ struct TokenizerInfo {
   int32_t n_merges = 0;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
+  bool sentencepiece = false;  // written from tokenizer.model
   // Settings of the files metro does not carry over (padding, truncation, lstrip on an
   // added token, ...), one line each.
   std::vector<std::string> warnings;
@@ -72,9 +80,11 @@ struct HfTokenizerFiles {
   std::optional<std::string> special_tokens_map_json;
   std::optional<std::string> config_json;
   std::optional<std::string> chat_template_jinja;
+  // tokenizer.model (a SentencePiece model); tokenizer_json may then be empty.
+  std::optional<std::string> sentencepiece_model;
 };
 
-// Reads the files from `hf_dir`; tokenizer.json must exist.
+// Reads the files from `hf_dir`; tokenizer.json or tokenizer.model must exist.
 Expected<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& hf_dir);
 
 // Adds the tokenizer keys to `w`; fills `info` when given.

@@ -6,8 +6,11 @@
 // stay close; unsupported tokenizers and checkpoints are refused with the reason.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "convert/convert.h"
@@ -30,6 +33,14 @@ const json& references() {
     return json::parse(in);
   }();
   return j;
+}
+
+const json& case_named(const std::string& dir) {
+  for (const json& c : references()["cases"]) {
+    if (c["dir"] == dir) return c;
+  }
+  ADD_FAILURE() << "no fixture " << dir;
+  return references()["cases"][0];
 }
 
 std::string case_dir(const json& c) {
@@ -85,9 +96,8 @@ TEST(ConvertDecoder, TokenizersGiveHuggingFacesIdsAndLlamaCppsToo) {
       const auto want = t["hf_ids"].get<std::vector<int32_t>>();
       const auto got = tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
       EXPECT_EQ(got, want) << "text " << json(text).dump();
-      if (t.contains("llama_cpp_ids")) {
-        EXPECT_EQ(t["llama_cpp_ids"].get<std::vector<int32_t>>(), want);
-      }
+      ASSERT_TRUE(t.contains("llama_cpp_ids"));
+      EXPECT_EQ(t["llama_cpp_ids"].get<std::vector<int32_t>>(), want);
       same += got == want;
       // And back: decoding gives the text (special tokens printed, after a BOS if added).
       tokenizer::DecodeOptions dopt;
@@ -109,8 +119,8 @@ TEST(ConvertDecoder, ModelsComputeTheHuggingFaceForwardAndMatchLlamaCpp) {
     const Rows hf = c["hf_logits"].get<Rows>();
     ASSERT_EQ(got.size(), hf.size());
     const double d_hf = metro::testing::max_abs_diff(got, hf);
-    double d_lc = 0.0;
-    if (c.contains("llama_cpp_logits")) d_lc = metro::testing::max_abs_diff(got, c["llama_cpp_logits"].get<Rows>());
+    ASSERT_TRUE(c.contains("llama_cpp_logits"));
+    const double d_lc = metro::testing::max_abs_diff(got, c["llama_cpp_logits"].get<Rows>());
     // F32 weights; the KV cache in F16 and the summation order differ from the float64
     // reference. The logits spread over several units, so a wrong rotation order, scaling
     // or norm shows as differences of the order of 1.
@@ -122,7 +132,7 @@ TEST(ConvertDecoder, ModelsComputeTheHuggingFaceForwardAndMatchLlamaCpp) {
 }
 
 TEST(ConvertDecoder, HalfAndBlockFormatsLoadAndStayClose) {
-  const json& c = references()["cases"][0];
+  const json& c = case_named("llama_tiny");
   const Rows hf = c["hf_logits"].get<Rows>();
   for (auto [type, bound] : {std::pair{kernels::DType::kF16, 0.05}, std::pair{kernels::DType::kBF16, 0.3},
                              std::pair{kernels::DType::kQ8_0, 0.3}}) {
@@ -168,8 +178,7 @@ std::string refusal(const std::string& dir) {
 }
 
 TEST(ConvertDecoder, RefusesWhatItWouldGetWrongAndSaysWhy) {
-  const json& cases = references()["cases"];
-  const std::string llama = case_dir(cases[0]), qwen2 = case_dir(cases[1]);
+  const std::string llama = case_dir(case_named("llama_tiny")), qwen2 = case_dir(case_named("qwen2_tiny"));
   {
     DirCopy d(llama);  // SentencePiece-style BPE
     json t = d.read("tokenizer.json");
@@ -242,11 +251,88 @@ TEST(ConvertDecoder, RefusesWhatItWouldGetWrongAndSaysWhy) {
   }
 }
 
+// The safetensors file at `path` with its tensors renamed by `rename` (offsets unchanged) and
+// `extra` (an F32 tensor of 4 values) added at the end of the data.
+void rewrite_names(const std::string& path, const std::function<std::string(const std::string&)>& rename,
+                   const std::string& extra) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const json header = json::parse(bytes.substr(8, n));
+  std::string data = bytes.substr(8 + n);
+  json out = json::object();
+  for (const auto& [k, v] : header.items()) out[k == "__metadata__" ? k : rename(k)] = v;
+  const float four[4] = {1, 2, 3, 4};
+  out[extra] = {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {data.size(), data.size() + 16}}};
+  data.append(reinterpret_cast<const char*>(four), 16);
+  const std::string hs = out.dump();
+  std::string file(8, '\0');
+  const uint64_t hn = hs.size();
+  std::memcpy(file.data(), &hn, 8);
+  std::ofstream(path, std::ios::binary) << file << hs << data;
+}
+
+// Gemma3ForConditionalGeneration saves the language model under a prefix, its settings under
+// text_config, beside a vision tower: the language model converts to the same file.
+TEST(ConvertDecoder, MultimodalGemma3ConvertsItsLanguageModel) {
+  const std::string dir = case_dir(case_named("gemma3_tiny"));
+  DirCopy p(dir);  // the name written is the config's, not the directory's
+  json text = p.read("config.json");
+  text["_name_or_path"] = "tiny";
+  p.write("config.json", text);
+  auto plain = convert_hf(p.path(), ConvertOptions{});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  DirCopy d(dir);
+  text.erase("_name_or_path");
+  const json outer = {{"model_type", "gemma3"}, {"architectures", {"Gemma3ForConditionalGeneration"}},
+                      {"_name_or_path", "tiny"}, {"text_config", text}, {"vision_config", {{"hidden_size", 16}}}};
+  d.write("config.json", outer);
+  rewrite_names(d.path() + "/model.safetensors",
+                [](const std::string& k) { return "language_model." + k; }, "vision_tower.patch.weight");
+  auto mm = convert_hf(d.path(), ConvertOptions{});
+  ASSERT_TRUE(mm.ok()) << mm.status().message();
+  EXPECT_EQ(*mm, *plain);
+}
+
+// A directory with both tokenizer files: a byte-fallback tokenizer.json defers to
+// tokenizer.model (whose scores and piece types it lacks), adding its added tokens.
+TEST(ConvertDecoder, SentencePieceModelIsReadBesideItsTokenizerJson) {
+  const json& c = case_named("llama2_tiny");
+  DirCopy d(case_dir(c));
+  const json tj = {{"version", "1.0"},
+                   {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                                 {{"id", 601}, {"content", "<|extra|>"}, {"special", true}}})},
+                   {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  d.write("tokenizer.json", tj);
+  json cfg = d.read("config.json");
+  const int rows = cfg["vocab_size"].get<int>();
+  auto r = convert_hf(d.path(), ConvertOptions{});
+  ASSERT_FALSE(r.ok());  // the added token makes the vocabulary one longer than the rows
+  EXPECT_NE(std::string(r.status().message()).find("vocab_size"), std::string::npos) << r.status().message();
+  json tj2 = tj;
+  tj2["added_tokens"].erase(1);
+  d.write("tokenizer.json", tj2);
+  const Converted conv = convert_or_die(d.path(), kernels::DType::kF32);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok());
+  auto tok = tokenizer::Tokenizer::from_gguf(*f);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ(tok->n_vocab(), rows);
+  const json& t = c["texts"][1];
+  EXPECT_EQ(tok->encode(t["text"].get<std::string>(), true, true), t["hf_ids"].get<std::vector<int32_t>>());
+  // Without tokenizer.model the byte-fallback tokenizer.json is refused with the reason.
+  fs::remove(d.path() + "/tokenizer.model");
+  auto no_model = convert_hf(d.path(), ConvertOptions{});
+  ASSERT_FALSE(no_model.ok());
+  EXPECT_NE(std::string(no_model.status().message()).find("tokenizer.model"), std::string::npos)
+      << no_model.status().message();
+}
+
 // The untied llama's head is required; the tied qwen2 has none and converts without one.
 TEST(ConvertDecoder, TiedAndSeparateHeads) {
-  const json& cases = references()["cases"];
-  const Converted llama = convert_or_die(case_dir(cases[0]), kernels::DType::kF32);
-  const Converted qwen2 = convert_or_die(case_dir(cases[1]), kernels::DType::kF32);
+  const Converted llama = convert_or_die(case_dir(case_named("llama_tiny")), kernels::DType::kF32);
+  const Converted qwen2 = convert_or_die(case_dir(case_named("qwen2_tiny")), kernels::DType::kF32);
   auto fl = gguf::File::parse(llama.bytes);
   auto fq = gguf::File::parse(qwen2.bytes);
   ASSERT_TRUE(fl.ok() && fq.ok());

@@ -5,6 +5,8 @@
 // or files that are malformed.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -278,6 +280,90 @@ TEST(HfTokenizer, ByteLevelBpeInOlderSpellings) {
   EXPECT_NE(sp.message().find("space inside"), std::string::npos) << sp.message();
 }
 
+// A SentencePiece ModelProto written here field by field.
+std::string pb_varint(uint64_t v) {
+  std::string out;
+  do {
+    out.push_back(static_cast<char>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+    v >>= 7;
+  } while (v != 0);
+  return out;
+}
+std::string pb_len(uint32_t field, const std::string& bytes) {
+  return pb_varint(field << 3 | 2) + pb_varint(bytes.size()) + bytes;
+}
+std::string pb_int(uint32_t field, int64_t v) { return pb_varint(field << 3) + pb_varint(static_cast<uint64_t>(v)); }
+std::string pb_piece(const std::string& text, float score, int type) {
+  std::string f(4, '\0');
+  std::memcpy(f.data(), &score, 4);
+  return pb_len(1, pb_len(1, text) + pb_varint(2 << 3 | 5) + f + pb_int(3, type));
+}
+
+std::string sp_model_bytes(int model_type, const std::string& normalizer, bool dummy_prefix) {
+  std::string m;
+  m += pb_piece("<unk>", 0, 2);
+  m += pb_piece("<s>", 0, 3);
+  m += pb_piece("</s>", 0, 3);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    m += pb_piece(name, 0, 6);
+  }
+  const char* pieces[] = {"\xE2\x96\x81h", "\xE2\x96\x81hi", "h", "i", "\xE2\x96\x81"};
+  const float scores[] = {-1, -2, -3, -4, -5};
+  for (int i = 0; i < 5; ++i) m += pb_piece(pieces[i], scores[i], 1);
+  m += pb_len(2, pb_int(3, model_type) + pb_int(35, 1) + pb_int(40, 0) + pb_int(41, 1) + pb_int(42, 2) +
+                     pb_int(43, -1));
+  m += pb_len(3, pb_len(1, normalizer) + pb_int(3, dummy_prefix ? 1 : 0) + pb_int(4, 0));
+  return m;
+}
+
+TEST(HfTokenizer, SentencePieceModelFile) {
+  HfTokenizerFiles files;
+  files.sentencepiece_model = sp_model_bytes(2, "identity", true);
+  gguf::Writer w;
+  TokenizerInfo info;
+  const Status st = convert::write_hf_tokenizer(files, w, &info);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(info.sentencepiece);
+  EXPECT_EQ(info.n_vocab, 3 + 256 + 5);
+  EXPECT_EQ(info.bos_id, 1);
+  EXPECT_EQ(info.unk_id, 0);
+  const auto bytes = w.serialize();
+  auto tok = testing::tokenizer_from(bytes);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  // A space before the text, "hi" from the pieces, "!" through its byte.
+  EXPECT_EQ(tok->encode("hi!", true, false), (std::vector<int32_t>{1, 260, 33 + 3}));
+  auto f = gguf::File::parse(bytes);
+  ASSERT_TRUE(f.ok());
+  auto types = f->get_int_array("tokenizer.ggml.token_type");
+  ASSERT_TRUE(types.ok());
+  EXPECT_EQ((*types)[0], 2);    // unknown
+  EXPECT_EQ((*types)[3], 6);    // byte
+  EXPECT_EQ((*types)[259], 1);  // normal
+
+  auto refused = [&](const std::string& model, const char* needle) {
+    HfTokenizerFiles bad;
+    bad.sentencepiece_model = model;
+    gguf::Writer bw;
+    const Status s = convert::write_hf_tokenizer(bad, bw);
+    EXPECT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  refused(sp_model_bytes(1, "identity", true), "unigram");
+  refused(sp_model_bytes(2, "nmt_nfkc", true), "'nmt_nfkc'");
+  refused(pb_varint(9 << 3 | 3), "wire type 3");
+  refused(std::string("\x0a\xff\xff\xff\xff\x0f", 6), "runs past the end");
+  // Every prefix of a good file parses or is refused; none is read past its end.
+  const std::string good = *files.sentencepiece_model;
+  for (size_t n = 0; n < good.size(); n += 7) {
+    HfTokenizerFiles cut;
+    cut.sentencepiece_model = good.substr(0, n);
+    gguf::Writer cw;
+    (void)convert::write_hf_tokenizer(cut, cw);
+  }
+}
+
 struct Refusal {
   const char* name;
   void (*edit)(json&);
@@ -295,7 +381,7 @@ const Refusal kRefusals[] = {
      },
      ErrorCode::kUnimplemented, "is not one metro reproduces"},
     {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, ErrorCode::kUnimplemented,
-     "reads WordPiece and byte-level BPE tokenizers; this one is 'Unigram'"},
+     "byte-level BPE tokenizers and SentencePiece BPE models (tokenizer.model); this one is 'Unigram'"},
     {"no_model", [](json& j) { j.erase("model"); }, ErrorCode::kInvalidArgument, "no 'model' object"},
     {"cased", [](json& j) { j["normalizer"]["lowercase"] = false; }, ErrorCode::kUnimplemented,
      "lowercase=false"},
