@@ -1,10 +1,10 @@
 // metro convert HF_DIR OUT.gguf [--type f16|f32|bf16|q8_0|q4_0|...]
 //
 // Writes a Hugging Face checkpoint directory (config.json, model.safetensors or its shards,
-// tokenizer.json) as a GGUF that metro and llama.cpp load: llama, mistral, qwen2 and qwen3
-// decoders and BERT-family encoders (convert/convert.h). Matrices in --type, everything else
-// F32; the output is written to a temporary file and renamed, so a failed run leaves no
-// partial file.
+// tokenizer.json or tokenizer.model) as a GGUF that metro and llama.cpp load: llama,
+// mistral, qwen2, qwen3 and gemma3 decoders and BERT-family encoders (convert/convert.h).
+// Matrices in --type, everything else F32; the output is written to a temporary file and
+// renamed, so a failed run leaves no partial file.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
