@@ -177,9 +177,9 @@ def main(out):
         f.write(tokenizer_json_seed())
     with open(os.path.join(out, "tokenizer_bpe.json"), "wb") as f:
         f.write(tokenizer_json_bpe_seed())
-    # A SentencePiece model (tests/fixtures/convert_decoders, made by sentencepiece there).
+    # A SentencePiece model (tests/fixtures/hf_checkpoints, made by sentencepiece there).
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "tests", "fixtures", "convert_decoders", "gemma3_tiny", "tokenizer.model"),
+    with open(os.path.join(here, "..", "tests", "fixtures", "hf_checkpoints", "gemma3_tiny", "tokenizer.model"),
               "rb") as src, open(os.path.join(out, "sentencepiece_gemma.model"), "wb") as f:
         f.write(b"SPM:" + src.read())
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,11 +50,69 @@ Expected<uint32_t> cfg_u32(const json& c, const char* key, uint32_t max) {
   return static_cast<uint32_t>(v);
 }
 
+Expected<float> cfg_f32(const json& c, const char* key, float dflt, float lo, float hi) {
+  if (!c.contains(key) || c[key].is_null()) return dflt;
+  if (!c[key].is_number()) return data_loss(std::string("config.json: '") + key + "' is not a number");
+  const double v = c[key].get<double>();
+  if (!(v >= lo && v <= hi)) return data_loss(std::string("config.json: '") + key + "' = " + std::to_string(v) + " is out of range");
+  return static_cast<float>(v);
+}
+
+bool cfg_bool(const json& c, const char* key, bool dflt) {
+  return c.contains(key) && c[key].is_boolean() ? c[key].get<bool>() : dflt;
+}
+
 struct BertConfig {
   uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_ff = 0, n_ctx = 0, n_types = 0, n_vocab = 0;
   float eps = 1e-12f;
   uint32_t pooling = 1;  // GGUF pooling_type: 1 mean, 2 CLS
 };
+
+// sentence-transformers' pooling module, when the directory has one (GGUF pooling_type:
+// 1 mean, 2 CLS); `pooling` is left as it is otherwise.
+Status read_pooling(const std::string& dir, uint32_t& pooling) {
+  METRO_ASSIGN_OR_RETURN(json pool, read_json(dir + "/1_Pooling/config.json", false));
+  if (!pool.is_object()) return {};
+  if (pool.value("pooling_mode_mean_tokens", false)) {
+    pooling = 1;
+  } else if (pool.value("pooling_mode_cls_token", false)) {
+    pooling = 2;
+  } else {
+    return unimplemented("1_Pooling/config.json: only mean and CLS pooling are supported");
+  }
+  return {};
+}
+
+std::string dims_text(const std::vector<uint64_t>& v) {
+  std::string s;
+  for (uint64_t d : v) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + s + "]";
+}
+
+using TensorNamer = std::function<Expected<std::optional<std::string>>(const std::string&)>;
+
+// The checkpoint's tensors by their GGUF names, each of the shape `want` expects, every
+// expected one present; tensors the namer drops are skipped.
+Status collect_tensors(const Checkpoint& ck, const TensorNamer& name_of,
+                       const std::map<std::string, std::vector<uint64_t>>& want,
+                       std::map<std::string, const StTensor*>& found, uint64_t& source_bytes) {
+  for (const auto& [hf, t] : ck.tensors()) {
+    METRO_ASSIGN_OR_RETURN(std::optional<std::string> g, name_of(hf));
+    if (!g) continue;
+    auto it = want.find(*g);
+    if (it == want.end()) return data_loss("tensor '" + hf + "' (" + *g + ") does not belong to a model of this config");
+    if (t.shape != it->second) {
+      return data_loss("tensor '" + hf + "' has shape " + dims_text(t.shape) + ", config.json says " + dims_text(it->second));
+    }
+    if (!t.is_float()) return data_loss("tensor '" + hf + "' is " + std::string(st_dtype_name(t.dtype)) + ", not a float type");
+    if (!found.emplace(*g, &t).second) return data_loss("two checkpoint tensors map to '" + *g + "'");
+    source_bytes += t.data.size();
+  }
+  for (const auto& [g, shape] : want) {
+    if (!found.contains(g)) return data_loss("the checkpoint lacks the tensor for '" + g + "'");
+  }
+  return {};
+}
 
 Expected<BertConfig> bert_config(const json& c, const std::string& dir) {
   BertConfig b;
@@ -79,17 +138,7 @@ Expected<BertConfig> bert_config(const json& c, const std::string& dir) {
   if (pos != "absolute") {
     return unimplemented("config.json: position_embedding_type '" + pos.substr(0, 32) + "' (absolute is supported)");
   }
-  // sentence-transformers' pooling module, when the directory has one.
-  METRO_ASSIGN_OR_RETURN(json pool, read_json(dir + "/1_Pooling/config.json", false));
-  if (pool.is_object()) {
-    if (pool.value("pooling_mode_mean_tokens", false)) {
-      b.pooling = 1;
-    } else if (pool.value("pooling_mode_cls_token", false)) {
-      b.pooling = 2;
-    } else {
-      return unimplemented("1_Pooling/config.json: only mean and CLS pooling are supported");
-    }
-  }
+  METRO_RETURN_IF_ERROR(read_pooling(dir, b.pooling));
   return b;
 }
 
@@ -195,24 +244,7 @@ Expected<std::vector<uint8_t>> convert_bert(const std::string& dir, const json& 
   }
   std::map<std::string, const StTensor*> found;
   uint64_t source_bytes = 0;
-  for (const auto& [hf, t] : ck.tensors()) {
-    METRO_ASSIGN_OR_RETURN(std::optional<std::string> g, bert_name(hf));
-    if (!g) continue;
-    auto it = want.find(*g);
-    if (it == want.end()) return data_loss("tensor '" + hf + "' (" + *g + ") does not belong to a model of this config");
-    if (t.shape != it->second) {
-      std::string have, exp;
-      for (uint64_t d : t.shape) have += (have.empty() ? "" : ", ") + std::to_string(d);
-      for (uint64_t d : it->second) exp += (exp.empty() ? "" : ", ") + std::to_string(d);
-      return data_loss("tensor '" + hf + "' has shape [" + have + "], config.json says [" + exp + "]");
-    }
-    if (!t.is_float()) return data_loss("tensor '" + hf + "' is " + std::string(st_dtype_name(t.dtype)) + ", not a float type");
-    if (!found.emplace(*g, &t).second) return data_loss("two checkpoint tensors map to '" + *g + "'");
-    source_bytes += t.data.size();
-  }
-  for (const auto& [g, shape] : want) {
-    if (!found.contains(g)) return data_loss("the checkpoint lacks the tensor for '" + g + "'");
-  }
+  METRO_RETURN_IF_ERROR(collect_tensors(ck, bert_name, want, found, source_bytes));
   uint64_t done = 0;
   for (const auto& [g, t] : found) {
     METRO_ASSIGN_OR_RETURN(std::vector<float> v, ck.to_f32(*t));
@@ -245,6 +277,177 @@ Expected<std::vector<uint8_t>> convert_bert(const std::string& dir, const json& 
   return bytes;
 }
 
+// ---- nomic-bert: rotary positions, a fused QKV matrix, a SiLU-gated FFN ----
+
+struct NomicConfig {
+  uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_ff = 0, n_ctx = 0, n_vocab = 0, n_types = 2;
+  float eps = 1e-12f;
+  float rope_base = 10000.0f;
+  bool qkv_bias = false, fc1_bias = false, fc2_bias = false;
+  uint32_t pooling = 1;
+};
+
+Expected<NomicConfig> nomic_config(const json& c, const std::string& dir) {
+  NomicConfig n;
+  METRO_ASSIGN_OR_RETURN(n.n_embd, cfg_u32(c, "n_embd", 1u << 16));
+  METRO_ASSIGN_OR_RETURN(n.n_layer, cfg_u32(c, "n_layer", 1024));
+  METRO_ASSIGN_OR_RETURN(n.n_head, cfg_u32(c, "n_head", 1024));
+  n.n_ff = 4 * n.n_embd;
+  if (c.contains("n_inner") && !c["n_inner"].is_null()) {
+    METRO_ASSIGN_OR_RETURN(n.n_ff, cfg_u32(c, "n_inner", 1u << 20));
+  }
+  METRO_ASSIGN_OR_RETURN(n.n_ctx, cfg_u32(c, "n_positions", 1u << 24));
+  METRO_ASSIGN_OR_RETURN(n.n_vocab, cfg_u32(c, "vocab_size", 1u << 22));
+  if (c.contains("type_vocab_size")) {
+    METRO_ASSIGN_OR_RETURN(n.n_types, cfg_u32(c, "type_vocab_size", 1024));
+  }
+  if (n.n_embd % n.n_head != 0 || (n.n_embd / n.n_head) % 2 != 0) {
+    return data_loss("config.json: n_embd is not a multiple of twice n_head");
+  }
+  METRO_ASSIGN_OR_RETURN(n.eps, cfg_f32(c, "layer_norm_epsilon", 1e-12f, 1e-20f, 0.1f));
+  METRO_ASSIGN_OR_RETURN(n.rope_base, cfg_f32(c, "rotary_emb_base", 10000.0f, 1.0f, 1e12f));
+  METRO_ASSIGN_OR_RETURN(float fraction, cfg_f32(c, "rotary_emb_fraction", 1.0f, 0.0f, 1.0f));
+  if (fraction != 1.0f) return unimplemented("config.json: rotary_emb_fraction below 1 (a partly rotated head)");
+  struct Flag {
+    const char* key;
+    bool want;
+  };
+  for (const Flag f : {Flag{"rotary_emb_interleaved", false}, Flag{"prenorm", false}, Flag{"causal", false},
+                       Flag{"use_rms_norm", false}}) {
+    if (cfg_bool(c, f.key, f.want) != f.want) {
+      return unimplemented(std::string("config.json: ") + f.key + " = " + (f.want ? "false" : "true") +
+                           " is not supported");
+    }
+  }
+  for (const char* key : {"rotary_scaling_factor", "rotary_emb_scale_base"}) {
+    if (c.contains(key) && !c[key].is_null()) return unimplemented(std::string("config.json: ") + key + " is not supported");
+  }
+  if (c.contains("num_heads_kv") && !c["num_heads_kv"].is_null() && c["num_heads_kv"] != n.n_head) {
+    return unimplemented("config.json: num_heads_kv (grouped keys and values) is not supported");
+  }
+  const std::string act = c.value("activation_function", std::string("swiglu"));
+  if (act != "swiglu") return unimplemented("config.json: activation_function '" + act.substr(0, 32) + "' (swiglu is supported)");
+  n.qkv_bias = cfg_bool(c, "qkv_proj_bias", true);
+  n.fc1_bias = cfg_bool(c, "mlp_fc1_bias", true);
+  n.fc2_bias = cfg_bool(c, "mlp_fc2_bias", true);
+  METRO_RETURN_IF_ERROR(read_pooling(dir, n.pooling));
+  return n;
+}
+
+// llama.cpp's GGUF name of a NomicBertModel tensor (fc11 is the value the gate multiplies,
+// fc12 the gate through SiLU).
+Expected<std::optional<std::string>> nomic_name(std::string hf) {
+  if (hf.starts_with("bert.")) hf = hf.substr(5);
+  if (hf.starts_with("pooler.") || hf.starts_with("cls.") || hf.ends_with("rotary_emb.inv_freq")) {
+    return std::optional<std::string>();
+  }
+  static const std::map<std::string, std::string> kTop = {
+      {"embeddings.word_embeddings.weight", "token_embd.weight"},
+      {"embeddings.token_type_embeddings.weight", "token_types.weight"},
+      {"emb_ln.weight", "token_embd_norm.weight"},
+      {"emb_ln.bias", "token_embd_norm.bias"},
+  };
+  if (auto it = kTop.find(hf); it != kTop.end()) return std::optional<std::string>(it->second);
+  static const std::map<std::string, std::string> kLayer = {
+      {"attn.Wqkv", "attn_qkv"}, {"attn.out_proj", "attn_output"}, {"mlp.fc11", "ffn_up"},
+      {"mlp.fc12", "ffn_gate"},  {"mlp.fc2", "ffn_down"},          {"norm1", "attn_output_norm"},
+      {"norm2", "layer_output_norm"},
+  };
+  static const std::regex kRe(R"(encoder\.layers\.(\d{1,4})\.(.+)\.(weight|bias))");
+  std::smatch m;
+  if (std::regex_match(hf, m, kRe)) {
+    if (auto it = kLayer.find(m[2].str()); it != kLayer.end()) {
+      return std::optional<std::string>("blk." + m[1].str() + "." + it->second + "." + m[3].str());
+    }
+  }
+  return unimplemented("tensor '" + hf.substr(0, 128) + "' is not part of a nomic-bert encoder this converter knows");
+}
+
+Expected<std::vector<uint8_t>> convert_nomic_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts,
+                                                  ConvertReport* rep) {
+  METRO_ASSIGN_OR_RETURN(NomicConfig n, nomic_config(cfg, dir));
+  METRO_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open_dir(dir));
+  gguf::Writer w;
+  const std::string a = "nomic-bert.";
+  w.add_string("general.architecture", "nomic-bert");
+  std::string name = cfg.value("_name_or_path", std::string());
+  if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  w.add_string("general.name", name.substr(0, 256));
+  const DType matrix_type = is_float(opts.type) ? opts.type : DType::kF32;
+  w.add_u32("general.file_type", model::quant_file_type(matrix_type));
+  w.add_u32(a + "context_length", n.n_ctx);
+  w.add_u32(a + "embedding_length", n.n_embd);
+  w.add_u32(a + "feed_forward_length", n.n_ff);
+  w.add_u32(a + "block_count", n.n_layer);
+  w.add_u32(a + "attention.head_count", n.n_head);
+  w.add_f32(a + "attention.layer_norm_epsilon", n.eps);
+  w.add_bool(a + "attention.causal", false);
+  w.add_u32(a + "pooling_type", n.pooling);
+  w.add_f32(a + "rope.freq_base", n.rope_base);
+  TokenizerInfo tok;
+  METRO_RETURN_IF_ERROR(write_hf_tokenizer(dir, w, &tok));
+  if (tok.n_vocab != static_cast<int>(n.n_vocab)) {
+    return data_loss("tokenizer.json has " + std::to_string(tok.n_vocab) + " tokens; config.json's vocab_size is " +
+                     std::to_string(n.n_vocab));
+  }
+  std::map<std::string, std::vector<uint64_t>> want = {
+      {"token_embd.weight", {n.n_vocab, n.n_embd}},  {"token_types.weight", {n.n_types, n.n_embd}},
+      {"token_embd_norm.weight", {n.n_embd}},        {"token_embd_norm.bias", {n.n_embd}},
+  };
+  for (uint32_t il = 0; il < n.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    want[p + "attn_qkv.weight"] = {3 * static_cast<uint64_t>(n.n_embd), n.n_embd};
+    want[p + "attn_output.weight"] = {n.n_embd, n.n_embd};
+    if (n.qkv_bias) {
+      want[p + "attn_qkv.bias"] = {3 * static_cast<uint64_t>(n.n_embd)};
+      want[p + "attn_output.bias"] = {n.n_embd};
+    }
+    want[p + "ffn_up.weight"] = {n.n_ff, n.n_embd};
+    want[p + "ffn_gate.weight"] = {n.n_ff, n.n_embd};
+    want[p + "ffn_down.weight"] = {n.n_embd, n.n_ff};
+    if (n.fc1_bias) {
+      want[p + "ffn_up.bias"] = {n.n_ff};
+      want[p + "ffn_gate.bias"] = {n.n_ff};
+    }
+    if (n.fc2_bias) want[p + "ffn_down.bias"] = {n.n_embd};
+    for (const char* t : {"attn_output_norm", "layer_output_norm"}) {
+      want[p + t + ".weight"] = {n.n_embd};
+      want[p + t + ".bias"] = {n.n_embd};
+    }
+  }
+  std::map<std::string, const StTensor*> found;
+  uint64_t source_bytes = 0;
+  METRO_RETURN_IF_ERROR(collect_tensors(ck, nomic_name, want, found, source_bytes));
+  uint64_t done = 0;
+  for (const auto& [g, t] : found) {
+    METRO_ASSIGN_OR_RETURN(std::vector<float> v, ck.to_f32(*t));
+    const bool matrix = t->shape.size() == 2 && g != "token_types.weight";
+    const DType ty = matrix ? matrix_type : DType::kF32;
+    std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());
+    METRO_RETURN_IF_ERROR(w.add_tensor(g, kernels::traits(ty).ggml, dims, float_bytes(v, ty)));
+    done += t->data.size();
+    if (opts.on_tensor) opts.on_tensor(done, source_bytes, g);
+  }
+  std::vector<uint8_t> bytes = w.serialize();
+  if (!is_float(opts.type)) {
+    METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::parse(bytes));
+    model::QuantPlan plan;
+    plan.type = opts.type;
+    plan.tensors = {{"token_types.weight", model::kKeepFormat}};
+    METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> q, model::requantize(f, plan, {}, nullptr));
+    bytes = std::move(q);
+  }
+  if (rep != nullptr) {
+    rep->architecture = "nomic-bert";
+    rep->n_tensors = static_cast<int>(found.size());
+    rep->n_vocab = tok.n_vocab;
+    rep->bytes = bytes.size();
+    rep->source_bytes = source_bytes;
+    rep->warnings = tok.warnings;
+  }
+  return bytes;
+}
+
 // ---- decoders: llama (and mistral), qwen2, qwen3 ----
 
 struct DecoderConfig {
@@ -273,17 +476,6 @@ struct DecoderConfig {
   std::optional<float> yarn_beta_fast, yarn_beta_slow;
 };
 
-Expected<float> cfg_f32(const json& c, const char* key, float dflt, float lo, float hi) {
-  if (!c.contains(key) || c[key].is_null()) return dflt;
-  if (!c[key].is_number()) return data_loss(std::string("config.json: '") + key + "' is not a number");
-  const double v = c[key].get<double>();
-  if (!(v >= lo && v <= hi)) return data_loss(std::string("config.json: '") + key + "' = " + std::to_string(v) + " is out of range");
-  return static_cast<float>(v);
-}
-
-bool cfg_bool(const json& c, const char* key, bool dflt) {
-  return c.contains(key) && c[key].is_boolean() ? c[key].get<bool>() : dflt;
-}
 
 // Gemma 3's own settings: GELU (tanh) gating, windowed layers with a pattern and their own
 // RoPE base, attention scaled by the head width, no soft-capping.
@@ -496,12 +688,6 @@ std::vector<float> llama3_rope_factors(const DecoderConfig& d) {
   return out;
 }
 
-std::string dims_text(const std::vector<uint64_t>& v) {
-  std::string s;
-  for (uint64_t d : v) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return "[" + s + "]";
-}
-
 Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const json& cfg, const std::string& type,
                                                const ConvertOptions& opts, ConvertReport* rep) {
   METRO_ASSIGN_OR_RETURN(DecoderConfig d, decoder_config(cfg, type));
@@ -583,21 +769,8 @@ Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const jso
   }
   std::map<std::string, const StTensor*> found;
   uint64_t source_bytes = 0;
-  for (const auto& [hf, t] : ck.tensors()) {
-    METRO_ASSIGN_OR_RETURN(std::optional<std::string> g, decoder_name(hf, d));
-    if (!g) continue;
-    auto it = want.find(*g);
-    if (it == want.end()) return data_loss("tensor '" + hf + "' (" + *g + ") does not belong to a model of this config");
-    if (t.shape != it->second) {
-      return data_loss("tensor '" + hf + "' has shape " + dims_text(t.shape) + ", config.json says " + dims_text(it->second));
-    }
-    if (!t.is_float()) return data_loss("tensor '" + hf + "' is " + std::string(st_dtype_name(t.dtype)) + ", not a float type");
-    if (!found.emplace(*g, &t).second) return data_loss("two checkpoint tensors map to '" + *g + "'");
-    source_bytes += t.data.size();
-  }
-  for (const auto& [g, shape] : want) {
-    if (!found.contains(g)) return data_loss("the checkpoint lacks the tensor for '" + g + "'");
-  }
+  METRO_RETURN_IF_ERROR(collect_tensors(
+      ck, [&](const std::string& hf) { return decoder_name(hf, d); }, want, found, source_bytes));
   int n_tensors = 0;
   if (d.rope_type == "llama3") {
     const std::vector<float> f = llama3_rope_factors(d);
@@ -647,6 +820,7 @@ Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const Conve
   METRO_ASSIGN_OR_RETURN(json cfg, read_json(hf_dir + "/config.json", true));
   const std::string type = cfg.value("model_type", std::string());
   if (type == "bert") return convert_bert(hf_dir, cfg, opts, report);
+  if (type == "nomic_bert") return convert_nomic_bert(hf_dir, cfg, opts, report);
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma3_text") {
     return convert_decoder(hf_dir, cfg, type, opts, report);
   }
@@ -663,8 +837,8 @@ Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const Conve
   }
   if (type.empty()) return data_loss("config.json has no model_type");
   return unimplemented("model_type '" + type.substr(0, 64) +
-                       "': this converter writes llama, mistral, qwen2, qwen3 and gemma3 decoders and BERT encoders; "
-                       "convert other models with llama.cpp's convert_hf_to_gguf.py");
+                       "': this converter writes llama, mistral, qwen2, qwen3 and gemma3 decoders and bert and "
+                       "nomic_bert encoders; convert other models with llama.cpp's convert_hf_to_gguf.py");
 }
 
 }  // namespace metro::convert

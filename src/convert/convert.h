@@ -4,7 +4,8 @@
 // metadata keys), so that both metro and llama.cpp load it.
 //
 // Architectures: BERT-family encoders (config model_type "bert": BertModel and the
-// sentence-transformers models built on it, with the pooling of 1_Pooling/config.json);
+// sentence-transformers models built on it, with the pooling of 1_Pooling/config.json;
+// "nomic_bert": nomic-embed-text's rotary, fused-QKV, SiLU-gated layout);
 // decoders of model_type llama and mistral (GGUF llama, Q and K rows reordered for
 // llama.cpp's pairwise rotation, a mistral's sliding window kept), qwen2 (biases on Q, K,
 // V), qwen3 (per-head Q and K norms, a head width of its own) and gemma3 (gemma3_text, or

@@ -156,7 +156,7 @@ class Converter {
     }
     METRO_RETURN_IF_ERROR(read_added_tokens());
     METRO_RETURN_IF_ERROR(read_added_tokens_decoder());
-    if (bpe_ || sp_) METRO_RETURN_IF_ERROR(pad_to_model_rows());
+    METRO_RETURN_IF_ERROR(pad_to_model_rows());
     if (bpe_) METRO_RETURN_IF_ERROR(read_merges());
     fill_holes();
     METRO_RETURN_IF_ERROR(read_post_processor());

@@ -1,12 +1,15 @@
-// `metro convert` of decoder checkpoints: tiny llama, qwen2 and qwen3 directories as Hugging
-// Face saves them (tests/fixtures/convert_decoders, made by make_fixture.py there with the
-// `tokenizers` library) convert to GGUFs whose tokenizer gives the token ids Hugging Face's
-// gives and whose model computes the logits of a float64 forward pass written from the
-// Hugging Face definitions, and of llama.cpp on the same conversion. Block formats load and
-// stay close; unsupported tokenizers and checkpoints are refused with the reason.
+// `metro convert` of tiny Hugging Face checkpoints (tests/fixtures/hf_checkpoints, made by
+// make_fixture.py there, tokenizers trained by Hugging Face's `tokenizers` or by
+// `sentencepiece`): llama (byte-level BPE and SentencePiece), gemma3, qwen2 and qwen3
+// decoders convert to GGUFs whose tokenizer gives the reference tokenizer's ids and whose
+// model computes the logits of a float64 forward pass written from the Hugging Face
+// definitions, and of llama.cpp on the same conversion; a nomic-bert encoder gives their
+// embeddings. Block formats load and stay close; unsupported tokenizers and checkpoints
+// are refused with the reason.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,7 +32,7 @@ namespace fs = std::filesystem;
 
 const json& references() {
   static const json j = [] {
-    std::ifstream in(metro::testing::source_path("tests/fixtures/convert_decoders/references.json"));
+    std::ifstream in(metro::testing::source_path("tests/fixtures/hf_checkpoints/references.json"));
     return json::parse(in);
   }();
   return j;
@@ -44,7 +47,7 @@ const json& case_named(const std::string& dir) {
 }
 
 std::string case_dir(const json& c) {
-  return metro::testing::source_path("tests/fixtures/convert_decoders/" + c["dir"].get<std::string>());
+  return metro::testing::source_path("tests/fixtures/hf_checkpoints/" + c["dir"].get<std::string>());
 }
 
 // The rows of `all` (every position) at the fixture's positions.
@@ -327,6 +330,50 @@ TEST(ConvertDecoder, SentencePieceModelIsReadBesideItsTokenizerJson) {
   ASSERT_FALSE(no_model.ok());
   EXPECT_NE(std::string(no_model.status().message()).find("tokenizer.model"), std::string::npos)
       << no_model.status().message();
+}
+
+// nomic-embed-text's layout (model_type nomic_bert): a WordPiece vocabulary whose rows are
+// padded to a multiple of 64, rotary positions, a fused QKV matrix, fc11 * silu(fc12):
+// the same ids as Hugging Face's tokenizer and the embeddings of a float64 NomicBertModel
+// forward and of llama.cpp on the conversion, in F32 and Q8_0.
+TEST(ConvertDecoder, NomicBertEmbeddingsMatchTheReferenceAndLlamaCpp) {
+  const json& enc = references()["encoders"][0];
+  const std::string dir = metro::testing::source_path("tests/fixtures/hf_checkpoints/" + enc["dir"].get<std::string>());
+  for (auto [type, bound] : {std::pair{kernels::DType::kF32, 0.99999}, std::pair{kernels::DType::kQ8_0, 0.999}}) {
+    const Converted conv = convert_or_die(dir, type);
+    EXPECT_EQ(conv.report.architecture, "nomic-bert");
+    auto f = gguf::File::parse(conv.bytes);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    auto tok = tokenizer::Tokenizer::from_gguf(*f);
+    ASSERT_TRUE(tok.ok()) << tok.status().message();
+    EXPECT_EQ(tok->n_vocab(), enc["n_vocab"].get<int>());
+    auto m = model::Model::from_file(std::move(*f));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    std::vector<std::vector<int32_t>> seqs;
+    for (const json& t : enc["texts"]) {
+      const auto ids = t["hf_ids"].get<std::vector<int32_t>>();
+      EXPECT_EQ(tok->encode(t["text"].get<std::string>(), true, false), ids) << t["text"];
+      EXPECT_EQ(t["llama_cpp_ids"].get<std::vector<int32_t>>(), ids);
+      seqs.push_back(ids);
+    }
+    const auto got = metro::testing::mean_pooled_embeddings(**m, seqs);
+    ASSERT_EQ(got.size(), seqs.size());
+    double worst_ref = 1.0, worst_lc = 1.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const json& t = enc["texts"][i];
+      worst_ref = std::min(worst_ref, metro::testing::cosine(got[i], t["embedding"].get<std::vector<float>>()));
+      worst_lc = std::min(worst_lc, metro::testing::cosine(got[i], t["llama_cpp_embedding"].get<std::vector<float>>()));
+    }
+    std::printf("convert nomic-bert as %s: worst cosine %.7f to the reference, %.7f to llama.cpp (%zu texts)\n",
+                std::string(kernels::traits(type).name).c_str(), worst_ref, worst_lc, got.size());
+    EXPECT_GT(worst_ref, bound);
+    EXPECT_GT(worst_lc, bound);
+  }
+  DirCopy d(dir);  // a partly rotated head is refused
+  json cfg = d.read("config.json");
+  cfg["rotary_emb_fraction"] = 0.5;
+  d.write("config.json", cfg);
+  EXPECT_NE(refusal(d.path()).find("rotary_emb_fraction"), std::string::npos) << refusal(d.path());
 }
 
 // The untied llama's head is required; the tied qwen2 has none and converts without one.

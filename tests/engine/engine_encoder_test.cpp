@@ -10,6 +10,7 @@
 #include "engine/engine_test_util.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "support/model_run.h"
 #include "support/test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,15 +47,7 @@ Request embed_request(std::vector<int32_t> prompt) {
   return r;
 }
 
-double cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d += static_cast<double>(a[i]) * b[i];
-    na += static_cast<double>(a[i]) * a[i];
-    nb += static_cast<double>(b[i]) * b[i];
-  }
-  return d / std::sqrt(na * nb);
-}
+using metro::testing::cosine;
 
 class EngineEncoder : public ::testing::TestWithParam<std::string> {
  protected:

@@ -26,4 +26,12 @@ bool forward_rows(const model::Model& m, const model::Batch& b, const model::KvV
 // The largest |a - b| over the positions both have (NaN when any is NaN).
 double max_abs_diff(const Logits& a, const Logits& b);
 
+// An encoder's mean-pooled, L2-normalized embeddings of several sequences computed in one
+// step (each sequence's positions from 0).
+std::vector<std::vector<float>> mean_pooled_embeddings(const model::Model& m,
+                                                       const std::vector<std::vector<int32_t>>& seqs);
+
+// Cosine similarity in double precision.
+double cosine(const std::vector<float>& a, const std::vector<float>& b);
+
 }  // namespace metro::testing
