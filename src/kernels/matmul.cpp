@@ -242,7 +242,7 @@ void matmul_ref(const Weight& w, const float* x, int64_t m, size_t x_stride, flo
       // Back to GGUF blocks, one block of the row at a time.
       const uint8_t* group = w.data + static_cast<size_t>(j / kX8Rows) * x8_group_stride(w.type, w.n_cols);
       for (int64_t b = 0; b < w.n_cols / bs; ++b) {
-        unpack_x8_block(w.type, group + static_cast<size_t>(b) * blocks.size(), blocks.data());
+        unpack_x8_block(w.type, group + static_cast<size_t>(b) * x8_block_bytes(w.type), blocks.data());
         dequantize_row_ref(w.type, blocks.data() + (j % kX8Rows) * traits(w.type).bytes_per_block,
                            row.data() + b * bs, bs);
       }

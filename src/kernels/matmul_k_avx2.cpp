@@ -1,5 +1,5 @@
 // AVX2 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times Q8_K activations,
-// row-major.
+// row-major, and Q4_K in the x8 interleaved layout.
 //
 // Per output element, super-block after super-block:
 //   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32, Q3_K: q - 4)
@@ -14,6 +14,7 @@
 #include "base/check.h"
 #include "kernels/kernels_avx2.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/repack.h"
 #include "kernels/simd_avx2.h"
 
 namespace metro::kernels::avx2 {
@@ -203,7 +204,125 @@ void tile_k(const MatmulTile& t) {
   }
 }
 
+// ---- Q4_K in the x8 layout (repack.h) ---------------------------------------------------
+// One SIMD lane per weight row, as the 32-block x8 kernels: per sub-block, the 16-bit pair
+// sums of the 8 rows against an act's broadcast 4 bytes, times the lane's sub-block scale
+// (madd with the scale in both halves), summed exactly in 32 bits; the mins against the
+// act's 32-sums likewise. The integers equal tile_k<4>'s per output and the float steps are
+// the same, so the two layouts give the same bits.
+
+// A sub-block's 8 scale bytes (one per row) as 32-bit lanes holding the byte in both
+// 16-bit halves.
+inline __m256i scale_pairs(const uint8_t* bytes8) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes8)));
+  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+// Two sub-blocks' 8 min bytes as 32-bit lanes: sub-block j in the low half, j + 1 high.
+inline __m256i min_pairs(const uint8_t* lo8, const uint8_t* hi8) {
+  const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo8)));
+  const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi8)));
+  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16));
+}
+
+template <class V>
+inline void keep_reg(V& v) {
+  __asm__("" : "+x"(v));
+}
+
+template <int R>
+void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y, size_t y_stride,
+                   int rows, const uint8_t* pf) {
+  constexpr int64_t kS = static_cast<int64_t>(sizeof(BlockQ4_Kx8));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  alignas(32) float acc[R][8];
+  for (int i = 0; i < R; ++i) _mm256_store_ps(acc[i], _mm256_setzero_ps());
+  for (int64_t b = 0; b < nb; ++b) {
+    if (pf != nullptr) {
+      for (int64_t off = (b * kS) & ~int64_t{63}; off < (b + 1) * kS; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
+      }
+    }
+    const uint8_t* gb = group + b * kS;
+    const uint8_t* qs = gb + offsetof(BlockQ4_Kx8, qs);
+    const uint8_t* ab[R];
+    for (int i = 0; i < R; ++i) ab[i] = a + static_cast<size_t>(i) * a_stride + static_cast<size_t>(b) * sizeof(BlockQ8_K);
+    __m256i isum[R];
+    for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
+    for (int h = 0; h < 8; ++h) {  // sub-block h: chunk h / 2, low or high nibbles
+      const int c = h >> 1;
+      const int shift = 4 * (h & 1);
+      const int a_off = static_cast<int>(offsetof(BlockQ8_K, qs)) + 64 * c + 32 * (h & 1);
+      __m256i p[R];
+      for (int t = 0; t < 8; ++t) {
+        const __m256i w = load256(qs + 32 * (8 * c + t));
+        const __m256i q = _mm256_and_si256(_mm256_srl_epi16(w, _mm_cvtsi32_si128(shift)), m4);
+        for (int i = 0; i < R; ++i) {
+          const __m256i x = _mm256_maddubs_epi16(q, bcast_i32(ab[i] + a_off + 4 * t));
+          p[i] = t == 0 ? x : _mm256_add_epi16(p[i], x);
+          keep_reg(p[i]);
+        }
+      }
+      const __m256i sc = scale_pairs(gb + offsetof(BlockQ4_Kx8, scales) + 8 * h);
+      for (int i = 0; i < R; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
+    }
+    const uint8_t* mins = gb + offsetof(BlockQ4_Kx8, mins);
+    const __m256 d8 = load_f16x8(gb + offsetof(BlockQ4_Kx8, d));
+    const __m256 dm8 = load_f16x8(gb + offsetof(BlockQ4_Kx8, dmin));
+    for (int i = 0; i < R; ++i) {
+      int16_t bs[16];
+      std::memcpy(bs, ab[i] + offsetof(BlockQ8_K, bsums), sizeof bs);
+      __m256i ms = _mm256_setzero_si256();
+      for (int j = 0; j < 8; j += 2) {
+        const auto s0 = static_cast<uint16_t>(bs[2 * j] + bs[2 * j + 1]);
+        const auto s1 = static_cast<uint16_t>(bs[2 * j + 2] + bs[2 * j + 3]);
+        const __m256i act = _mm256_set1_epi32(static_cast<int32_t>(s0 | (static_cast<uint32_t>(s1) << 16)));
+        ms = _mm256_add_epi32(ms, _mm256_madd_epi16(min_pairs(mins + 8 * j, mins + 8 * (j + 1)), act));
+      }
+      float da;
+      std::memcpy(&da, ab[i] + offsetof(BlockQ8_K, d), 4);
+      const __m256 vda = _mm256_set1_ps(da);
+      __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(d8, vda), _mm256_load_ps(acc[i]));
+      r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm8, vda), r);
+      _mm256_store_ps(acc[i], r);
+    }
+  }
+  for (int i = 0; i < R; ++i) store_lanes(y + static_cast<size_t>(i) * y_stride, _mm256_load_ps(acc[i]), rows);
+}
+
+template <int N>
+void q4_k_x8_rest(int64_t n, const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y,
+                  size_t y_stride, int rows, const uint8_t* pf) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      q4_k_x8_micro<N>(group, a, a_stride, nb, y, y_stride, rows, pf);
+    } else {
+      q4_k_x8_rest<N - 1>(n, group, a, a_stride, nb, y, y_stride, rows, pf);
+    }
+  }
+}
+
 }  // namespace
+
+void tile_x8_q4_k(const MatmulTile& t) {
+  constexpr int R = 4;
+  const int64_t nb = t.k / kQKK;
+  const int64_t groups = (t.n_rows + kX8Rows - 1) / kX8Rows;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
+    const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g * kX8Rows));
+    float* yg = t.y + g * kX8Rows;
+    const uint8_t* pf = g + 1 < groups ? group + t.w_stride : nullptr;
+    int64_t i = 0;
+    for (; i + R <= t.n_acts; i += R) {
+      q4_k_x8_micro<R>(group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb,
+                       yg + static_cast<size_t>(i) * t.y_stride, t.y_stride, rows, pf);
+      pf = nullptr;
+    }
+    q4_k_x8_rest<R - 1>(t.n_acts - i, group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb,
+                        yg + static_cast<size_t>(i) * t.y_stride, t.y_stride, rows, pf);
+  }
+}
 
 void tile_q4_k(const MatmulTile& t) { tile_k<4>(t); }
 void tile_q5_k(const MatmulTile& t) { tile_k<5>(t); }

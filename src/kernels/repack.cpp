@@ -99,6 +99,19 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
       std::memcpy(out, &g, sizeof g);
       return;
     }
+    case DType::kQ4_K: {
+      BlockQ4_Kx8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ4_K>(rows[r], b);
+        g.d[r] = s.d;
+        g.dmin[r] = s.dmin;
+        for (int j = 0; j < 8; ++j) unpack_scale_min_k4(s.scales, j, &g.scales[8 * j + r], &g.mins[8 * j + r]);
+        for (int w = 0; w < 32; ++w) std::memcpy(g.qs + 32 * w + 4 * r, s.qs + 4 * w, 4);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
     default: METRO_CHECK_MSG(false, "repack_x8: no x8 layout for this type");
   }
 }
@@ -107,14 +120,21 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
 
 bool has_x8_layout(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kF16;
+         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ4_K;
 }
 
 bool can_repack_x8(DType t, int64_t n_cols) {
-  return has_x8_layout(t) && n_cols % (t == DType::kF16 ? 8 : kQK) == 0;
+  return has_x8_layout(t) && n_cols % (t == DType::kF16 ? 8 : traits(t).block_size) == 0;
 }
 
-size_t x8_group_stride(DType t, int64_t n_cols) { return kX8Rows * row_bytes(t, n_cols); }
+size_t x8_block_bytes(DType t) {
+  return t == DType::kQ4_K ? sizeof(BlockQ4_Kx8) : static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
+}
+
+size_t x8_group_stride(DType t, int64_t n_cols) {
+  if (t == DType::kF16) return kX8Rows * row_bytes(t, n_cols);
+  return x8_block_bytes(t) * static_cast<size_t>(n_cols / traits(t).block_size);
+}
 
 size_t x8_bytes(DType t, int64_t n_rows, int64_t n_cols) {
   const auto groups = static_cast<size_t>((n_rows + kX8Rows - 1) / kX8Rows);
@@ -139,8 +159,8 @@ void repack_x8(DType t, const uint8_t* src, size_t src_stride, int64_t n_rows, i
     }
     return;
   }
-  const int64_t nb = n_cols / kQK;
-  const size_t group_block = static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
+  const int64_t nb = n_cols / traits(t).block_size;
+  const size_t group_block = x8_block_bytes(t);
   for (int64_t r0 = 0; r0 < n_rows; r0 += kX8Rows) {
     const uint8_t* rows[8];
     for (int r = 0; r < 8; ++r) rows[r] = r0 + r < n_rows ? src + static_cast<size_t>(r0 + r) * src_stride : nullptr;
@@ -204,6 +224,23 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
         BlockQ8_0 s;
         s.d = g.d[r];
         for (int w = 0; w < 8; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ4_K: {
+      const auto g = load_block<BlockQ4_Kx8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ4_K s;
+        s.d = g.d[r];
+        s.dmin = g.dmin[r];
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) {
+          sc[j] = g.scales[8 * j + r];
+          m[j] = g.mins[8 * j + r];
+        }
+        pack_scale_min_k4(sc, m, s.scales);
+        for (int w = 0; w < 32; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
         store_block(blocks, r, s);
       }
       return;

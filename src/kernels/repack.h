@@ -50,7 +50,21 @@ struct BlockQ8_0x8 {
   int8_t qs[256];
 };
 
+// Q4_K: one 256-element super-block of 8 rows. The sub-block scales and mins leave their
+// 6-bit packing as bytes (scales[8 * j + r]: sub-block j of row r), so that 8 bytes give
+// one sub-block's scale in every lane; word w of the 32 in qs holds bytes 4w..4w+3 of each
+// row's qs (so chunk c's 32 bytes are words 8c..8c+7: low nibbles sub-block 2c, high
+// nibbles sub-block 2c + 1, as in BlockQ4_K). 1184 bytes for 8 x 144.
+struct BlockQ4_Kx8 {
+  uint16_t d[8];
+  uint16_t dmin[8];
+  uint8_t scales[64];
+  uint8_t mins[64];
+  uint8_t qs[1024];
+};
+
 static_assert(sizeof(BlockQ4_0x8) == 8 * 18 && sizeof(BlockQ4_1x8) == 8 * 20);
+static_assert(sizeof(BlockQ4_Kx8) == 1184);
 static_assert(sizeof(BlockQ5_0x8) == 8 * 22 && sizeof(BlockQ5_1x8) == 8 * 24);
 static_assert(sizeof(BlockQ8_0x8) == 8 * 34);
 
@@ -59,6 +73,8 @@ inline constexpr int kX8Rows = 8;
 bool has_x8_layout(DType t);
 // Whether a matrix of this width can be repacked (whole blocks; F16: columns in 8s).
 bool can_repack_x8(DType t, int64_t n_cols);
+// Bytes of one group block (8 rows' blocks b, repacked).
+size_t x8_block_bytes(DType t);
 // Bytes between consecutive 8-row groups, and of the whole repacked matrix.
 size_t x8_group_stride(DType t, int64_t n_cols);
 size_t x8_bytes(DType t, int64_t n_rows, int64_t n_cols);
