@@ -1,5 +1,5 @@
 // AVX2 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times Q8_K activations,
-// row-major, and Q4_K in the x8 interleaved layout.
+// row-major, and Q4_K and Q6_K in the x8 interleaved layout.
 //
 // Per output element, super-block after super-block:
 //   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32, Q3_K: q - 4)
@@ -302,9 +302,153 @@ void q4_k_x8_rest(int64_t n, const uint8_t* group, const uint8_t* a, size_t a_st
   }
 }
 
-}  // namespace
+// ---- Q6_K in the x8 layout: vector v = 4h + s of a super-block holds elements
+// 128h + 32s .. + 31 (as unpack_q6_k), low bits from ql word 16h + 8(s & 1) + t, high
+// bits from qh word 8h + t; words 0-3 are sub-block 2v, words 4-7 sub-block 2v + 1. Two
+// maddubs of 6-bit quants fill a 16-bit pair sum (<= 32004), so each pair goes through its
+// madd with the lane's scale; the - 32 is taken off with the act 16-sums, as tile_k<6>.
 
-void tile_x8_q4_k(const MatmulTile& t) {
+// A sub-block's 8 signed scale bytes as 32-bit lanes holding the scale in both halves.
+inline __m256i signed_scale_pairs(const int8_t* bytes8) {
+  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes8)));
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+
+// Sub-blocks j and j + 1's signed scales as 32-bit lanes: j low, j + 1 high.
+inline __m256i signed_scale_two(const int8_t* lo8, const int8_t* hi8) {
+  const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo8)));
+  const __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi8)));
+  return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
+}
+
+template <int R>
+void q6_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y, size_t y_stride,
+                   int rows, const uint8_t* pf) {
+  constexpr int64_t kS = static_cast<int64_t>(sizeof(BlockQ6_Kx8));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  alignas(32) float acc[R][8];
+  for (int i = 0; i < R; ++i) _mm256_store_ps(acc[i], _mm256_setzero_ps());
+  for (int64_t b = 0; b < nb; ++b) {
+    if (pf != nullptr) {
+      for (int64_t off = (b * kS) & ~int64_t{63}; off < (b + 1) * kS; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
+      }
+    }
+    const uint8_t* gb = group + b * kS;
+    const uint8_t* ql = gb + offsetof(BlockQ6_Kx8, ql);
+    const uint8_t* qh = gb + offsetof(BlockQ6_Kx8, qh);
+    const auto* scales = reinterpret_cast<const int8_t*>(gb + offsetof(BlockQ6_Kx8, scales));
+    const uint8_t* ab[R];
+    for (int i = 0; i < R; ++i) ab[i] = a + static_cast<size_t>(i) * a_stride + static_cast<size_t>(b) * sizeof(BlockQ8_K);
+    __m256i isum[R];
+    for (int i = 0; i < R; ++i) isum[i] = _mm256_setzero_si256();
+    if constexpr (R <= 2) {
+      // Few act rows: each ql / qh word read once, its four vectors (s = 0..3) built
+      // together, each summed for its own sub-block.
+      for (int h = 0; h < 2; ++h) {
+        for (int half = 0; half < 2; ++half) {
+          for (int pair = 0; pair < 2; ++pair) {
+            __m256i p[4][R];
+            for (int u = 0; u < 2; ++u) {
+              const int t = 4 * half + 2 * pair + u;
+              const __m256i lw0 = load256(ql + 32 * (16 * h + t));
+              const __m256i lw1 = load256(ql + 32 * (16 * h + 8 + t));
+              const __m256i hw = load256(qh + 32 * (8 * h + t));
+              const __m256i q[4] = {
+                  _mm256_or_si256(_mm256_and_si256(lw0, m4), _mm256_and_si256(_mm256_slli_epi16(hw, 4), m2)),
+                  _mm256_or_si256(_mm256_and_si256(lw1, m4), _mm256_and_si256(_mm256_slli_epi16(hw, 2), m2)),
+                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lw0, 4), m4), _mm256_and_si256(hw, m2)),
+                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lw1, 4), m4),
+                                  _mm256_and_si256(_mm256_srli_epi16(hw, 2), m2))};
+              for (int s4 = 0; s4 < 4; ++s4) {
+                const int a_off = static_cast<int>(offsetof(BlockQ8_K, qs)) + 128 * h + 32 * s4 + 4 * t;
+                for (int i = 0; i < R; ++i) {
+                  const __m256i x = _mm256_maddubs_epi16(q[s4], bcast_i32(ab[i] + a_off));
+                  p[s4][i] = u == 0 ? x : _mm256_add_epi16(p[s4][i], x);
+                  keep_reg(p[s4][i]);
+                }
+              }
+            }
+            for (int s4 = 0; s4 < 4; ++s4) {
+              const __m256i sc = signed_scale_pairs(scales + 8 * (2 * (4 * h + s4) + half));
+              for (int i = 0; i < R; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[s4][i], sc));
+            }
+          }
+        }
+      }
+    }
+    for (int v = 0; v < (R <= 2 ? 0 : 8); ++v) {
+      const int h = v >> 2, s = v & 3;
+      const int a_off = static_cast<int>(offsetof(BlockQ8_K, qs)) + 32 * v;
+      for (int half = 0; half < 2; ++half) {  // sub-block 2v + half: words 4 half .. + 3
+        const __m256i sc = signed_scale_pairs(scales + 8 * (2 * v + half));
+        for (int pair = 0; pair < 2; ++pair) {
+          __m256i p[R];
+          for (int u = 0; u < 2; ++u) {
+            const int t = 4 * half + 2 * pair + u;
+            const __m256i lw = load256(ql + 32 * (16 * h + 8 * (s & 1) + t));
+            const __m256i hw = load256(qh + 32 * (8 * h + t));
+            const __m256i lo = s < 2 ? _mm256_and_si256(lw, m4) : _mm256_and_si256(_mm256_srli_epi16(lw, 4), m4);
+            __m256i hi;
+            if (s == 0) {
+              hi = _mm256_slli_epi16(hw, 4);
+            } else if (s == 1) {
+              hi = _mm256_slli_epi16(hw, 2);
+            } else if (s == 2) {
+              hi = hw;
+            } else {
+              hi = _mm256_srli_epi16(hw, 2);
+            }
+            const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi, m2));
+            for (int i = 0; i < R; ++i) {
+              const __m256i x = _mm256_maddubs_epi16(q, bcast_i32(ab[i] + a_off + 4 * t));
+              p[i] = u == 0 ? x : _mm256_add_epi16(p[i], x);
+              keep_reg(p[i]);
+            }
+          }
+          for (int i = 0; i < R; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
+        }
+      }
+    }
+    const __m256 d8 = load_f16x8(gb + offsetof(BlockQ6_Kx8, d));
+    for (int i = 0; i < R; ++i) {
+      int16_t bs[16];
+      std::memcpy(bs, ab[i] + offsetof(BlockQ8_K, bsums), sizeof bs);
+      __m256i off = _mm256_setzero_si256();
+      for (int j = 0; j < 16; j += 2) {
+        const auto s0 = static_cast<uint16_t>(bs[j]), s1 = static_cast<uint16_t>(bs[j + 1]);
+        const __m256i act = _mm256_set1_epi32(static_cast<int32_t>(s0 | (static_cast<uint32_t>(s1) << 16)));
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(signed_scale_two(scales + 8 * j, scales + 8 * (j + 1)), act));
+      }
+      const __m256i scaled = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(off, 5));
+      float da;
+      std::memcpy(&da, ab[i] + offsetof(BlockQ8_K, d), 4);
+      const __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled), _mm256_mul_ps(d8, _mm256_set1_ps(da)),
+                                       _mm256_load_ps(acc[i]));
+      _mm256_store_ps(acc[i], r);
+    }
+  }
+  for (int i = 0; i < R; ++i) store_lanes(y + static_cast<size_t>(i) * y_stride, _mm256_load_ps(acc[i]), rows);
+}
+
+template <int N>
+void q6_k_x8_rest(int64_t n, const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y,
+                  size_t y_stride, int rows, const uint8_t* pf) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      q6_k_x8_micro<N>(group, a, a_stride, nb, y, y_stride, rows, pf);
+    } else {
+      q6_k_x8_rest<N - 1>(n, group, a, a_stride, nb, y, y_stride, rows, pf);
+    }
+  }
+}
+
+// The group loop of the K-quant x8 kernels: 4 act rows per micro tile, the first pass over
+// a group prefetching the next.
+template <void (*kMicro4)(const uint8_t*, const uint8_t*, size_t, int64_t, float*, size_t, int, const uint8_t*),
+          void (*kRest)(int64_t, const uint8_t*, const uint8_t*, size_t, int64_t, float*, size_t, int,
+                        const uint8_t*)>
+void tile_x8_k(const MatmulTile& t) {
   constexpr int R = 4;
   const int64_t nb = t.k / kQKK;
   const int64_t groups = (t.n_rows + kX8Rows - 1) / kX8Rows;
@@ -315,14 +459,19 @@ void tile_x8_q4_k(const MatmulTile& t) {
     const uint8_t* pf = g + 1 < groups ? group + t.w_stride : nullptr;
     int64_t i = 0;
     for (; i + R <= t.n_acts; i += R) {
-      q4_k_x8_micro<R>(group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb,
-                       yg + static_cast<size_t>(i) * t.y_stride, t.y_stride, rows, pf);
+      kMicro4(group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb, yg + static_cast<size_t>(i) * t.y_stride,
+              t.y_stride, rows, pf);
       pf = nullptr;
     }
-    q4_k_x8_rest<R - 1>(t.n_acts - i, group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb,
-                        yg + static_cast<size_t>(i) * t.y_stride, t.y_stride, rows, pf);
+    kRest(t.n_acts - i, group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb,
+          yg + static_cast<size_t>(i) * t.y_stride, t.y_stride, rows, pf);
   }
 }
+
+}  // namespace
+
+void tile_x8_q4_k(const MatmulTile& t) { tile_x8_k<q4_k_x8_micro<4>, q4_k_x8_rest<3>>(t); }
+void tile_x8_q6_k(const MatmulTile& t) { tile_x8_k<q6_k_x8_micro<4>, q6_k_x8_rest<3>>(t); }
 
 void tile_q4_k(const MatmulTile& t) { tile_k<4>(t); }
 void tile_q5_k(const MatmulTile& t) { tile_k<5>(t); }

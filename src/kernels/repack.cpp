@@ -112,6 +112,19 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
       std::memcpy(out, &g, sizeof g);
       return;
     }
+    case DType::kQ6_K: {
+      BlockQ6_Kx8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ6_K>(rows[r], b);
+        g.d[r] = s.d;
+        for (int j = 0; j < 16; ++j) g.scales[8 * j + r] = s.scales[j];
+        for (int w = 0; w < 32; ++w) std::memcpy(g.ql + 32 * w + 4 * r, s.ql + 4 * w, 4);
+        for (int w = 0; w < 16; ++w) std::memcpy(g.qh + 32 * w + 4 * r, s.qh + 4 * w, 4);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
     default: METRO_CHECK_MSG(false, "repack_x8: no x8 layout for this type");
   }
 }
@@ -120,7 +133,7 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
 
 bool has_x8_layout(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ4_K;
+         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ4_K || t == DType::kQ6_K;
 }
 
 bool can_repack_x8(DType t, int64_t n_cols) {
@@ -241,6 +254,18 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
         }
         pack_scale_min_k4(sc, m, s.scales);
         for (int w = 0; w < 32; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ6_K: {
+      const auto g = load_block<BlockQ6_Kx8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ6_K s;
+        s.d = g.d[r];
+        for (int j = 0; j < 16; ++j) s.scales[j] = g.scales[8 * j + r];
+        for (int w = 0; w < 32; ++w) std::memcpy(s.ql + 4 * w, g.ql + 32 * w + 4 * r, 4);
+        for (int w = 0; w < 16; ++w) std::memcpy(s.qh + 4 * w, g.qh + 32 * w + 4 * r, 4);
         store_block(blocks, r, s);
       }
       return;

@@ -63,7 +63,18 @@ struct BlockQ4_Kx8 {
   uint8_t qs[1024];
 };
 
+// Q6_K: scales[8 * j + r] is sub-block j (of 16) of row r; ql word w (of 32) and qh word w
+// (of 16) hold bytes 4w..4w+3 of each row's ql and qh, as the 4-bit formats interleave qs.
+// 1680 bytes, the same as 8 x 210.
+struct BlockQ6_Kx8 {
+  uint16_t d[8];
+  int8_t scales[128];
+  uint8_t ql[1024];
+  uint8_t qh[512];
+};
+
 static_assert(sizeof(BlockQ4_0x8) == 8 * 18 && sizeof(BlockQ4_1x8) == 8 * 20);
+static_assert(sizeof(BlockQ6_Kx8) == 8 * 210);
 static_assert(sizeof(BlockQ4_Kx8) == 1184);
 static_assert(sizeof(BlockQ5_0x8) == 8 * 22 && sizeof(BlockQ5_1x8) == 8 * 24);
 static_assert(sizeof(BlockQ8_0x8) == 8 * 34);
