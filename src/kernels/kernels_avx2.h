@@ -21,6 +21,7 @@ void tile_bf16(const MatmulTile& t);
 // matmul_k_avx2.cpp: K-quants times Q8_K (row-major).
 void tile_q4_k(const MatmulTile& t);
 void tile_x8_q4_k(const MatmulTile& t);
+void tile_x8_q5_k(const MatmulTile& t);
 void tile_x8_q6_k(const MatmulTile& t);
 void tile_q5_k(const MatmulTile& t);
 void tile_q6_k(const MatmulTile& t);

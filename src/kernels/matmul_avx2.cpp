@@ -443,6 +443,7 @@ KernelTable make_table() {
   t.tile_row_major[idx(DType::kBF16)] = tile_bf16;
   t.tile_row_major[idx(DType::kQ4_K)] = tile_q4_k;
   t.tile_x8[idx(DType::kQ4_K)] = tile_x8_q4_k;
+  t.tile_x8[idx(DType::kQ5_K)] = tile_x8_q5_k;
   t.tile_x8[idx(DType::kQ6_K)] = tile_x8_q6_k;
   t.tile_row_major[idx(DType::kQ5_K)] = tile_q5_k;
   t.tile_row_major[idx(DType::kQ6_K)] = tile_q6_k;

@@ -1,5 +1,5 @@
 // AVX2 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times Q8_K activations,
-// row-major, and Q4_K and Q6_K in the x8 interleaved layout.
+// row-major, and Q4_K, Q5_K and Q6_K in the x8 interleaved layout.
 //
 // Per output element, super-block after super-block:
 //   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32, Q3_K: q - 4)
@@ -230,10 +230,13 @@ inline void keep_reg(V& v) {
   __asm__("" : "+x"(v));
 }
 
-template <int R>
+// kQ5: Q5_K, whose fifth bits make 5-bit quants (pair sums <= 7874): its 16-bit sums go to
+// 32 bits every four maddubs instead of eight.
+template <int R, bool kQ5 = false>
 void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y, size_t y_stride,
                    int rows, const uint8_t* pf) {
-  constexpr int64_t kS = static_cast<int64_t>(sizeof(BlockQ4_Kx8));
+  using G = std::conditional_t<kQ5, BlockQ5_Kx8, BlockQ4_Kx8>;
+  constexpr int64_t kS = static_cast<int64_t>(sizeof(G));
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   alignas(32) float acc[R][8];
   for (int i = 0; i < R; ++i) _mm256_store_ps(acc[i], _mm256_setzero_ps());
@@ -244,7 +247,7 @@ void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
       }
     }
     const uint8_t* gb = group + b * kS;
-    const uint8_t* qs = gb + offsetof(BlockQ4_Kx8, qs);
+    const uint8_t* qs = gb + offsetof(G, qs);
     const uint8_t* ab[R];
     for (int i = 0; i < R; ++i) ab[i] = a + static_cast<size_t>(i) * a_stride + static_cast<size_t>(b) * sizeof(BlockQ8_K);
     __m256i isum[R];
@@ -253,22 +256,26 @@ void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
       const int c = h >> 1;
       const int shift = 4 * (h & 1);
       const int a_off = static_cast<int>(offsetof(BlockQ8_K, qs)) + 64 * c + 32 * (h & 1);
+      const __m256i sc = scale_pairs(gb + offsetof(G, scales) + 8 * h);
       __m256i p[R];
       for (int t = 0; t < 8; ++t) {
         const __m256i w = load256(qs + 32 * (8 * c + t));
-        const __m256i q = _mm256_and_si256(_mm256_srl_epi16(w, _mm_cvtsi32_si128(shift)), m4);
+        __m256i q = _mm256_and_si256(_mm256_srl_epi16(w, _mm_cvtsi32_si128(shift)), m4);
+        if constexpr (kQ5) q = _mm256_or_si256(q, fifth_bit(load256(gb + offsetof(BlockQ5_Kx8, qh) + 32 * t), h));
         for (int i = 0; i < R; ++i) {
           const __m256i x = _mm256_maddubs_epi16(q, bcast_i32(ab[i] + a_off + 4 * t));
-          p[i] = t == 0 ? x : _mm256_add_epi16(p[i], x);
+          p[i] = t == 0 || (kQ5 && t == 4) ? x : _mm256_add_epi16(p[i], x);
           keep_reg(p[i]);
         }
+        if (kQ5 && t == 3) {
+          for (int i = 0; i < R; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
+        }
       }
-      const __m256i sc = scale_pairs(gb + offsetof(BlockQ4_Kx8, scales) + 8 * h);
       for (int i = 0; i < R; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
     }
-    const uint8_t* mins = gb + offsetof(BlockQ4_Kx8, mins);
-    const __m256 d8 = load_f16x8(gb + offsetof(BlockQ4_Kx8, d));
-    const __m256 dm8 = load_f16x8(gb + offsetof(BlockQ4_Kx8, dmin));
+    const uint8_t* mins = gb + offsetof(G, mins);
+    const __m256 d8 = load_f16x8(gb + offsetof(G, d));
+    const __m256 dm8 = load_f16x8(gb + offsetof(G, dmin));
     for (int i = 0; i < R; ++i) {
       int16_t bs[16];
       std::memcpy(bs, ab[i] + offsetof(BlockQ8_K, bsums), sizeof bs);
@@ -290,14 +297,14 @@ void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
   for (int i = 0; i < R; ++i) store_lanes(y + static_cast<size_t>(i) * y_stride, _mm256_load_ps(acc[i]), rows);
 }
 
-template <int N>
+template <int N, bool kQ5 = false>
 void q4_k_x8_rest(int64_t n, const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y,
                   size_t y_stride, int rows, const uint8_t* pf) {
   if constexpr (N > 0) {
     if (n == N) {
-      q4_k_x8_micro<N>(group, a, a_stride, nb, y, y_stride, rows, pf);
+      q4_k_x8_micro<N, kQ5>(group, a, a_stride, nb, y, y_stride, rows, pf);
     } else {
-      q4_k_x8_rest<N - 1>(n, group, a, a_stride, nb, y, y_stride, rows, pf);
+      q4_k_x8_rest<N - 1, kQ5>(n, group, a, a_stride, nb, y, y_stride, rows, pf);
     }
   }
 }
@@ -471,6 +478,7 @@ void tile_x8_k(const MatmulTile& t) {
 }  // namespace
 
 void tile_x8_q4_k(const MatmulTile& t) { tile_x8_k<q4_k_x8_micro<4>, q4_k_x8_rest<3>>(t); }
+void tile_x8_q5_k(const MatmulTile& t) { tile_x8_k<q4_k_x8_micro<4, true>, q4_k_x8_rest<3, true>>(t); }
 void tile_x8_q6_k(const MatmulTile& t) { tile_x8_k<q6_k_x8_micro<4>, q6_k_x8_rest<3>>(t); }
 
 void tile_q4_k(const MatmulTile& t) { tile_k<4>(t); }

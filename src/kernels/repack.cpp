@@ -112,6 +112,20 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
       std::memcpy(out, &g, sizeof g);
       return;
     }
+    case DType::kQ5_K: {
+      BlockQ5_Kx8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ5_K>(rows[r], b);
+        g.d[r] = s.d;
+        g.dmin[r] = s.dmin;
+        for (int j = 0; j < 8; ++j) unpack_scale_min_k4(s.scales, j, &g.scales[8 * j + r], &g.mins[8 * j + r]);
+        for (int w = 0; w < 8; ++w) std::memcpy(g.qh + 32 * w + 4 * r, s.qh + 4 * w, 4);
+        for (int w = 0; w < 32; ++w) std::memcpy(g.qs + 32 * w + 4 * r, s.qs + 4 * w, 4);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
     case DType::kQ6_K: {
       BlockQ6_Kx8 g{};
       for (int r = 0; r < 8; ++r) {
@@ -133,7 +147,7 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
 
 bool has_x8_layout(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ4_K || t == DType::kQ6_K;
+         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
 bool can_repack_x8(DType t, int64_t n_cols) {
@@ -141,7 +155,9 @@ bool can_repack_x8(DType t, int64_t n_cols) {
 }
 
 size_t x8_block_bytes(DType t) {
-  return t == DType::kQ4_K ? sizeof(BlockQ4_Kx8) : static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
+  if (t == DType::kQ4_K) return sizeof(BlockQ4_Kx8);
+  if (t == DType::kQ5_K) return sizeof(BlockQ5_Kx8);
+  return static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
 }
 
 size_t x8_group_stride(DType t, int64_t n_cols) {
@@ -253,6 +269,24 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
           m[j] = g.mins[8 * j + r];
         }
         pack_scale_min_k4(sc, m, s.scales);
+        for (int w = 0; w < 32; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ5_K: {
+      const auto g = load_block<BlockQ5_Kx8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ5_K s;
+        s.d = g.d[r];
+        s.dmin = g.dmin[r];
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) {
+          sc[j] = g.scales[8 * j + r];
+          m[j] = g.mins[8 * j + r];
+        }
+        pack_scale_min_k4(sc, m, s.scales);
+        for (int w = 0; w < 8; ++w) std::memcpy(s.qh + 4 * w, g.qh + 32 * w + 4 * r, 4);
         for (int w = 0; w < 32; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
         store_block(blocks, r, s);
       }

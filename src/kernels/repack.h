@@ -63,6 +63,17 @@ struct BlockQ4_Kx8 {
   uint8_t qs[1024];
 };
 
+// Q5_K: Q4_K's group plus the fifth bits, qh word t (of 8) holding bytes 4t..4t+3 of each
+// row's qh (bit h of a byte: the fifth bit of that element of sub-block h). 1440 bytes.
+struct BlockQ5_Kx8 {
+  uint16_t d[8];
+  uint16_t dmin[8];
+  uint8_t scales[64];
+  uint8_t mins[64];
+  uint8_t qh[256];
+  uint8_t qs[1024];
+};
+
 // Q6_K: scales[8 * j + r] is sub-block j (of 16) of row r; ql word w (of 32) and qh word w
 // (of 16) hold bytes 4w..4w+3 of each row's ql and qh, as the 4-bit formats interleave qs.
 // 1680 bytes, the same as 8 x 210.
@@ -75,7 +86,7 @@ struct BlockQ6_Kx8 {
 
 static_assert(sizeof(BlockQ4_0x8) == 8 * 18 && sizeof(BlockQ4_1x8) == 8 * 20);
 static_assert(sizeof(BlockQ6_Kx8) == 8 * 210);
-static_assert(sizeof(BlockQ4_Kx8) == 1184);
+static_assert(sizeof(BlockQ4_Kx8) == 1184 && sizeof(BlockQ5_Kx8) == 1440);
 static_assert(sizeof(BlockQ5_0x8) == 8 * 22 && sizeof(BlockQ5_1x8) == 8 * 24);
 static_assert(sizeof(BlockQ8_0x8) == 8 * 34);
 
