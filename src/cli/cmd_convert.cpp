@@ -3,8 +3,9 @@
 // Writes a Hugging Face checkpoint directory (config.json, model.safetensors or its shards,
 // tokenizer.json or tokenizer.model) as a GGUF that metro and llama.cpp load: llama,
 // mistral, qwen2, qwen3 and gemma3 decoders and BERT-family encoders (convert/convert.h).
-// Matrices in --type, everything else F32; the output is written to a temporary file and
-// renamed, so a failed run leaves no partial file.
+// Matrices in --type, everything else F32; the output is streamed a tensor at a time to a
+// temporary file and renamed, so a failed run leaves no partial file and a checkpoint
+// larger than memory converts.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -44,11 +45,10 @@ int cmd_convert(int argc, char** argv) {
     shown = done;
   };
   convert::ConvertReport rep;
-  auto bytes = convert::convert_hf(in_dir, opts, &rep);
+  const Status st = convert::convert_hf_to_file(in_dir, out_path, opts, &rep);
   if (progress) progress->finish();
-  if (!bytes.ok()) return fail("convert", bytes.status());
+  if (!st.ok()) return fail("convert", st);
   for (const std::string& warning : rep.warnings) std::fprintf(stderr, "metro convert: note: %s\n", warning.c_str());
-  if (Status st = write_file_atomically(out_path, bytes->data(), bytes->size()); !st.ok()) return fail("convert", st);
   std::fprintf(stderr, "metro convert: %s, %d tensors, %d tokens, matrices %s: %.1f MiB -> %.1f MiB (%s)\n",
                rep.architecture.c_str(), rep.n_tensors, rep.n_vocab, type_name.c_str(),
                static_cast<double>(rep.source_bytes) / (1 << 20), static_cast<double>(rep.bytes) / (1 << 20),

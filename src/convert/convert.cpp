@@ -1,6 +1,9 @@
 #include "convert/convert.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -11,9 +14,9 @@
 #include <regex>
 
 #include "base/fp16.h"
+#include "kernels/quant_ref.h"
 #include "convert/hf_tokenizer.h"
 #include "convert/safetensors.h"
-#include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "model/requantize.h"
 
@@ -114,6 +117,63 @@ Status collect_tensors(const Checkpoint& ck, const TensorNamer& name_of,
   return {};
 }
 
+// A converted model before its bytes exist: the writer's tensors are filled from the
+// checkpoint (kept alive here) as the file is built or streamed.
+struct Prepared {
+  gguf::Writer w;
+  std::shared_ptr<Checkpoint> ck;
+  ConvertReport rep;
+};
+
+// What the fills share: the checkpoint, and the progress over its bytes.
+struct Source {
+  std::shared_ptr<Checkpoint> ck;
+  std::shared_ptr<uint64_t> done = std::make_shared<uint64_t>(0);
+  uint64_t total = 0;
+  std::function<void(uint64_t done, uint64_t total, std::string_view name)> on_tensor;
+};
+
+// The format a tensor is written in: matrices in the requested one (a K-quant falls back to a
+// 32-block format on rows that do not divide into 256), everything else F32.
+DType pick_type(const ConvertOptions& opts, bool matrix, int64_t cols) {
+  return matrix ? model::format_for_row_width(opts.type, cols) : DType::kF32;
+}
+
+// `v` (rows of `cols`) into `dst` in format `t`.
+void write_values(const std::vector<float>& v, DType t, int64_t cols, std::span<uint8_t> dst) {
+  if (t == DType::kF32) {
+    std::memcpy(dst.data(), v.data(), v.size() * 4);
+  } else if (t == DType::kF16 || t == DType::kBF16) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t h = t == DType::kF16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+      std::memcpy(dst.data() + 2 * i, &h, 2);
+    }
+  } else {
+    const size_t rb = kernels::row_bytes(t, cols);
+    const int64_t rows = static_cast<int64_t>(v.size()) / cols;
+    for (int64_t r = 0; r < rows; ++r) {
+      kernels::quantize_row_ref(t, v.data() + static_cast<size_t>(r * cols), dst.data() + static_cast<size_t>(r) * rb, cols);
+    }
+  }
+}
+
+// Checkpoint tensor `t` as GGUF tensor `g` in format `ty`, `transform` applied to its values
+// (a row reordering, a shifted norm) when it is filled.
+Status add_converted(gguf::Writer& w, const Source& src, const std::string& g, const StTensor* t, DType ty,
+                     std::function<void(std::vector<float>&)> transform = nullptr) {
+  std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());  // GGUF: innermost first
+  const auto cols = static_cast<int64_t>(dims[0]);
+  return w.add_tensor_lazy(g, kernels::traits(ty).ggml, dims,
+                           [src, g, t, ty, cols, transform](std::span<uint8_t> dst) -> Status {
+                             METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*t));
+                             if (transform) transform(v);
+                             write_values(v, ty, cols, dst);
+                             *src.done += t->data.size();
+                             if (src.on_tensor) src.on_tensor(*src.done, src.total, g);
+                             return {};
+                           });
+}
+
 Expected<BertConfig> bert_config(const json& c, const std::string& dir) {
   BertConfig b;
   METRO_ASSIGN_OR_RETURN(b.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
@@ -176,36 +236,17 @@ Expected<std::optional<std::string>> bert_name(std::string hf) {
   return unimplemented("tensor '" + hf.substr(0, 128) + "' is not part of a BERT encoder this converter knows");
 }
 
-// Bytes of `v` in a float GGUF type.
-std::vector<uint8_t> float_bytes(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> out;
-  if (t == DType::kF32) {
-    out.resize(v.size() * 4);
-    std::memcpy(out.data(), v.data(), out.size());
-    return out;
-  }
-  out.resize(v.size() * 2);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const uint16_t h = t == DType::kF16 ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
-}
-
-bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
-
-Expected<std::vector<uint8_t>> convert_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts,
-                                            ConvertReport* rep) {
+Expected<Prepared> convert_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(BertConfig b, bert_config(cfg, dir));
-  METRO_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open_dir(dir));
-  gguf::Writer w;
+  Prepared out;
+  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
+  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  gguf::Writer& w = out.w;
   w.add_string("general.architecture", "bert");
   std::string name = cfg.value("_name_or_path", std::string());
   if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
   w.add_string("general.name", name.substr(0, 256));
-  // Matrices go in as F32 when a block format follows (the requantizer rounds once).
-  const DType matrix_type = is_float(opts.type) ? opts.type : DType::kF32;
-  w.add_u32("general.file_type", model::quant_file_type(matrix_type));
+  w.add_u32("general.file_type", model::quant_file_type(opts.type));
   w.add_u32("bert.context_length", b.n_ctx);
   w.add_u32("bert.embedding_length", b.n_embd);
   w.add_u32("bert.feed_forward_length", b.n_ff);
@@ -244,37 +285,19 @@ Expected<std::vector<uint8_t>> convert_bert(const std::string& dir, const json& 
   }
   std::map<std::string, const StTensor*> found;
   uint64_t source_bytes = 0;
-  METRO_RETURN_IF_ERROR(collect_tensors(ck, bert_name, want, found, source_bytes));
-  uint64_t done = 0;
+  METRO_RETURN_IF_ERROR(collect_tensors(*out.ck, bert_name, want, found, source_bytes));
+  const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
   for (const auto& [g, t] : found) {
-    METRO_ASSIGN_OR_RETURN(std::vector<float> v, ck.to_f32(*t));
+    // The embeddings the encoder adds by position stay F32.
     const bool matrix = t->shape.size() == 2 && g != "position_embd.weight" && g != "token_types.weight";
-    const DType ty = matrix ? matrix_type : DType::kF32;
-    std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());  // GGUF: innermost first
-    METRO_RETURN_IF_ERROR(w.add_tensor(g, kernels::traits(ty).ggml, dims, float_bytes(v, ty)));
-    done += t->data.size();
-    if (opts.on_tensor) opts.on_tensor(done, source_bytes, g);
+    METRO_RETURN_IF_ERROR(add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back()))));
   }
-  std::vector<uint8_t> bytes = w.serialize();
-  if (!is_float(opts.type)) {
-    // Block formats through the requantizer; the embeddings the encoder adds by position
-    // stay F32.
-    METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::parse(bytes));
-    model::QuantPlan plan;
-    plan.type = opts.type;
-    plan.tensors = {{"position_embd.weight", model::kKeepFormat}, {"token_types.weight", model::kKeepFormat}};
-    METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> q, model::requantize(f, plan, {}, nullptr));
-    bytes = std::move(q);
-  }
-  if (rep != nullptr) {
-    rep->architecture = "bert";
-    rep->warnings = tok.warnings;
-    rep->n_tensors = static_cast<int>(found.size());
-    rep->n_vocab = tok.n_vocab;
-    rep->bytes = bytes.size();
-    rep->source_bytes = source_bytes;
-  }
-  return bytes;
+  out.rep.architecture = "bert";
+  out.rep.warnings = tok.warnings;
+  out.rep.n_tensors = static_cast<int>(found.size());
+  out.rep.n_vocab = tok.n_vocab;
+  out.rep.source_bytes = source_bytes;
+  return out;
 }
 
 // ---- nomic-bert: rotary positions, a fused QKV matrix, a SiLU-gated FFN ----
@@ -363,18 +386,18 @@ Expected<std::optional<std::string>> nomic_name(std::string hf) {
   return unimplemented("tensor '" + hf.substr(0, 128) + "' is not part of a nomic-bert encoder this converter knows");
 }
 
-Expected<std::vector<uint8_t>> convert_nomic_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts,
-                                                  ConvertReport* rep) {
+Expected<Prepared> convert_nomic_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(NomicConfig n, nomic_config(cfg, dir));
-  METRO_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open_dir(dir));
-  gguf::Writer w;
+  Prepared out;
+  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
+  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  gguf::Writer& w = out.w;
   const std::string a = "nomic-bert.";
   w.add_string("general.architecture", "nomic-bert");
   std::string name = cfg.value("_name_or_path", std::string());
   if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
   w.add_string("general.name", name.substr(0, 256));
-  const DType matrix_type = is_float(opts.type) ? opts.type : DType::kF32;
-  w.add_u32("general.file_type", model::quant_file_type(matrix_type));
+  w.add_u32("general.file_type", model::quant_file_type(opts.type));
   w.add_u32(a + "context_length", n.n_ctx);
   w.add_u32(a + "embedding_length", n.n_embd);
   w.add_u32(a + "feed_forward_length", n.n_ff);
@@ -417,35 +440,18 @@ Expected<std::vector<uint8_t>> convert_nomic_bert(const std::string& dir, const 
   }
   std::map<std::string, const StTensor*> found;
   uint64_t source_bytes = 0;
-  METRO_RETURN_IF_ERROR(collect_tensors(ck, nomic_name, want, found, source_bytes));
-  uint64_t done = 0;
+  METRO_RETURN_IF_ERROR(collect_tensors(*out.ck, nomic_name, want, found, source_bytes));
+  const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
   for (const auto& [g, t] : found) {
-    METRO_ASSIGN_OR_RETURN(std::vector<float> v, ck.to_f32(*t));
     const bool matrix = t->shape.size() == 2 && g != "token_types.weight";
-    const DType ty = matrix ? matrix_type : DType::kF32;
-    std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());
-    METRO_RETURN_IF_ERROR(w.add_tensor(g, kernels::traits(ty).ggml, dims, float_bytes(v, ty)));
-    done += t->data.size();
-    if (opts.on_tensor) opts.on_tensor(done, source_bytes, g);
+    METRO_RETURN_IF_ERROR(add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back()))));
   }
-  std::vector<uint8_t> bytes = w.serialize();
-  if (!is_float(opts.type)) {
-    METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::parse(bytes));
-    model::QuantPlan plan;
-    plan.type = opts.type;
-    plan.tensors = {{"token_types.weight", model::kKeepFormat}};
-    METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> q, model::requantize(f, plan, {}, nullptr));
-    bytes = std::move(q);
-  }
-  if (rep != nullptr) {
-    rep->architecture = "nomic-bert";
-    rep->n_tensors = static_cast<int>(found.size());
-    rep->n_vocab = tok.n_vocab;
-    rep->bytes = bytes.size();
-    rep->source_bytes = source_bytes;
-    rep->warnings = tok.warnings;
-  }
-  return bytes;
+  out.rep.architecture = "nomic-bert";
+  out.rep.n_tensors = static_cast<int>(found.size());
+  out.rep.n_vocab = tok.n_vocab;
+  out.rep.source_bytes = source_bytes;
+  out.rep.warnings = tok.warnings;
+  return out;
 }
 
 // ---- decoders: llama (and mistral), qwen2, qwen3 ----
@@ -688,18 +694,19 @@ std::vector<float> llama3_rope_factors(const DecoderConfig& d) {
   return out;
 }
 
-Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const json& cfg, const std::string& type,
-                                               const ConvertOptions& opts, ConvertReport* rep) {
+Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, const std::string& type,
+                                   const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(DecoderConfig d, decoder_config(cfg, type));
-  METRO_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open_dir(dir));
-  gguf::Writer w;
+  Prepared out;
+  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
+  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  gguf::Writer& w = out.w;
   const std::string a = d.arch + ".";
   w.add_string("general.architecture", d.arch);
   std::string name = cfg.value("_name_or_path", std::string());
   if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
   w.add_string("general.name", name.substr(0, 256));
-  const DType matrix_type = is_float(opts.type) ? opts.type : DType::kF32;
-  w.add_u32("general.file_type", model::quant_file_type(matrix_type));
+  w.add_u32("general.file_type", model::quant_file_type(opts.type));
   w.add_u32(a + "context_length", d.n_ctx);
   w.add_u32(a + "embedding_length", d.n_embd);
   w.add_u32(a + "block_count", d.n_layer);
@@ -770,59 +777,54 @@ Expected<std::vector<uint8_t>> convert_decoder(const std::string& dir, const jso
   std::map<std::string, const StTensor*> found;
   uint64_t source_bytes = 0;
   METRO_RETURN_IF_ERROR(collect_tensors(
-      ck, [&](const std::string& hf) { return decoder_name(hf, d); }, want, found, source_bytes));
+      *out.ck, [&](const std::string& hf) { return decoder_name(hf, d); }, want, found, source_bytes));
   int n_tensors = 0;
   if (d.rope_type == "llama3") {
     const std::vector<float> f = llama3_rope_factors(d);
-    METRO_RETURN_IF_ERROR(w.add_tensor("rope_freqs.weight", kernels::traits(DType::kF32).ggml, {f.size()}, float_bytes(f, DType::kF32)));
+    METRO_RETURN_IF_ERROR(w.add_tensor("rope_freqs.weight", kernels::traits(DType::kF32).ggml, {f.size()},
+                                       {reinterpret_cast<const uint8_t*>(f.data()), f.size() * sizeof(float)}));
     ++n_tensors;
   }
-  uint64_t done = 0;
+  const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
   for (const auto& [g, t] : found) {
-    METRO_ASSIGN_OR_RETURN(std::vector<float> v, ck.to_f32(*t));
+    std::function<void(std::vector<float>&)> transform;
     if (d.permute_qk && (g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias"))) {
-      v = permute_heads(v, static_cast<uint32_t>(q_rows), d.n_head);
+      transform = [rows = static_cast<uint32_t>(q_rows), heads = d.n_head](std::vector<float>& v) {
+        v = permute_heads(v, rows, heads);
+      };
     } else if (d.permute_qk && (g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias"))) {
-      v = permute_heads(v, static_cast<uint32_t>(kv_rows), d.n_kv);
+      transform = [rows = static_cast<uint32_t>(kv_rows), heads = d.n_kv](std::vector<float>& v) {
+        v = permute_heads(v, rows, heads);
+      };
+    } else if (d.norm_plus_one && g.ends_with("norm.weight")) {
+      transform = [](std::vector<float>& v) {
+        for (float& x : v) x += 1.0f;
+      };
     }
-    if (d.norm_plus_one && g.ends_with("norm.weight")) {
-      for (float& x : v) x += 1.0f;
-    }
-    const DType ty = t->shape.size() == 2 ? matrix_type : DType::kF32;
-    std::vector<uint64_t> dims(t->shape.rbegin(), t->shape.rend());
-    METRO_RETURN_IF_ERROR(w.add_tensor(g, kernels::traits(ty).ggml, dims, float_bytes(v, ty)));
+    const bool matrix = t->shape.size() == 2;
+    METRO_RETURN_IF_ERROR(
+        add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back())), transform));
     ++n_tensors;
-    done += t->data.size();
-    if (opts.on_tensor) opts.on_tensor(done, source_bytes, g);
   }
-  std::vector<uint8_t> bytes = w.serialize();
-  if (!is_float(opts.type)) {
-    METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::parse(bytes));
-    model::QuantPlan plan;
-    plan.type = opts.type;
-    METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> q, model::requantize(f, plan, {}, nullptr));
-    bytes = std::move(q);
-  }
-  if (rep != nullptr) {
-    rep->architecture = d.arch;
-    rep->n_tensors = n_tensors;
-    rep->n_vocab = tok.n_vocab;
-    rep->bytes = bytes.size();
-    rep->source_bytes = source_bytes;
-    rep->warnings = tok.warnings;
-  }
-  return bytes;
+  out.rep.architecture = d.arch;
+  out.rep.n_tensors = n_tensors;
+  out.rep.n_vocab = tok.n_vocab;
+  out.rep.source_bytes = source_bytes;
+  out.rep.warnings = tok.warnings;
+  return out;
 }
 
 }  // namespace
 
-Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const ConvertOptions& opts, ConvertReport* report) {
+namespace {
+
+Expected<Prepared> prepare(const std::string& hf_dir, const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(json cfg, read_json(hf_dir + "/config.json", true));
   const std::string type = cfg.value("model_type", std::string());
-  if (type == "bert") return convert_bert(hf_dir, cfg, opts, report);
-  if (type == "nomic_bert") return convert_nomic_bert(hf_dir, cfg, opts, report);
+  if (type == "bert") return convert_bert(hf_dir, cfg, opts);
+  if (type == "nomic_bert") return convert_nomic_bert(hf_dir, cfg, opts);
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma3_text") {
-    return convert_decoder(hf_dir, cfg, type, opts, report);
+    return convert_decoder(hf_dir, cfg, type, opts);
   }
   if (type == "gemma3") {
     // The multimodal checkpoint: its language model's settings are under text_config.
@@ -833,12 +835,40 @@ Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const Conve
     for (const char* key : {"vocab_size", "tie_word_embeddings", "_name_or_path"}) {
       if (!text.contains(key) && cfg.contains(key)) text[key] = cfg[key];
     }
-    return convert_decoder(hf_dir, text, type, opts, report);
+    return convert_decoder(hf_dir, text, type, opts);
   }
   if (type.empty()) return data_loss("config.json has no model_type");
   return unimplemented("model_type '" + type.substr(0, 64) +
                        "': this converter writes llama, mistral, qwen2, qwen3 and gemma3 decoders and bert and "
                        "nomic_bert encoders; convert other models with llama.cpp's convert_hf_to_gguf.py");
+}
+
+}  // namespace
+
+Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const ConvertOptions& opts, ConvertReport* report) {
+  METRO_ASSIGN_OR_RETURN(Prepared p, prepare(hf_dir, opts));
+  METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, p.w.build());
+  p.rep.bytes = bytes.size();
+  if (report != nullptr) *report = std::move(p.rep);
+  return bytes;
+}
+
+Status convert_hf_to_file(const std::string& hf_dir, const std::string& out_path, const ConvertOptions& opts,
+                          ConvertReport* report) {
+  METRO_ASSIGN_OR_RETURN(Prepared p, prepare(hf_dir, opts));
+  p.rep.bytes = p.w.file_size();
+  // Written beside the destination and renamed into place: a failed run leaves no partial file.
+  const std::string tmp = out_path + ".partial." + std::to_string(::getpid());
+  if (Status st = p.w.write(tmp); !st.ok()) {
+    std::remove(tmp.c_str());
+    return st;
+  }
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return io_error("cannot rename the converted file to " + out_path);
+  }
+  if (report != nullptr) *report = std::move(p.rep);
+  return {};
 }
 
 }  // namespace metro::convert

@@ -44,8 +44,13 @@ struct ConvertReport {
   std::vector<std::string> warnings;
 };
 
-// The GGUF bytes of the model in `hf_dir`.
+// The GGUF bytes of the model in `hf_dir`, in memory.
 Expected<std::vector<uint8_t>> convert_hf(const std::string& hf_dir, const ConvertOptions& opts,
                                           ConvertReport* report = nullptr);
+
+// The same file streamed to `out_path` one tensor at a time (memory: the checkpoint mapped,
+// plus about the largest tensor in F32), written beside it and renamed into place.
+Status convert_hf_to_file(const std::string& hf_dir, const std::string& out_path, const ConvertOptions& opts,
+                          ConvertReport* report = nullptr);
 
 }  // namespace metro::convert

@@ -1,8 +1,10 @@
 #include "gguf/writer.h"
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
+#include "base/check.h"
 #include "base/checked_math.h"
 
 namespace metro::gguf {
@@ -103,8 +105,8 @@ void Writer::add_value(std::string_view key, const Value& v) {
   add_raw(key, v.type(), payload.bytes());
 }
 
-Status Writer::add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,
-                          std::span<const uint8_t> data) {
+Expected<uint64_t> Writer::checked_bytes(std::string_view name, GgmlType type,
+                                         const std::vector<uint64_t>& dims) const {
   auto info = ggml_type_info(static_cast<uint32_t>(type));
   if (!info) return invalid_argument("unknown tensor type");
   if (dims.empty() || dims.size() > kMaxDims) return invalid_argument("tensor needs 1-4 dims");
@@ -117,17 +119,30 @@ Status Writer::add_tensor(std::string_view name, GgmlType type, const std::vecto
   if (dims[0] % info->block_size) {
     return invalid_argument("tensor '" + std::string(name) + "' row not a multiple of block");
   }
-  const uint64_t bytes = n / info->block_size * info->bytes_per_block;
+  return n / info->block_size * info->bytes_per_block;
+}
+
+Status Writer::add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,
+                          std::span<const uint8_t> data) {
+  METRO_ASSIGN_OR_RETURN(const uint64_t bytes, checked_bytes(name, type, dims));
   if (bytes != data.size()) {
     return invalid_argument("tensor '" + std::string(name) + "' has " +
                             std::to_string(data.size()) + " bytes, its shape needs " +
                             std::to_string(bytes));
   }
-  tensors_.push_back({std::string(name), type, dims, {data.begin(), data.end()}});
+  tensors_.push_back({std::string(name), type, dims, {data.begin(), data.end()}, bytes, nullptr});
   return {};
 }
 
-std::vector<uint8_t> Writer::serialize() const {
+Status Writer::add_tensor_lazy(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,
+                               TensorFill fill) {
+  METRO_ASSIGN_OR_RETURN(const uint64_t bytes, checked_bytes(name, type, dims));
+  METRO_CHECK(fill != nullptr);
+  tensors_.push_back({std::string(name), type, dims, {}, bytes, std::move(fill)});
+  return {};
+}
+
+std::vector<uint8_t> Writer::header() const {
   Encoder out;
   out.put<uint32_t>(kMagic);
   out.put<uint32_t>(3);
@@ -141,22 +156,61 @@ std::vector<uint8_t> Writer::serialize() const {
     for (uint64_t d : t.dims) out.put<uint64_t>(d);
     out.put<uint32_t>(static_cast<uint32_t>(t.type));
     out.put<uint64_t>(offset);
-    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += (t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
   }
   out.pad_to(alignment_);
-  for (const auto& t : tensors_) {
-    out.put_bytes(t.data);
-    out.pad_to(alignment_);
-  }
   return std::move(out.bytes());
 }
 
+uint64_t Writer::file_size() const {
+  uint64_t n = header().size();
+  for (const auto& t : tensors_) n += (t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
+  return n;
+}
+
+std::vector<uint8_t> Writer::serialize() const {
+  auto bytes = build();
+  METRO_CHECK_MSG(bytes.ok(), "Writer::serialize: a lazy tensor failed; use build()");
+  return std::move(*bytes);
+}
+
+Expected<std::vector<uint8_t>> Writer::build() const {
+  std::vector<uint8_t> out = header();
+  out.reserve(file_size());
+  for (const auto& t : tensors_) {
+    const size_t at = out.size();
+    out.resize(at + (t.n_bytes + alignment_ - 1) / alignment_ * alignment_, 0);
+    if (t.fill) {
+      METRO_RETURN_IF_ERROR(t.fill(std::span<uint8_t>(out.data() + at, t.n_bytes)));
+    } else {
+      std::memcpy(out.data() + at, t.data.data(), t.n_bytes);
+    }
+  }
+  return out;
+}
+
 Status Writer::write(const std::string& path) const {
-  std::vector<uint8_t> bytes = serialize();
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return io_error("cannot create output GGUF file");
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
-    return io_error("short write to output GGUF file");
+  auto put = [&](const uint8_t* p, size_t n) -> Status {
+    if (n != 0 && std::fwrite(p, 1, n, f.get()) != n) return io_error("short write to output GGUF file");
+    return {};
+  };
+  const std::vector<uint8_t> head = header();
+  METRO_RETURN_IF_ERROR(put(head.data(), head.size()));
+  std::vector<uint8_t> buf;
+  const std::vector<uint8_t> zeros(alignment_, 0);
+  for (const auto& t : tensors_) {
+    if (t.fill) {
+      buf.assign(t.n_bytes, 0);
+      METRO_RETURN_IF_ERROR(t.fill(std::span<uint8_t>(buf.data(), buf.size())));
+      METRO_RETURN_IF_ERROR(put(buf.data(), buf.size()));
+      std::vector<uint8_t>().swap(buf);
+    } else {
+      METRO_RETURN_IF_ERROR(put(t.data.data(), t.n_bytes));
+    }
+    const uint64_t pad = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_ - t.n_bytes;
+    METRO_RETURN_IF_ERROR(put(zeros.data(), pad));
   }
   if (std::fflush(f.get()) != 0) return io_error("cannot flush output GGUF file");
   return {};

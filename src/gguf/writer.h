@@ -1,8 +1,10 @@
 // Writes valid GGUF v3 files: metadata then tensors, data aligned to `general.alignment`.
-// Used by tests to build small models and by `metro quantize`.
+// Used by tests to build small models, by `metro quantize` and by `metro convert` (whose
+// tensors are filled lazily, so a file is streamed rather than held in memory).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,8 +71,20 @@ class Writer {
   Status add_tensor(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims,
                     std::span<const uint8_t> data);
 
+  // A tensor whose bytes `fill` writes into `dst` (exactly the shape's size) only when the
+  // file is built or written, one tensor at a time: a converter streams a checkpoint larger
+  // than memory this way. Called once per build() / write().
+  using TensorFill = std::function<Status(std::span<uint8_t> dst)>;
+  Status add_tensor_lazy(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims, TensorFill fill);
+
+  // Without lazy tensors.
   std::vector<uint8_t> serialize() const;
+  // Any tensors; an error from a fill stops it.
+  Expected<std::vector<uint8_t>> build() const;
+  // Streams to `path`: the header, then each tensor as it is filled.
   Status write(const std::string& path) const;
+  // The size the file will have.
+  uint64_t file_size() const;
 
  private:
   template <class T>
@@ -86,7 +100,11 @@ class Writer {
     GgmlType type;
     std::vector<uint64_t> dims;
     std::vector<uint8_t> data;
+    uint64_t n_bytes = 0;
+    TensorFill fill;  // set for lazy tensors, whose `data` stays empty
   };
+  Expected<uint64_t> checked_bytes(std::string_view name, GgmlType type, const std::vector<uint64_t>& dims) const;
+  std::vector<uint8_t> header() const;
   Encoder meta_;
   uint64_t n_kv_ = 0;
   uint32_t alignment_ = static_cast<uint32_t>(kDefaultAlignment);

@@ -63,6 +63,10 @@ kernels::DType planned(const QuantPlan& p, std::vector<bool>& used, std::string_
 
 }  // namespace
 
+kernels::DType format_for_row_width(kernels::DType t, int64_t cols) {
+  return cols % kernels::traits(t).block_size == 0 ? t : block32_fallback(t);
+}
+
 Expected<kernels::DType> quant_format_named(std::string name, const std::string& where) {
   name = lower(std::move(name));
   if (name == "keep") return kKeepFormat;

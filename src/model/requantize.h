@@ -73,6 +73,10 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
                                           const RequantizeOptions& options = {},
                                           RequantizeReport* report = nullptr);
 
+// `t`, or for a K-quant on rows of `cols` that do not divide into its 256-blocks, the
+// 32-block format requantize() writes instead.
+kernels::DType format_for_row_width(kernels::DType t, int64_t cols);
+
 // Bytes of the 2-D matrices of a format the kernels read (what requantize() converts).
 uint64_t matrix_bytes(const gguf::File& f);
 

@@ -376,6 +376,47 @@ TEST(ConvertDecoder, NomicBertEmbeddingsMatchTheReferenceAndLlamaCpp) {
   EXPECT_NE(refusal(d.path()).find("rotary_emb_fraction"), std::string::npos) << refusal(d.path());
 }
 
+// The CLI's path: the file streamed a tensor at a time is the in-memory conversion's bytes,
+// in a float and a block format; a conversion that fails leaves nothing at the destination.
+TEST(ConvertDecoder, StreamedFileEqualsTheInMemoryConversion) {
+  for (const char* dir : {"qwen3_tiny", "gemma3_tiny"}) {
+    for (kernels::DType type : {kernels::DType::kF16, kernels::DType::kQ4_K}) {
+      ConvertOptions opts;
+      opts.type = type;
+      uint64_t last_done = 0, calls = 0;
+      opts.on_tensor = [&](uint64_t done, uint64_t total, std::string_view) {
+        EXPECT_GT(done, last_done);
+        EXPECT_LE(done, total);
+        last_done = done;
+        ++calls;
+      };
+      ConvertReport mem_rep, file_rep;
+      auto mem = convert_hf(case_dir(case_named(dir)), opts, &mem_rep);
+      ASSERT_TRUE(mem.ok()) << mem.status().message();
+      last_done = 0;
+      metro::testing::TempFile out;
+      const Status st = convert_hf_to_file(case_dir(case_named(dir)), out.path(), opts, &file_rep);
+      ASSERT_TRUE(st.ok()) << st.message();
+      std::ifstream in(out.path(), std::ios::binary);
+      const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(file, *mem) << dir;
+      EXPECT_EQ(file_rep.bytes, mem->size());
+      EXPECT_EQ(file_rep.n_tensors, mem_rep.n_tensors);
+      EXPECT_EQ(calls, 2u * static_cast<uint64_t>(mem_rep.n_tensors));  // once per tensor in each
+    }
+  }
+  DirCopy d(case_dir(case_named("qwen2_tiny")));
+  std::filesystem::resize_file(d.path() + "/model.safetensors", 100);  // a damaged checkpoint
+  metro::testing::TempFile out;
+  std::filesystem::remove(out.path());
+  EXPECT_FALSE(convert_hf_to_file(d.path(), out.path(), ConvertOptions{}).ok());
+  EXPECT_FALSE(std::filesystem::exists(out.path()));
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(out.path()).parent_path())) {
+    EXPECT_EQ(e.path().string().find(std::filesystem::path(out.path()).filename().string() + ".partial"),
+              std::string::npos);
+  }
+}
+
 // The untied llama's head is required; the tied qwen2 has none and converts without one.
 TEST(ConvertDecoder, TiedAndSeparateHeads) {
   const Converted llama = convert_or_die(case_dir(case_named("llama_tiny")), kernels::DType::kF32);
