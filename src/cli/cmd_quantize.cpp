@@ -111,13 +111,12 @@ int cmd_quantize(int argc, char** argv) {
   if (!imatrix_path.empty()) opts.importance = &importance;
   opts.on_matrix = [&](uint64_t bytes, std::string_view name) { progress.advance(bytes, name); };
   model::RequantizeReport rep;
-  auto bytes = model::requantize(*in, plan, opts, &rep);
+  const Status st = model::requantize_to_file(*in, out_path, plan, opts, &rep);
   progress.finish();
-  if (!bytes.ok()) {
-    const std::string& m = bytes.status().message();
-    return fail("quantize", m.starts_with("plan: ") ? invalid_argument("--" + m) : bytes.status());
+  if (!st.ok()) {
+    const std::string& m = st.message();
+    return fail("quantize", m.starts_with("plan: ") ? invalid_argument("--" + m) : st);
   }
-  if (Status st = write_file_atomically(out_path, bytes->data(), bytes->size()); !st.ok()) return fail("quantize", st);
   std::string summary;
   for (const auto& [type, n] : rep.converted) {
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " to " + std::string(kernels::dtype_name(type));

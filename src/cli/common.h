@@ -80,8 +80,5 @@ Status with_path(const std::string& path, const Status& s);
 
 // Whether two paths name one file (same device and inode); false when either does not exist.
 bool same_file(const std::string& a, const std::string& b);
-// Writes `data` to a temporary file beside `path` and renames it into place, so a failure
-// (a full disk, a kill) never leaves a half-written file under `path`.
-Status write_file_atomically(const std::string& path, const void* data, size_t size);
 
 }  // namespace metro::cli

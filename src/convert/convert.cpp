@@ -1,9 +1,6 @@
 #include "convert/convert.h"
 
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -857,16 +854,7 @@ Status convert_hf_to_file(const std::string& hf_dir, const std::string& out_path
                           ConvertReport* report) {
   METRO_ASSIGN_OR_RETURN(Prepared p, prepare(hf_dir, opts));
   p.rep.bytes = p.w.file_size();
-  // Written beside the destination and renamed into place: a failed run leaves no partial file.
-  const std::string tmp = out_path + ".partial." + std::to_string(::getpid());
-  if (Status st = p.w.write(tmp); !st.ok()) {
-    std::remove(tmp.c_str());
-    return st;
-  }
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return io_error("cannot rename the converted file to " + out_path);
-  }
+  METRO_RETURN_IF_ERROR(p.w.write_atomically(out_path));
   if (report != nullptr) *report = std::move(p.rep);
   return {};
 }

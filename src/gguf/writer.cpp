@@ -1,5 +1,8 @@
 #include "gguf/writer.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -191,9 +194,11 @@ Expected<std::vector<uint8_t>> Writer::build() const {
 
 Status Writer::write(const std::string& path) const {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return io_error("cannot create output GGUF file");
+  if (!f) return io_error("cannot create '" + path + "': " + std::strerror(errno));
   auto put = [&](const uint8_t* p, size_t n) -> Status {
-    if (n != 0 && std::fwrite(p, 1, n, f.get()) != n) return io_error("short write to output GGUF file");
+    if (n != 0 && std::fwrite(p, 1, n, f.get()) != n) {
+      return io_error("cannot write '" + path + "': " + std::strerror(errno));
+    }
     return {};
   };
   const std::vector<uint8_t> head = header();
@@ -212,7 +217,23 @@ Status Writer::write(const std::string& path) const {
     const uint64_t pad = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_ - t.n_bytes;
     METRO_RETURN_IF_ERROR(put(zeros.data(), pad));
   }
-  if (std::fflush(f.get()) != 0) return io_error("cannot flush output GGUF file");
+  if (std::fflush(f.get()) != 0 || ::fsync(::fileno(f.get())) != 0) {
+    return io_error("cannot write '" + path + "': " + std::strerror(errno));
+  }
+  return {};
+}
+
+Status Writer::write_atomically(const std::string& path) const {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  if (Status st = write(tmp); !st.ok()) {
+    std::remove(tmp.c_str());
+    return st;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    return io_error("cannot rename '" + tmp + "' to '" + path + "': " + why);
+  }
   return {};
 }
 

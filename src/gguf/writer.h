@@ -83,6 +83,9 @@ class Writer {
   Expected<std::vector<uint8_t>> build() const;
   // Streams to `path`: the header, then each tensor as it is filled.
   Status write(const std::string& path) const;
+  // The same into a file beside `path`, synced and renamed into place: a failed or
+  // interrupted write leaves no partial file at `path`.
+  Status write_atomically(const std::string& path) const;
   // The size the file will have.
   uint64_t file_size() const;
 

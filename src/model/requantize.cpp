@@ -1,6 +1,7 @@
 #include "model/requantize.h"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -147,10 +148,12 @@ uint64_t matrix_bytes(const gguf::File& f) {
   return total;
 }
 
-Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan& plan,
-                                          const RequantizeOptions& options, RequantizeReport* report) {
-  RequantizeReport local;
-  RequantizeReport& rep = report != nullptr ? *report : local;
+namespace {
+
+// The requantized file's writer: every tensor filled from `in` (which must outlive it) when
+// the file is built or streamed, so that neither the input nor the output is copied whole.
+Expected<gguf::Writer> prepare(const gguf::File& in, const QuantPlan& plan, const RequantizeOptions& options,
+                               RequantizeReport& rep) {
   rep = RequantizeReport{};
   const kernels::DType target = plan.type.value_or(kKeepFormat);
   std::vector<bool> used(plan.tensors.size(), false);
@@ -161,7 +164,6 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
   } else if (auto ft = in.get_u32("general.file_type"); ft.ok()) {
     w.add_u32("general.file_type", *ft);
   }
-  std::vector<float> row;
   for (const auto& t : in.tensors()) {
     std::vector<uint64_t> dims(t.ne, t.ne + t.n_dims);
     auto src_type = kernels::dtype_from_ggml(t.type());
@@ -177,42 +179,67 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
     }
     const bool convert = is_matrix && want != *src_type &&
                          static_cast<int64_t>(t.ne[0]) % kernels::traits(want).block_size == 0;
+    const gguf::TensorInfo* ti = &t;
+    const auto on_matrix = options.on_matrix;
     if (!convert) {
-      METRO_RETURN_IF_ERROR(w.add_tensor(t.name, t.type(), dims, {t.data, t.n_bytes}));
+      METRO_RETURN_IF_ERROR(w.add_tensor_lazy(t.name, t.type(), dims, [ti, is_matrix, on_matrix](std::span<uint8_t> dst) {
+        std::memcpy(dst.data(), ti->data, ti->n_bytes);
+        if (is_matrix && on_matrix) on_matrix(ti->n_bytes, ti->name);
+        return Status{};
+      }));
       ++rep.kept;
-      if (is_matrix && options.on_matrix) options.on_matrix(t.n_bytes, t.name);
       continue;
     }
-    const int64_t cols = static_cast<int64_t>(t.ne[0]);
-    const int64_t rows = static_cast<int64_t>(t.ne[1] * (t.n_dims == 3 ? t.ne[2] : 1));
-    const size_t in_rb = kernels::row_bytes(*src_type, cols), out_rb = kernels::row_bytes(want, cols);
-    std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
-    row.resize(static_cast<size_t>(cols));
     const std::vector<float>* imp = nullptr;
     if (options.importance != nullptr && kernels::quantize_takes_importance(want)) {
       imp = options.importance->find(std::string(t.name));
-      if (imp != nullptr && imp->size() != static_cast<size_t>(cols)) imp = nullptr;
+      if (imp != nullptr && imp->size() != static_cast<size_t>(t.ne[0])) imp = nullptr;
       if (imp != nullptr) ++rep.weighted;
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::dequantize_row_ref(*src_type, t.data + static_cast<size_t>(r) * in_rb, row.data(), cols);
-      uint8_t* dst = out.data() + static_cast<size_t>(r) * out_rb;
-      if (imp != nullptr) {
-        kernels::quantize_row_ref_weighted(want, row.data(), dst, cols, imp->data());
-      } else {
-        kernels::quantize_row_ref(want, row.data(), dst, cols);
-      }
-    }
-    METRO_RETURN_IF_ERROR(w.add_tensor(t.name, kernels::traits(want).ggml, dims, out));
+    const kernels::DType from = *src_type;
+    METRO_RETURN_IF_ERROR(w.add_tensor_lazy(
+        t.name, kernels::traits(want).ggml, dims, [ti, from, want, imp, on_matrix](std::span<uint8_t> dst) {
+          const int64_t cols = static_cast<int64_t>(ti->ne[0]);
+          const int64_t rows = static_cast<int64_t>(ti->ne[1] * (ti->n_dims == 3 ? ti->ne[2] : 1));
+          const size_t in_rb = kernels::row_bytes(from, cols), out_rb = kernels::row_bytes(want, cols);
+          std::vector<float> row(static_cast<size_t>(cols));
+          for (int64_t r = 0; r < rows; ++r) {
+            kernels::dequantize_row_ref(from, ti->data + static_cast<size_t>(r) * in_rb, row.data(), cols);
+            uint8_t* out = dst.data() + static_cast<size_t>(r) * out_rb;
+            if (imp != nullptr) {
+              kernels::quantize_row_ref_weighted(want, row.data(), out, cols, imp->data());
+            } else {
+              kernels::quantize_row_ref(want, row.data(), out, cols);
+            }
+          }
+          if (on_matrix) on_matrix(ti->n_bytes, ti->name);
+          return Status{};
+        }));
     ++rep.converted[want];
-    if (options.on_matrix) options.on_matrix(t.n_bytes, t.name);
   }
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     if (!used[i]) return invalid_argument("plan: '" + plan.tensors[i].first + "' matches no matrix");
   }
-  std::vector<uint8_t> bytes = w.serialize();
-  rep.bytes = bytes.size();
-  return bytes;
+  rep.bytes = w.file_size();
+  return w;
+}
+
+}  // namespace
+
+Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan& plan,
+                                          const RequantizeOptions& options, RequantizeReport* report) {
+  RequantizeReport local;
+  RequantizeReport& rep = report != nullptr ? *report : local;
+  METRO_ASSIGN_OR_RETURN(gguf::Writer w, prepare(in, plan, options, rep));
+  return w.build();
+}
+
+Status requantize_to_file(const gguf::File& in, const std::string& out_path, const QuantPlan& plan,
+                          const RequantizeOptions& options, RequantizeReport* report) {
+  RequantizeReport local;
+  RequantizeReport& rep = report != nullptr ? *report : local;
+  METRO_ASSIGN_OR_RETURN(gguf::Writer w, prepare(in, plan, options, rep));
+  return w.write_atomically(out_path);
 }
 
 }  // namespace metro::model

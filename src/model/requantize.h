@@ -73,6 +73,11 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
                                           const RequantizeOptions& options = {},
                                           RequantizeReport* report = nullptr);
 
+// The same file streamed to `out_path` a tensor at a time (memory: about one row of F32
+// beyond the mapped input), written beside it and renamed into place.
+Status requantize_to_file(const gguf::File& in, const std::string& out_path, const QuantPlan& plan,
+                          const RequantizeOptions& options = {}, RequantizeReport* report = nullptr);
+
 // `t`, or for a K-quant on rows of `cols` that do not divide into its 256-blocks, the
 // 32-block format requantize() writes instead.
 kernels::DType format_for_row_width(kernels::DType t, int64_t cols);

@@ -412,7 +412,7 @@ TEST(ConvertDecoder, StreamedFileEqualsTheInMemoryConversion) {
   EXPECT_FALSE(convert_hf_to_file(d.path(), out.path(), ConvertOptions{}).ok());
   EXPECT_FALSE(std::filesystem::exists(out.path()));
   for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(out.path()).parent_path())) {
-    EXPECT_EQ(e.path().string().find(std::filesystem::path(out.path()).filename().string() + ".partial"),
+    EXPECT_EQ(e.path().string().find(std::filesystem::path(out.path()).filename().string() + ".tmp."),
               std::string::npos);
   }
 }
