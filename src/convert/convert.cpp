@@ -477,8 +477,32 @@ struct DecoderConfig {
   uint32_t rope_orig_ctx = 0;
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;
   std::optional<float> yarn_beta_fast, yarn_beta_slow;
+  // Mixture of experts (qwen3_moe, mixtral): every layer's FFN is n_expert experts of
+  // n_ff_exp, n_expert_used per token, their weights rescaled to sum 1 or not.
+  uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool expert_weights_norm = true;
 };
 
+// The experts of a mixture-of-experts config; every layer must be sparse.
+Status moe_config(const json& c, const std::string& type, DecoderConfig& d) {
+  const bool mixtral = type == "mixtral";
+  METRO_ASSIGN_OR_RETURN(d.n_expert, cfg_u32(c, mixtral ? "num_local_experts" : "num_experts", 512));
+  METRO_ASSIGN_OR_RETURN(d.n_expert_used, cfg_u32(c, "num_experts_per_tok", 64));
+  if (d.n_expert_used > d.n_expert) return data_loss("config.json: more experts per token than experts");
+  if (mixtral) {
+    d.n_ff_exp = d.n_ff;  // Mixtral's intermediate_size is each expert's
+  } else {
+    METRO_ASSIGN_OR_RETURN(d.n_ff_exp, cfg_u32(c, "moe_intermediate_size", 1u << 20));
+    d.expert_weights_norm = cfg_bool(c, "norm_topk_prob", true);
+    if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty()) {
+      return unimplemented("config.json: mlp_only_layers (dense layers among the sparse ones) is not supported");
+    }
+    if (c.contains("decoder_sparse_step") && c["decoder_sparse_step"] != 1) {
+      return unimplemented("config.json: decoder_sparse_step other than 1 (dense layers between sparse ones) is not supported");
+    }
+  }
+  return {};
+}
 
 // Gemma 3's own settings: GELU (tanh) gating, windowed layers with a pattern and their own
 // RoPE base, attention scaled by the head width, no soft-capping.
@@ -527,7 +551,7 @@ Status gemma3_config(const json& c, DecoderConfig& d) {
 Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   DecoderConfig d;
   const bool gemma3 = type == "gemma3_text" || type == "gemma3";
-  d.arch = type == "mistral" ? "llama" : gemma3 ? "gemma3" : type;
+  d.arch = type == "mistral" || type == "mixtral" ? "llama" : gemma3 ? "gemma3" : type == "qwen3_moe" ? "qwen3moe" : type;
   METRO_ASSIGN_OR_RETURN(d.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
   METRO_ASSIGN_OR_RETURN(d.n_layer, cfg_u32(c, "num_hidden_layers", 1024));
   METRO_ASSIGN_OR_RETURN(d.n_head, cfg_u32(c, "num_attention_heads", 1024));
@@ -549,7 +573,7 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   METRO_ASSIGN_OR_RETURN(d.eps, cfg_f32(c, "rms_norm_eps", 1e-6f, 1e-12f, 0.1f));
   METRO_ASSIGN_OR_RETURN(d.theta, cfg_f32(c, "rope_theta", 10000.0f, 1.0f, 1e12f));
   // transformers' defaults: llama and mistral untied, the Qwen configs say, Gemma tied.
-  d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral");
+  d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral" && type != "mixtral");
   if (gemma3) {
     METRO_RETURN_IF_ERROR(gemma3_config(c, d));
   } else {
@@ -566,9 +590,10 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
     d.qkv_bias = d.o_bias = cfg_bool(c, "attention_bias", false);
     if (d.o_bias) return unimplemented("config.json: attention_bias (biases on Q, K, V and the output) is not supported");
   }
-  d.qk_norm = type == "qwen3" || gemma3;
+  d.qk_norm = type == "qwen3" || type == "qwen3_moe" || gemma3;
+  if (type == "qwen3_moe" || type == "mixtral") METRO_RETURN_IF_ERROR(moe_config(c, type, d));
   d.permute_qk = d.arch == "llama";
-  if (type == "mistral" && c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
+  if ((type == "mistral" || type == "mixtral") && c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
     const uint64_t w = c["sliding_window"].get<uint64_t>();
     if (w > 0 && w < d.n_ctx) d.sliding_window = static_cast<uint32_t>(w);
   }
@@ -638,6 +663,20 @@ Expected<std::optional<std::string>> decoder_name(const std::string& hf_name, co
   };
   static const std::regex kRe(R"(model\.layers\.(\d{1,4})\.(.+)\.(weight|bias))");
   std::smatch m;
+  if (d.n_expert > 0 && std::regex_match(hf, m, kRe)) {
+    // An expert's matrix: "blk.N.ffn_<x>_exps.weight#E", stacked when the file is written.
+    static const std::regex kExpert(R"((?:mlp|block_sparse_moe)\.experts\.(\d{1,4})\.(gate_proj|up_proj|down_proj|w1|w2|w3))");
+    std::smatch e;
+    const std::string inner = m[2].str();
+    if (std::regex_match(inner, e, kExpert) && m[3] == "weight") {
+      static const std::map<std::string, std::string> kPart = {{"gate_proj", "gate"}, {"w1", "gate"}, {"up_proj", "up"},
+                                                               {"w3", "up"},          {"down_proj", "down"}, {"w2", "down"}};
+      return std::optional<std::string>("blk." + m[1].str() + ".ffn_" + kPart.at(e[2].str()) + "_exps.weight#" + e[1].str());
+    }
+    if ((inner == "mlp.gate" || inner == "block_sparse_moe.gate") && m[3] == "weight") {
+      return std::optional<std::string>("blk." + m[1].str() + ".ffn_gate_inp.weight");
+    }
+  }
   if (std::regex_match(hf, m, kRe)) {
     if (d.arch == "gemma3") {
       if (auto it = kGemmaNorms.find(m[2].str()); it != kGemmaNorms.end()) {
@@ -718,6 +757,12 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     w.add_u32(a + "attention.value_length", d.head_dim);
   }
   w.add_u32(a + "vocab_size", d.n_vocab);
+  if (d.n_expert > 0) {
+    w.add_u32(a + "expert_count", d.n_expert);
+    w.add_u32(a + "expert_used_count", d.n_expert_used);
+    w.add_u32(a + "expert_feed_forward_length", d.n_ff_exp);
+    if (!d.expert_weights_norm) w.add_bool(a + "expert_weights_norm", false);
+  }
   if (d.sliding_window > 0) w.add_u32(a + "attention.sliding_window", d.sliding_window);
   if (d.swa_pattern > 0) {
     w.add_u32(a + "attention.sliding_window_pattern", d.swa_pattern);
@@ -767,9 +812,19 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
       want[p + "attn_q_norm.weight"] = {d.head_dim};
       want[p + "attn_k_norm.weight"] = {d.head_dim};
     }
-    want[p + "ffn_gate.weight"] = {d.n_ff, d.n_embd};
-    want[p + "ffn_up.weight"] = {d.n_ff, d.n_embd};
-    want[p + "ffn_down.weight"] = {d.n_embd, d.n_ff};
+    if (d.n_expert > 0) {
+      want[p + "ffn_gate_inp.weight"] = {d.n_expert, d.n_embd};
+      for (uint32_t e = 0; e < d.n_expert; ++e) {
+        const std::string x = "#" + std::to_string(e);
+        want[p + "ffn_gate_exps.weight" + x] = {d.n_ff_exp, d.n_embd};
+        want[p + "ffn_up_exps.weight" + x] = {d.n_ff_exp, d.n_embd};
+        want[p + "ffn_down_exps.weight" + x] = {d.n_embd, d.n_ff_exp};
+      }
+    } else {
+      want[p + "ffn_gate.weight"] = {d.n_ff, d.n_embd};
+      want[p + "ffn_up.weight"] = {d.n_ff, d.n_embd};
+      want[p + "ffn_down.weight"] = {d.n_embd, d.n_ff};
+    }
   }
   std::map<std::string, const StTensor*> found;
   uint64_t source_bytes = 0;
@@ -783,7 +838,33 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     ++n_tensors;
   }
   const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
+  // Experts: each layer's n_expert matrices of a kind stacked into one 3-D tensor.
+  std::map<std::string, std::vector<const StTensor*>> stacks;
   for (const auto& [g, t] : found) {
+    const size_t hash = g.find('#');
+    if (hash == std::string::npos) continue;
+    auto& v = stacks[g.substr(0, hash)];
+    v.resize(d.n_expert);
+    v[static_cast<size_t>(std::stoul(g.substr(hash + 1)))] = t;
+  }
+  for (const auto& [g, parts] : stacks) {
+    const std::vector<uint64_t> dims = {parts[0]->shape[1], parts[0]->shape[0], d.n_expert};
+    const auto cols = static_cast<int64_t>(dims[0]);
+    const DType ty = pick_type(opts, true, cols);
+    METRO_RETURN_IF_ERROR(w.add_tensor_lazy(g, kernels::traits(ty).ggml, dims, [src, g, parts, ty, cols](std::span<uint8_t> dst) -> Status {
+      const size_t per = dst.size() / parts.size();
+      for (size_t e = 0; e < parts.size(); ++e) {
+        METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*parts[e]));
+        write_values(v, ty, cols, dst.subspan(e * per, per));
+        *src.done += parts[e]->data.size();
+      }
+      if (src.on_tensor) src.on_tensor(*src.done, src.total, g);
+      return {};
+    }));
+    ++n_tensors;
+  }
+  for (const auto& [g, t] : found) {
+    if (g.find('#') != std::string::npos) continue;
     std::function<void(std::vector<float>&)> transform;
     if (d.permute_qk && (g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias"))) {
       transform = [rows = static_cast<uint32_t>(q_rows), heads = d.n_head](std::vector<float>& v) {
@@ -798,7 +879,8 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
         for (float& x : v) x += 1.0f;
       };
     }
-    const bool matrix = t->shape.size() == 2;
+    // The router stays F32: its few scores pick the experts (llama.cpp keeps it too).
+    const bool matrix = t->shape.size() == 2 && !g.ends_with("ffn_gate_inp.weight");
     METRO_RETURN_IF_ERROR(
         add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back())), transform));
     ++n_tensors;
@@ -820,7 +902,8 @@ Expected<Prepared> prepare(const std::string& hf_dir, const ConvertOptions& opts
   const std::string type = cfg.value("model_type", std::string());
   if (type == "bert") return convert_bert(hf_dir, cfg, opts);
   if (type == "nomic_bert") return convert_nomic_bert(hf_dir, cfg, opts);
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma3_text") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma3_text" ||
+      type == "qwen3_moe" || type == "mixtral") {
     return convert_decoder(hf_dir, cfg, type, opts);
   }
   if (type == "gemma3") {
@@ -836,8 +919,8 @@ Expected<Prepared> prepare(const std::string& hf_dir, const ConvertOptions& opts
   }
   if (type.empty()) return data_loss("config.json has no model_type");
   return unimplemented("model_type '" + type.substr(0, 64) +
-                       "': this converter writes llama, mistral, qwen2, qwen3 and gemma3 decoders and bert and "
-                       "nomic_bert encoders; convert other models with llama.cpp's convert_hf_to_gguf.py");
+                       "': this converter writes llama, mistral, mixtral, qwen2, qwen3, qwen3_moe and gemma3 decoders "
+                       "and bert and nomic_bert encoders; convert other models with llama.cpp's convert_hf_to_gguf.py");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `metro convert` of tiny Hugging Face checkpoints (tests/fixtures/hf_checkpoints, made by
 // make_fixture.py there, tokenizers trained by Hugging Face's `tokenizers` or by
-// `sentencepiece`): llama (byte-level BPE and SentencePiece), gemma3, qwen2 and qwen3
-// decoders convert to GGUFs whose tokenizer gives the reference tokenizer's ids and whose
+// `sentencepiece`): llama (byte-level BPE and SentencePiece), gemma3, qwen2, qwen3 and the
+// qwen3_moe and mixtral mixtures of experts convert to GGUFs whose tokenizer gives the reference tokenizer's ids and whose
 // model computes the logits of a float64 forward pass written from the Hugging Face
 // definitions, and of llama.cpp on the same conversion; a nomic-bert encoder gives their
 // embeddings. Block formats load and stay close; unsupported tokenizers and checkpoints
@@ -415,6 +415,42 @@ TEST(ConvertDecoder, StreamedFileEqualsTheInMemoryConversion) {
     EXPECT_EQ(e.path().string().find(std::filesystem::path(out.path()).filename().string() + ".tmp."),
               std::string::npos);
   }
+}
+
+// Experts are stacked per layer into the 3-D tensors llama.cpp names, quantized like the
+// other matrices, the router kept F32; a config that does not rescale the chosen experts'
+// weights says so in the file.
+TEST(ConvertDecoder, ExpertsStackIntoOneTensorPerLayerAndKind) {
+  const Converted conv = convert_or_die(case_dir(case_named("qwen3moe_tiny")), kernels::DType::kQ8_0);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok());
+  const gguf::TensorInfo* down = f->find_tensor("blk.1.ffn_down_exps.weight");
+  ASSERT_NE(down, nullptr);
+  EXPECT_EQ(down->n_dims, 3u);
+  EXPECT_EQ(down->ne[0], 32u);  // each expert's down matrix: 32 wide, 64 rows, 8 experts
+  EXPECT_EQ(down->ne[1], 64u);
+  EXPECT_EQ(down->ne[2], 8u);
+  EXPECT_EQ(down->type(), gguf::GgmlType::kQ8_0);
+  ASSERT_NE(f->find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_gate_inp.weight")->type(), gguf::GgmlType::kF32);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_FALSE(f->has("qwen3moe.expert_weights_norm"));
+  DirCopy d(case_dir(case_named("qwen3moe_tiny")));
+  json cfg = d.read("config.json");
+  cfg["norm_topk_prob"] = false;
+  d.write("config.json", cfg);
+  const Converted plain = convert_or_die(d.path(), kernels::DType::kF32);
+  auto g = gguf::File::parse(plain.bytes);
+  ASSERT_TRUE(g.ok());
+  auto norm = g->get_bool("qwen3moe.expert_weights_norm");
+  ASSERT_TRUE(norm.ok());
+  EXPECT_FALSE(*norm);
+  auto m = model::Model::from_file(std::move(*g));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_FALSE((*m)->hparams().expert_weights_norm);
+  cfg["mlp_only_layers"] = {0};
+  d.write("config.json", cfg);
+  EXPECT_NE(refusal(d.path()).find("mlp_only_layers"), std::string::npos) << refusal(d.path());
 }
 
 // The untied llama's head is required; the tied qwen2 has none and converts without one.
