@@ -847,20 +847,23 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     v.resize(d.n_expert);
     v[static_cast<size_t>(std::stoul(g.substr(hash + 1)))] = t;
   }
-  for (const auto& [g, parts] : stacks) {
+  for (const auto& stack : stacks) {
+    const std::string stacked = stack.first;
+    const std::vector<const StTensor*> parts = stack.second;
     const std::vector<uint64_t> dims = {parts[0]->shape[1], parts[0]->shape[0], d.n_expert};
     const auto cols = static_cast<int64_t>(dims[0]);
     const DType ty = pick_type(opts, true, cols);
-    METRO_RETURN_IF_ERROR(w.add_tensor_lazy(g, kernels::traits(ty).ggml, dims, [src, g, parts, ty, cols](std::span<uint8_t> dst) -> Status {
-      const size_t per = dst.size() / parts.size();
-      for (size_t e = 0; e < parts.size(); ++e) {
-        METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*parts[e]));
-        write_values(v, ty, cols, dst.subspan(e * per, per));
-        *src.done += parts[e]->data.size();
-      }
-      if (src.on_tensor) src.on_tensor(*src.done, src.total, g);
-      return {};
-    }));
+    METRO_RETURN_IF_ERROR(w.add_tensor_lazy(
+        stacked, kernels::traits(ty).ggml, dims, [src, stacked, parts, ty, cols](std::span<uint8_t> dst) -> Status {
+          const size_t per = dst.size() / parts.size();
+          for (size_t e = 0; e < parts.size(); ++e) {
+            METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*parts[e]));
+            write_values(v, ty, cols, dst.subspan(e * per, per));
+            *src.done += parts[e]->data.size();
+          }
+          if (src.on_tensor) src.on_tensor(*src.done, src.total, stacked);
+          return {};
+        }));
     ++n_tensors;
   }
   for (const auto& [g, t] : found) {

@@ -844,6 +844,22 @@ class Converter {
     if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
   }
 
+  // BOS / EOS / UNK / PAD ids, whether BOS and EOS are added, and the chat template, as the
+  // BPE and SentencePiece conventions share them.
+  void write_specials(gguf::Writer& w) const {
+    const std::string p = "tokenizer.ggml.";
+    auto id_key = [&](const char* key, int32_t id) {
+      if (id >= 0) w.add_u32(p + key, static_cast<uint32_t>(id));
+    };
+    id_key("bos_token_id", info_.bos_id);
+    id_key("eos_token_id", info_.eos_id);
+    id_key("unknown_token_id", info_.unk_id);
+    id_key("padding_token_id", info_.pad_id);
+    w.add_bool(p + "add_bos_token", add_bos_);
+    w.add_bool(p + "add_eos_token", add_eos_);
+    if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
+  }
+
   // llama.cpp's "gpt2" convention: tokens as the file spells them (bytes mapped to
   // printable characters), merges as "a b".
   void write_bpe(gguf::Writer& w) {
@@ -861,16 +877,7 @@ class Converter {
     w.add_string_array(p + "tokens", texts);
     w.add_i32_array(p + "token_type", types);
     w.add_string_array(p + "merges", merges_);
-    auto id_key = [&](const char* key, int32_t id) {
-      if (id >= 0) w.add_u32(p + key, static_cast<uint32_t>(id));
-    };
-    id_key("bos_token_id", info_.bos_id);
-    id_key("eos_token_id", info_.eos_id);
-    id_key("unknown_token_id", info_.unk_id);
-    id_key("padding_token_id", info_.pad_id);
-    w.add_bool(p + "add_bos_token", add_bos_);
-    w.add_bool(p + "add_eos_token", add_eos_);
-    if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
+    write_specials(w);
     info_.pre = pre_;
     info_.n_merges = static_cast<int32_t>(merges_.size());
   }
@@ -895,17 +902,8 @@ class Converter {
     w.add_string_array(p + "tokens", texts);
     w.add_f32_array(p + "scores", scores);
     w.add_i32_array(p + "token_type", types);
-    auto id_key = [&](const char* key, int32_t id) {
-      if (id >= 0) w.add_u32(p + key, static_cast<uint32_t>(id));
-    };
-    id_key("bos_token_id", info_.bos_id);
-    id_key("eos_token_id", info_.eos_id);
-    id_key("unknown_token_id", info_.unk_id);
-    id_key("padding_token_id", info_.pad_id);
-    w.add_bool(p + "add_bos_token", add_bos_);
-    w.add_bool(p + "add_eos_token", add_eos_);
+    write_specials(w);
     w.add_bool(p + "add_space_prefix", sp_model_.add_dummy_prefix);
-    if (chat_template_) w.add_string("tokenizer.chat_template", *chat_template_);
     info_.pre = "default";
     info_.sentencepiece = true;
   }

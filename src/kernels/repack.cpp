@@ -28,13 +28,30 @@ void transpose_qh_out(const uint8_t qh_x8[32], int r, uint8_t qh_row[4]) {
   std::memcpy(qh_row, &bits, 4);
 }
 
-// 16 nibble bytes of a row <-> 4 words of 4 bytes per row.
-void interleave_qs16(const uint8_t qs[16], int r, uint8_t out[128]) {
-  for (int t = 0; t < 4; ++t) std::memcpy(out + 32 * t + 4 * r, qs + 4 * t, 4);
+// `n_words` 4-byte words of row r <-> word t of row r at byte 32t + 4r of the group.
+void interleave_words(const uint8_t* row, int n_words, int r, uint8_t* out) {
+  for (int t = 0; t < n_words; ++t) std::memcpy(out + 32 * t + 4 * r, row + 4 * t, 4);
 }
 
-void deinterleave_qs16(const uint8_t in[128], int r, uint8_t qs[16]) {
-  for (int t = 0; t < 4; ++t) std::memcpy(qs + 4 * t, in + 32 * t + 4 * r, 4);
+void deinterleave_words(const uint8_t* in, int n_words, int r, uint8_t* row) {
+  for (int t = 0; t < n_words; ++t) std::memcpy(row + 4 * t, in + 32 * t + 4 * r, 4);
+}
+
+void interleave_qs16(const uint8_t qs[16], int r, uint8_t out[128]) { interleave_words(qs, 4, r, out); }
+void deinterleave_qs16(const uint8_t in[128], int r, uint8_t qs[16]) { deinterleave_words(in, 4, r, qs); }
+
+// Q4_K / Q5_K: row r's packed 6-bit scales and mins as bytes, sub-block j at 8j + r.
+void unpack_k4_scales(const uint8_t packed[12], int r, uint8_t scales[64], uint8_t mins[64]) {
+  for (int j = 0; j < 8; ++j) unpack_scale_min_k4(packed, j, &scales[8 * j + r], &mins[8 * j + r]);
+}
+
+void pack_k4_scales(const uint8_t scales[64], const uint8_t mins[64], int r, uint8_t packed[12]) {
+  uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = scales[8 * j + r];
+    m[j] = mins[8 * j + r];
+  }
+  pack_scale_min_k4(sc, m, packed);
 }
 
 // Fills one group block from block b of 8 rows (absent rows: zero blocks).
@@ -94,7 +111,7 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
         if (!rows[r]) continue;
         const auto s = load_block<BlockQ8_0>(rows[r], b);
         g.d[r] = s.d;
-        for (int w = 0; w < 8; ++w) std::memcpy(g.qs + 32 * w + 4 * r, s.qs + 4 * w, 4);
+        interleave_words(reinterpret_cast<const uint8_t*>(s.qs), 8, r, reinterpret_cast<uint8_t*>(g.qs));
       }
       std::memcpy(out, &g, sizeof g);
       return;
@@ -106,8 +123,8 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
         const auto s = load_block<BlockQ4_K>(rows[r], b);
         g.d[r] = s.d;
         g.dmin[r] = s.dmin;
-        for (int j = 0; j < 8; ++j) unpack_scale_min_k4(s.scales, j, &g.scales[8 * j + r], &g.mins[8 * j + r]);
-        for (int w = 0; w < 32; ++w) std::memcpy(g.qs + 32 * w + 4 * r, s.qs + 4 * w, 4);
+        unpack_k4_scales(s.scales, r, g.scales, g.mins);
+        interleave_words(s.qs, 32, r, g.qs);
       }
       std::memcpy(out, &g, sizeof g);
       return;
@@ -119,9 +136,9 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
         const auto s = load_block<BlockQ5_K>(rows[r], b);
         g.d[r] = s.d;
         g.dmin[r] = s.dmin;
-        for (int j = 0; j < 8; ++j) unpack_scale_min_k4(s.scales, j, &g.scales[8 * j + r], &g.mins[8 * j + r]);
-        for (int w = 0; w < 8; ++w) std::memcpy(g.qh + 32 * w + 4 * r, s.qh + 4 * w, 4);
-        for (int w = 0; w < 32; ++w) std::memcpy(g.qs + 32 * w + 4 * r, s.qs + 4 * w, 4);
+        unpack_k4_scales(s.scales, r, g.scales, g.mins);
+        interleave_words(s.qh, 8, r, g.qh);
+        interleave_words(s.qs, 32, r, g.qs);
       }
       std::memcpy(out, &g, sizeof g);
       return;
@@ -133,8 +150,8 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
         const auto s = load_block<BlockQ6_K>(rows[r], b);
         g.d[r] = s.d;
         for (int j = 0; j < 16; ++j) g.scales[8 * j + r] = s.scales[j];
-        for (int w = 0; w < 32; ++w) std::memcpy(g.ql + 32 * w + 4 * r, s.ql + 4 * w, 4);
-        for (int w = 0; w < 16; ++w) std::memcpy(g.qh + 32 * w + 4 * r, s.qh + 4 * w, 4);
+        interleave_words(s.ql, 32, r, g.ql);
+        interleave_words(s.qh, 16, r, g.qh);
       }
       std::memcpy(out, &g, sizeof g);
       return;
@@ -252,7 +269,7 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
       for (int r = 0; r < 8; ++r) {
         BlockQ8_0 s;
         s.d = g.d[r];
-        for (int w = 0; w < 8; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        deinterleave_words(reinterpret_cast<const uint8_t*>(g.qs), 8, r, reinterpret_cast<uint8_t*>(s.qs));
         store_block(blocks, r, s);
       }
       return;
@@ -263,13 +280,8 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
         BlockQ4_K s;
         s.d = g.d[r];
         s.dmin = g.dmin[r];
-        uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; ++j) {
-          sc[j] = g.scales[8 * j + r];
-          m[j] = g.mins[8 * j + r];
-        }
-        pack_scale_min_k4(sc, m, s.scales);
-        for (int w = 0; w < 32; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        pack_k4_scales(g.scales, g.mins, r, s.scales);
+        deinterleave_words(g.qs, 32, r, s.qs);
         store_block(blocks, r, s);
       }
       return;
@@ -280,14 +292,9 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
         BlockQ5_K s;
         s.d = g.d[r];
         s.dmin = g.dmin[r];
-        uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; ++j) {
-          sc[j] = g.scales[8 * j + r];
-          m[j] = g.mins[8 * j + r];
-        }
-        pack_scale_min_k4(sc, m, s.scales);
-        for (int w = 0; w < 8; ++w) std::memcpy(s.qh + 4 * w, g.qh + 32 * w + 4 * r, 4);
-        for (int w = 0; w < 32; ++w) std::memcpy(s.qs + 4 * w, g.qs + 32 * w + 4 * r, 4);
+        pack_k4_scales(g.scales, g.mins, r, s.scales);
+        deinterleave_words(g.qh, 8, r, s.qh);
+        deinterleave_words(g.qs, 32, r, s.qs);
         store_block(blocks, r, s);
       }
       return;
@@ -298,8 +305,8 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
         BlockQ6_K s;
         s.d = g.d[r];
         for (int j = 0; j < 16; ++j) s.scales[j] = g.scales[8 * j + r];
-        for (int w = 0; w < 32; ++w) std::memcpy(s.ql + 4 * w, g.ql + 32 * w + 4 * r, 4);
-        for (int w = 0; w < 16; ++w) std::memcpy(s.qh + 4 * w, g.qh + 32 * w + 4 * r, 4);
+        deinterleave_words(g.ql, 32, r, s.ql);
+        deinterleave_words(g.qh, 16, r, s.qh);
         store_block(blocks, r, s);
       }
       return;
