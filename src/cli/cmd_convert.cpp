@@ -25,18 +25,24 @@ int cmd_convert(int argc, char** argv) {
   app.add_option("input", in_dir, "Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
       ->required();
   app.add_option("output", out_path, "GGUF file to write")->required();
-  app.add_option("--type", type_name, "format of the weight matrices (f32, f16, bf16, q8_0, q4_0, ...)")
+  app.add_option("--type", type_name,
+                 "format of the weight matrices (f32, f16, bf16, q8_0, q4_0, q4_k, ...), or llama.cpp's q4_k_m / q5_k_m mix")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  auto type = model::quant_format_named(type_name, "--type");
-  if (!type.ok()) return fail("convert", type.status());
-  if (*type == model::kKeepFormat) return fail("convert", invalid_argument("--type keep has no meaning here"));
   convert::ConvertOptions opts;
-  opts.type = *type;
+  if (model::is_quant_preset_name(type_name)) {
+    opts.preset = type_name;
+    opts.type = model::preset_plan(type_name, {})->type.value();
+  } else {
+    auto type = model::quant_format_named(type_name, "--type");
+    if (!type.ok()) return fail("convert", type.status());
+    if (*type == model::kKeepFormat) return fail("convert", invalid_argument("--type keep has no meaning here"));
+    opts.type = *type;
+  }
   std::unique_ptr<Progress> progress;  // made once the checkpoint's size is known
   uint64_t shown = 0;
   opts.on_tensor = [&](uint64_t done, uint64_t total, std::string_view name) {

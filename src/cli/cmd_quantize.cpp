@@ -1,5 +1,6 @@
 // metro quantize IN.gguf OUT.gguf --type q2_k|q3_k|q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|f16|bf16|f32
 //                [--plan PLAN.json] [--imatrix TEXT [--imatrix-tokens N] [--imatrix-window N]]
+// metro quantize IN.gguf OUT.gguf --type q4_k_m|q5_k_m      (llama.cpp's mixes: model/requantize.h)
 //
 // Rewrites every 2-D weight matrix in another block format (dequantize with the scalar
 // reference, quantize with the scalar reference); 1-D tensors (norms, biases) stay as they
@@ -55,7 +56,8 @@ int cmd_quantize(int argc, char** argv) {
   app.add_option("input", in_path, "GGUF file to read")->required();
   app.add_option("output", out_path, "GGUF file to write")->required();
   std::string plan_path;
-  app.add_option("--type", type_name, "target format of 2-D weights (the plan's 'type' replaces it)");
+  app.add_option("--type", type_name,
+                 "target format of 2-D weights (the plan's 'type' replaces it), or llama.cpp's q4_k_m / q5_k_m mix");
   app.add_option("--plan", plan_path, "JSON plan: a format per tensor name or pattern (see the command's docs)");
   std::string imatrix_path;
   int imatrix_tokens = 512, imatrix_window = 128;
@@ -77,7 +79,11 @@ int cmd_quantize(int argc, char** argv) {
     if (!p.ok()) return fail("quantize", p.status());
     plan = std::move(*p);
   }
-  if (!plan.type) {
+  const bool preset = !plan.type && model::is_quant_preset_name(type_name);
+  if (preset && !plan.tensors.empty()) {
+    return fail("quantize", invalid_argument("--type " + type_name + " is a recipe of its own; it takes no --plan"));
+  }
+  if (!plan.type && !preset) {
     if (type_name.empty()) return fail("quantize", invalid_argument("--type is required (or a plan with 'type')"));
     auto t = model::quant_format_named(type_name, "--type");
     if (!t.ok()) return fail("quantize", t.status());
@@ -88,6 +94,11 @@ int cmd_quantize(int argc, char** argv) {
   }
   auto in = gguf::File::open(in_path);
   if (!in.ok()) return fail("quantize", with_path(in_path, in.status()));
+  if (preset) {
+    std::vector<std::string> names;
+    for (const auto& t : in->tensors()) names.emplace_back(t.name);
+    plan = *model::preset_plan(type_name, names);
+  }
   model::Importance importance;
   if (!imatrix_path.empty()) {
     std::ifstream text_in(imatrix_path, std::ios::binary);

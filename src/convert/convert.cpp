@@ -136,6 +136,34 @@ DType pick_type(const ConvertOptions& opts, bool matrix, int64_t cols) {
   return matrix ? model::format_for_row_width(opts.type, cols) : DType::kF32;
 }
 
+// The same with a preset's per-tensor formats (`plan` from apply_preset) taking precedence.
+DType pick_type(const ConvertOptions& opts, const model::QuantPlan& plan, const std::string& name, bool matrix,
+                int64_t cols) {
+  if (matrix) {
+    for (const auto& [n, t] : plan.tensors) {
+      if (n == name) return model::format_for_row_width(t, cols);
+    }
+  }
+  return pick_type(opts, matrix, cols);
+}
+
+// The preset's plan over the GGUF names about to be written (expert pieces by their stack).
+Expected<model::QuantPlan> preset_for(const ConvertOptions& opts, const std::map<std::string, const StTensor*>& found) {
+  if (opts.preset.empty()) return model::QuantPlan{};
+  std::vector<std::string> names;
+  for (const auto& kv : found) {
+    const size_t hash = kv.first.find('#');
+    if (hash == std::string::npos) {
+      names.push_back(kv.first);
+    } else if (kv.first.substr(hash + 1) == "0") {
+      names.push_back(kv.first.substr(0, hash));
+    }
+  }
+  auto plan = model::preset_plan(opts.preset, names);
+  if (!plan) return invalid_argument("'" + opts.preset + "' is not a quantization mix (q4_k_m, q5_k_m)");
+  return *plan;
+}
+
 // `v` (rows of `cols`) into `dst` in format `t`.
 void write_values(const std::vector<float>& v, DType t, int64_t cols, std::span<uint8_t> dst) {
   if (t == DType::kF32) {
@@ -284,10 +312,12 @@ Expected<Prepared> convert_bert(const std::string& dir, const json& cfg, const C
   uint64_t source_bytes = 0;
   METRO_RETURN_IF_ERROR(collect_tensors(*out.ck, bert_name, want, found, source_bytes));
   const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
+  METRO_ASSIGN_OR_RETURN(const model::QuantPlan plan, preset_for(opts, found));
   for (const auto& [g, t] : found) {
     // The embeddings the encoder adds by position stay F32.
     const bool matrix = t->shape.size() == 2 && g != "position_embd.weight" && g != "token_types.weight";
-    METRO_RETURN_IF_ERROR(add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back()))));
+    METRO_RETURN_IF_ERROR(
+        add_converted(w, src, g, t, pick_type(opts, plan, g, matrix, static_cast<int64_t>(t->shape.back()))));
   }
   out.rep.architecture = "bert";
   out.rep.warnings = tok.warnings;
@@ -439,9 +469,11 @@ Expected<Prepared> convert_nomic_bert(const std::string& dir, const json& cfg, c
   uint64_t source_bytes = 0;
   METRO_RETURN_IF_ERROR(collect_tensors(*out.ck, nomic_name, want, found, source_bytes));
   const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
+  METRO_ASSIGN_OR_RETURN(const model::QuantPlan plan, preset_for(opts, found));
   for (const auto& [g, t] : found) {
     const bool matrix = t->shape.size() == 2 && g != "token_types.weight";
-    METRO_RETURN_IF_ERROR(add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back()))));
+    METRO_RETURN_IF_ERROR(
+        add_converted(w, src, g, t, pick_type(opts, plan, g, matrix, static_cast<int64_t>(t->shape.back()))));
   }
   out.rep.architecture = "nomic-bert";
   out.rep.n_tensors = static_cast<int>(found.size());
@@ -838,6 +870,7 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     ++n_tensors;
   }
   const Source src{out.ck, std::make_shared<uint64_t>(0), source_bytes, opts.on_tensor};
+  METRO_ASSIGN_OR_RETURN(const model::QuantPlan plan, preset_for(opts, found));
   // Experts: each layer's n_expert matrices of a kind stacked into one 3-D tensor.
   std::map<std::string, std::vector<const StTensor*>> stacks;
   for (const auto& [g, t] : found) {
@@ -852,7 +885,7 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     const std::vector<const StTensor*> parts = stack.second;
     const std::vector<uint64_t> dims = {parts[0]->shape[1], parts[0]->shape[0], d.n_expert};
     const auto cols = static_cast<int64_t>(dims[0]);
-    const DType ty = pick_type(opts, true, cols);
+    const DType ty = pick_type(opts, plan, stacked, true, cols);
     METRO_RETURN_IF_ERROR(w.add_tensor_lazy(
         stacked, kernels::traits(ty).ggml, dims, [src, stacked, parts, ty, cols](std::span<uint8_t> dst) -> Status {
           const size_t per = dst.size() / parts.size();
@@ -885,7 +918,7 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     // The router stays F32: its few scores pick the experts (llama.cpp keeps it too).
     const bool matrix = t->shape.size() == 2 && !g.ends_with("ffn_gate_inp.weight");
     METRO_RETURN_IF_ERROR(
-        add_converted(w, src, g, t, pick_type(opts, matrix, static_cast<int64_t>(t->shape.back())), transform));
+        add_converted(w, src, g, t, pick_type(opts, plan, g, matrix, static_cast<int64_t>(t->shape.back())), transform));
     ++n_tensors;
   }
   out.rep.architecture = d.arch;

@@ -31,6 +31,9 @@ struct ConvertOptions {
   // writes (a K-quant falls back to a 32-block format where rows do not divide into 256).
   // Norms, biases, position and token-type embeddings stay F32.
   kernels::DType type = kernels::DType::kF16;
+  // A llama.cpp mix ("q4_k_m", "q5_k_m": model::preset_plan) overriding `type` per matrix;
+  // empty for none.
+  std::string preset;
   // Called as tensors are converted: bytes of the checkpoint done, of all of it, the tensor.
   std::function<void(uint64_t done, uint64_t total, std::string_view name)> on_tensor;
 };

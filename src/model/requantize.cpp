@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "gguf/writer.h"
@@ -63,6 +65,37 @@ kernels::DType planned(const QuantPlan& p, std::vector<bool>& used, std::string_
 }
 
 }  // namespace
+
+bool is_quant_preset_name(std::string name) {
+  name = lower(std::move(name));
+  return name == "q4_k_m" || name == "q5_k_m";
+}
+
+std::optional<QuantPlan> preset_plan(std::string name, const std::vector<std::string>& tensor_names) {
+  name = lower(std::move(name));
+  if (!is_quant_preset_name(name)) return std::nullopt;
+  QuantPlan plan;
+  plan.type = name == "q4_k_m" ? kernels::DType::kQ4_K : kernels::DType::kQ5_K;
+  // Layer count per kind, from the names ("blk.N.attn_v.weight", "blk.N.ffn_down[_exps].weight").
+  static const std::regex kRe(R"(blk\.(\d{1,4})\.(attn_v|ffn_down|ffn_down_exps)\.weight)");
+  std::map<std::string, int> n_of;
+  bool has_output = false;
+  for (const std::string& t : tensor_names) {
+    std::smatch m;
+    if (std::regex_match(t, m, kRe)) n_of[m[2].str()] = std::max(n_of[m[2].str()], std::stoi(m[1].str()) + 1);
+    has_output = has_output || t == "output.weight";
+  }
+  auto more_bits = [](int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  for (const std::string& t : tensor_names) {
+    std::smatch m;
+    if (std::regex_match(t, m, kRe) && more_bits(std::stoi(m[1].str()), n_of[m[2].str()])) {
+      plan.tensors.emplace_back(t, kernels::DType::kQ6_K);
+    } else if (t == (has_output ? "output.weight" : "token_embd.weight")) {
+      plan.tensors.emplace_back(t, kernels::DType::kQ6_K);
+    }
+  }
+  return plan;
+}
 
 kernels::DType format_for_row_width(kernels::DType t, int64_t cols) {
   return cols % kernels::traits(t).block_size == 0 ? t : block32_fallback(t);

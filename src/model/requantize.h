@@ -78,6 +78,13 @@ Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan&
 Status requantize_to_file(const gguf::File& in, const std::string& out_path, const QuantPlan& plan,
                           const RequantizeOptions& options = {}, RequantizeReport* report = nullptr);
 
+// llama.cpp's mixed recipes by name: "q4_k_m" and "q5_k_m" are Q4_K / Q5_K with Q6_K for
+// the head (the embedding when the head is tied to it) and for attn_v and ffn_down (experts'
+// too) in the layers llama.cpp gives more bits: the first and last eighth and every third
+// between. nullopt for another name.
+std::optional<QuantPlan> preset_plan(std::string name, const std::vector<std::string>& tensor_names);
+bool is_quant_preset_name(std::string name);
+
 // `t`, or for a K-quant on rows of `cols` that do not divide into its 256-blocks, the
 // 32-block format requantize() writes instead.
 kernels::DType format_for_row_width(kernels::DType t, int64_t cols);

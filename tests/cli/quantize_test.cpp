@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/quant_ref.h"
+#include "model/requantize.h"
 #include "support/synthetic_model.h"
 #include "support/test_util.h"
 
@@ -149,6 +152,56 @@ TEST(QuantizeCli, PlansAndBlockFallbacks) {
   auto none = run_metro({"quantize", in.path(), out.path()});
   EXPECT_EQ(none.exit_code, 1);
   EXPECT_NE(none.err.find("--type is required"), std::string::npos) << none.err;
+}
+
+// llama.cpp's mixes by name: Q6_K for the head and for attn_v and ffn_down of the first and
+// last eighth of the layers and every third between, the base format elsewhere.
+TEST(QuantizeCli, LlamaCppMixesByName) {
+  std::vector<std::string> names = {"token_embd.weight", "output.weight", "output_norm.weight"};
+  for (int il = 0; il < 16; ++il) {
+    for (const char* t : {"attn_q", "attn_v", "ffn_down", "ffn_up"}) names.push_back("blk." + std::to_string(il) + "." + t + ".weight");
+  }
+  auto plan = model::preset_plan("Q4_K_M", names);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->type, kernels::DType::kQ4_K);
+  std::vector<std::string> more;
+  for (const auto& [name, type] : plan->tensors) {
+    EXPECT_EQ(type, kernels::DType::kQ6_K) << name;
+    more.push_back(name);
+  }
+  // 16 layers: 0, 1 (the first eighth), 14, 15 (the last), and 4, 7, 10, 13 between.
+  std::vector<std::string> want = {"output.weight"};
+  for (int il : {0, 1, 4, 7, 10, 13, 14, 15}) {
+    for (const char* t : {"attn_v", "ffn_down"}) want.push_back("blk." + std::to_string(il) + "." + t + ".weight");
+  }
+  std::sort(more.begin(), more.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(more, want);
+  EXPECT_EQ(model::preset_plan("q5_k_m", names)->type, kernels::DType::kQ5_K);
+  EXPECT_FALSE(model::preset_plan("q4_k", names).has_value());
+  // A head tied to the embedding: the embedding gets the head's bits.
+  names.erase(names.begin() + 1);
+  auto tied = model::preset_plan("q4_k_m", names);
+  EXPECT_NE(std::find(tied->tensors.begin(), tied->tensors.end(),
+                      std::pair<std::string, kernels::DType>{"token_embd.weight", kernels::DType::kQ6_K}),
+            tied->tensors.end());
+
+  // Through the command: a synthetic file's matrices in their mix.
+  metro::testing::SyntheticModelSpec spec;
+  spec.n_embd = 256;
+  spec.n_ff = 512;
+  spec.n_layer = 8;
+  spec.matrix_type = kernels::DType::kF16;
+  TempFile in, out;
+  in.write(metro::testing::make_synthetic_model(spec));
+  auto r = run_metro({"quantize", in.path(), out.path(), "--type", "q4_k_m"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto f = gguf::File::open(out.path());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight")->type(), gguf::GgmlType::kQ6_K);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down.weight")->type(), gguf::GgmlType::kQ4_K);
+  EXPECT_EQ(f->find_tensor("blk.7.attn_v.weight")->type(), gguf::GgmlType::kQ6_K);
+  EXPECT_EQ(f->find_tensor("blk.3.attn_q.weight")->type(), gguf::GgmlType::kQ4_K);
 }
 
 }  // namespace

@@ -453,6 +453,30 @@ TEST(ConvertDecoder, ExpertsStackIntoOneTensorPerLayerAndKind) {
   EXPECT_NE(refusal(d.path()).find("mlp_only_layers"), std::string::npos) << refusal(d.path());
 }
 
+// llama.cpp's Q4_K_M mix: Q6_K for the head and for attn_v / ffn_down of the layers given
+// more bits (of 2 layers, the second), the base format elsewhere; these tiny rows (64 wide)
+// do not divide into 256-blocks, so each lands in its 32-block stand-in (Q6_K -> Q8_0,
+// Q4_K -> Q5_0), as llama.cpp's quantizer does.
+TEST(ConvertDecoder, Q4KMMixGivesTheHeadAndChosenLayersMoreBits) {
+  ConvertOptions opts;
+  opts.type = kernels::DType::kQ4_K;
+  opts.preset = "q4_k_m";
+  auto bytes = convert_hf(case_dir(case_named("llama_tiny")), opts);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  auto f = gguf::File::parse(*bytes);
+  ASSERT_TRUE(f.ok());
+  auto type_of = [&](const char* name) { return f->find_tensor(name)->type(); };
+  EXPECT_EQ(type_of("output.weight"), gguf::GgmlType::kQ8_0);
+  EXPECT_EQ(type_of("blk.1.attn_v.weight"), gguf::GgmlType::kQ8_0);
+  EXPECT_EQ(type_of("blk.1.ffn_down.weight"), gguf::GgmlType::kQ8_0);
+  EXPECT_EQ(type_of("blk.0.attn_v.weight"), gguf::GgmlType::kQ5_0);
+  EXPECT_EQ(type_of("blk.0.ffn_down.weight"), gguf::GgmlType::kQ5_0);
+  EXPECT_EQ(type_of("blk.1.attn_q.weight"), gguf::GgmlType::kQ5_0);
+  EXPECT_EQ(type_of("blk.0.attn_norm.weight"), gguf::GgmlType::kF32);
+  opts.preset = "q9_k_m";
+  EXPECT_FALSE(convert_hf(case_dir(case_named("llama_tiny")), opts).ok());
+}
+
 // The untied llama's head is required; the tied qwen2 has none and converts without one.
 TEST(ConvertDecoder, TiedAndSeparateHeads) {
   const Converted llama = convert_or_die(case_dir(case_named("llama_tiny")), kernels::DType::kF32);
