@@ -199,6 +199,20 @@ Status add_converted(gguf::Writer& w, const Source& src, const std::string& g, c
                            });
 }
 
+// The checkpoint opened and the file started: architecture, name (the config's, else the
+// directory's) and file type.
+Expected<Prepared> start(const std::string& dir, const json& cfg, const std::string& arch, const ConvertOptions& opts) {
+  Prepared out;
+  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
+  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  out.w.add_string("general.architecture", arch);
+  std::string name = cfg.value("_name_or_path", std::string());
+  if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
+  out.w.add_string("general.name", name.substr(0, 256));
+  out.w.add_u32("general.file_type", model::quant_file_type(opts.type));
+  return out;
+}
+
 Expected<BertConfig> bert_config(const json& c, const std::string& dir) {
   BertConfig b;
   METRO_ASSIGN_OR_RETURN(b.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
@@ -263,15 +277,8 @@ Expected<std::optional<std::string>> bert_name(std::string hf) {
 
 Expected<Prepared> convert_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(BertConfig b, bert_config(cfg, dir));
-  Prepared out;
-  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
-  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  METRO_ASSIGN_OR_RETURN(Prepared out, start(dir, cfg, "bert", opts));
   gguf::Writer& w = out.w;
-  w.add_string("general.architecture", "bert");
-  std::string name = cfg.value("_name_or_path", std::string());
-  if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
-  w.add_string("general.name", name.substr(0, 256));
-  w.add_u32("general.file_type", model::quant_file_type(opts.type));
   w.add_u32("bert.context_length", b.n_ctx);
   w.add_u32("bert.embedding_length", b.n_embd);
   w.add_u32("bert.feed_forward_length", b.n_ff);
@@ -415,16 +422,9 @@ Expected<std::optional<std::string>> nomic_name(std::string hf) {
 
 Expected<Prepared> convert_nomic_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(NomicConfig n, nomic_config(cfg, dir));
-  Prepared out;
-  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
-  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  METRO_ASSIGN_OR_RETURN(Prepared out, start(dir, cfg, "nomic-bert", opts));
   gguf::Writer& w = out.w;
   const std::string a = "nomic-bert.";
-  w.add_string("general.architecture", "nomic-bert");
-  std::string name = cfg.value("_name_or_path", std::string());
-  if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
-  w.add_string("general.name", name.substr(0, 256));
-  w.add_u32("general.file_type", model::quant_file_type(opts.type));
   w.add_u32(a + "context_length", n.n_ctx);
   w.add_u32(a + "embedding_length", n.n_embd);
   w.add_u32(a + "feed_forward_length", n.n_ff);
@@ -765,16 +765,9 @@ std::vector<float> llama3_rope_factors(const DecoderConfig& d) {
 Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, const std::string& type,
                                    const ConvertOptions& opts) {
   METRO_ASSIGN_OR_RETURN(DecoderConfig d, decoder_config(cfg, type));
-  Prepared out;
-  METRO_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open_dir(dir));
-  out.ck = std::make_shared<Checkpoint>(std::move(opened));
+  METRO_ASSIGN_OR_RETURN(Prepared out, start(dir, cfg, d.arch, opts));
   gguf::Writer& w = out.w;
   const std::string a = d.arch + ".";
-  w.add_string("general.architecture", d.arch);
-  std::string name = cfg.value("_name_or_path", std::string());
-  if (name.empty()) name = dir.substr(dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/') + 1);
-  w.add_string("general.name", name.substr(0, 256));
-  w.add_u32("general.file_type", model::quant_file_type(opts.type));
   w.add_u32(a + "context_length", d.n_ctx);
   w.add_u32(a + "embedding_length", d.n_embd);
   w.add_u32(a + "block_count", d.n_layer);
