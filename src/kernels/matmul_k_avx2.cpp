@@ -276,6 +276,8 @@ void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
     const uint8_t* mins = gb + offsetof(G, mins);
     const __m256 d8 = load_f16x8(gb + offsetof(G, d));
     const __m256 dm8 = load_f16x8(gb + offsetof(G, dmin));
+    __m256i mp[4];  // the mins of sub-blocks 2p and 2p + 1, once for every act row
+    for (int q = 0; q < 4; ++q) mp[q] = min_pairs(mins + 16 * q, mins + 16 * q + 8);
     for (int i = 0; i < R; ++i) {
       int16_t bs[16];
       std::memcpy(bs, ab[i] + offsetof(BlockQ8_K, bsums), sizeof bs);
@@ -284,7 +286,7 @@ void q4_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
         const auto s0 = static_cast<uint16_t>(bs[2 * j] + bs[2 * j + 1]);
         const auto s1 = static_cast<uint16_t>(bs[2 * j + 2] + bs[2 * j + 3]);
         const __m256i act = _mm256_set1_epi32(static_cast<int32_t>(s0 | (static_cast<uint32_t>(s1) << 16)));
-        ms = _mm256_add_epi32(ms, _mm256_madd_epi16(min_pairs(mins + 8 * j, mins + 8 * (j + 1)), act));
+        ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[j / 2], act));
       }
       float da;
       std::memcpy(&da, ab[i] + offsetof(BlockQ8_K, d), 4);
@@ -418,6 +420,8 @@ void q6_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
       }
     }
     const __m256 d8 = load_f16x8(gb + offsetof(BlockQ6_Kx8, d));
+    __m256i sp[8];  // the scales of sub-blocks 2q and 2q + 1, once for every act row
+    for (int q = 0; q < 8; ++q) sp[q] = signed_scale_two(scales + 16 * q, scales + 16 * q + 8);
     for (int i = 0; i < R; ++i) {
       int16_t bs[16];
       std::memcpy(bs, ab[i] + offsetof(BlockQ8_K, bsums), sizeof bs);
@@ -425,7 +429,7 @@ void q6_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int6
       for (int j = 0; j < 16; j += 2) {
         const auto s0 = static_cast<uint16_t>(bs[j]), s1 = static_cast<uint16_t>(bs[j + 1]);
         const __m256i act = _mm256_set1_epi32(static_cast<int32_t>(s0 | (static_cast<uint32_t>(s1) << 16)));
-        off = _mm256_add_epi32(off, _mm256_madd_epi16(signed_scale_two(scales + 8 * j, scales + 8 * (j + 1)), act));
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[j / 2], act));
       }
       const __m256i scaled = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(off, 5));
       float da;
