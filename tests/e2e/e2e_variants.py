@@ -268,7 +268,9 @@ def t_hot_load_and_unload_under_load(ctx):
     returns near its level before the loads."""
     m = ctx.model_path
     key = admin_key_file()
-    srv = variant_server(ctx, key, ["--served-model-name", "chat"])
+    # The rollout here only has to run while swap is refused; its tests are not what is checked,
+    # so their false-alarm bound is the tightest (a CI machine's outside load must not roll it back).
+    srv = variant_server(ctx, key, ["--served-model-name", "chat", "--rollout-alpha", "1e-9"])
     stop = threading.Event()  # set on every way out, so a failed check cannot leave the load running
     threads = []
     srv.start()
@@ -334,6 +336,8 @@ def t_hot_load_and_unload_under_load(ctx):
         # A primary with a variant is not unloaded. The variant replaces it: promoted to 100%,
         # swapped into the primary's place, the old primary (now `chat@v2`) unloaded.
         assert admin(srv.port, "POST", "/admin/models/chat/unload")[0] == 400
+        ro = rollout_state(srv.port, "chat")
+        assert ro["state"] == "running", ro
         assert admin(srv.port, "POST", "/admin/models/chat/swap?variant=v2")[0] == 400  # its rollout runs
         assert admin(srv.port, "POST", "/admin/models/chat/promote?variant=v2")[0] == 200
         time.sleep(1.0)  # the primary's last requests finish; it gets no new ones
