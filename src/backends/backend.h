@@ -213,6 +213,9 @@ class Backend {
   // sliding window only at contexts within the window (Model::max_context), where windowed
   // and full attention agree.
   virtual bool windowed_attention() const { return false; }
+  // Whether AttentionOp::softcap is honoured; a model that caps its attention scores is
+  // refused on a backend without it.
+  virtual bool attention_soft_capping() const { return false; }
 
   // Raw memory for a KV arena (uninitialised), and transfers within and to and from it.
   virtual std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) = 0;

@@ -104,6 +104,7 @@ struct AttentionOp {
   int n_head;
   float scale;
   int64_t window = 0;  // sliding window in tokens (kernels::AttentionParams::window); 0: none
+  float softcap = 0.0f;  // scores capped at +-softcap by tanh (kernels::AttentionParams::softcap); 0: none
 };
 
 // Each of the n_head heads of x[t] (width/n_head values each) RMS-normed in place with the

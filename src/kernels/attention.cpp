@@ -90,6 +90,7 @@ void tile_scalar(const AttentionParams& p, const AttentionSeq& seq, const Attent
         } else {
           for (int d = 0; d < hd; ++d) dot += q[r * hd + d] * kf[j * hd + d];
         }
+        if (p.softcap > 0.0f) dot = p.softcap * std::tanh(dot / p.softcap);
         s[j] = dot;
         mx = std::max(mx, dot);
       }

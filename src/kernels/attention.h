@@ -56,6 +56,9 @@ struct AttentionParams {
   // nothing, but the kernels may still read those in the 32-key chunk that holds its first
   // key, so every stored position's page must stay valid.
   int64_t window = 0;
+  // Soft-capping of the scaled scores: s becomes softcap * tanh(s / softcap) before the
+  // softmax (gemma2). 0: none.
+  float softcap = 0.0f;
 };
 
 // Thread ith's share of attention for every sequence of a step. Work is split into items

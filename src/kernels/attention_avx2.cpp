@@ -326,8 +326,13 @@ inline __m256 chunk_lanes(int j, int lo, int n) {
 // chunk that holds the first key of the row's window): the running max m and sum l move
 // on, the scores become exp(s - new max) (lanes outside: exactly 0, read but masked), and
 // the factor the row's accumulator must be rescaled by is returned (0 on the first chunk).
-inline float softmax_chunk(float* s, int lo, int n, float* m, float* l) {
+// With soft-capping (cap > 0) the scores are capped first.
+inline float softmax_chunk(float* s, int lo, int n, float* m, float* l, float cap) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  if (cap > 0.0f) {
+    const __m256 c = _mm256_set1_ps(cap), ic = _mm256_set1_ps(1.0f / cap);
+    for (int j = 0; j < n; j += 8) _mm256_store_ps(s + j, avx2::softcap(_mm256_load_ps(s + j), c, ic));
+  }
   __m256 vmx = _mm256_set1_ps(*m);
   for (int j = 0; j < n; j += 8) {
     const __m256 mask = chunk_lanes(j, lo, n);
@@ -470,7 +475,7 @@ void tile_impl(const AttentionParams& p, const AttentionSeq& seq, const Attentio
     }
     for (r = first; r < end; ++r) {
       float* s = prob + r * kKeyChunk;
-      alpha[r] = softmax_chunk(s, lo[r], valid[r], &m[r], &l[r]);
+      alpha[r] = softmax_chunk(s, lo[r], valid[r], &m[r], &l[r], p.softcap);
     }
 
     if constexpr (kQ8) {
@@ -646,7 +651,7 @@ void decode_tile(const AttentionParams& p, const AttentionSeq& seq, const Attent
     }
     const int lo = static_cast<int>(std::max<int64_t>(0, ws - kb));  // > 0 in the window's first chunk only
     for (int r = 0; r < R; ++r) {
-      alpha[r] = softmax_chunk(prob + r * kKeyChunk, lo, nk, &m[r], &l[r]);
+      alpha[r] = softmax_chunk(prob + r * kKeyChunk, lo, nk, &m[r], &l[r], p.softcap);
     }
 
     for (int a = 0; a < n_ahead; ++a) prefetch_row(v_ahead[a], rb);

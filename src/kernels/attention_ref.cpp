@@ -41,6 +41,7 @@ void attention_ref(const AttentionParams& p, const AttentionSeq& seq) {
           double s = 0.0;
           for (int d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * keys[pos * hd + d];
           w[pos] = s * p.scale;
+          if (p.softcap > 0.0f) w[pos] = p.softcap * std::tanh(w[pos] / p.softcap);
           mx = std::max(mx, w[pos]);
         }
         double sum = 0.0;

@@ -40,6 +40,9 @@ float softmax_weights(const float* x, float* y, int64_t n, float scale) {
   return table().softmax_weights(x, y, n, scale);
 }
 int64_t argmax(const float* x, int64_t n) { return table().argmax(x, n); }
+void softcap(float* x, int64_t n, float cap) {
+  if (cap > 0.0f) table().softcap(x, n, cap);
+}
 std::string_view ops_isa() { return table().isa; }
 
 Rope::Rope(const RopeConfig& cfg) : cfg_(cfg) {

@@ -34,6 +34,10 @@ inline constexpr double kExpMaxRelError = 1.2e-7;  // about one float ulp
 // temperature 1/scale (the largest is 1; -inf entries get 0). At least one entry must be
 // finite; y may alias x. What a sampler draws from.
 float softmax_weights(const float* x, float* y, int64_t n, float scale);
+// x = cap * tanh(x / cap) in place: gemma2's soft-capping of attention scores and logits.
+// cap <= 0 leaves x as it is. The vectorized variant's absolute error is about cap times
+// kExpMaxRelError.
+void softcap(float* x, int64_t n, float cap);
 // The first index of the largest value (NaN entries never win; 0 if all are NaN or n is 0).
 int64_t argmax(const float* x, int64_t n);
 
@@ -125,6 +129,7 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void exp_f32(const float* x, float* y, int64_t n);
 float softmax_weights(const float* x, float* y, int64_t n, float scale);
 int64_t argmax(const float* x, int64_t n);
+void softcap(float* x, int64_t n, float cap);  // cap > 0
 // Rotates pairs of n_head heads (x: [n_head][head_dim]) by angles with cos/sin given per
 // pair (n_rot/2 values); dims past n_rot pass through.
 void rope_rotate(float* x, int n_head, int head_dim, int n_rot, RopeMode mode, const float* cos,

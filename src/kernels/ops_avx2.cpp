@@ -92,6 +92,13 @@ __m256 gelu8(__m256 x) {
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+void softcap_row(float* x, int64_t n, float cap) {
+  const __m256 c = _mm256_set1_ps(cap), ic = _mm256_set1_ps(1.0f / cap);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, softcap(_mm256_loadu_ps(x + i), c, ic));
+  if (i < n) store_tail(x + i, n - i, softcap(load_tail(x + i, n - i), c, ic));
+}
+
 void gelu(const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(_mm256_loadu_ps(x + i)));
@@ -246,6 +253,6 @@ const OpsTable kOpsAvx2 = {
     "avx2",           avx2::rms_norm, avx2::swiglu, avx2::silu,
     avx2::gelu,       avx2::softmax,  avx2::add,    avx2::mul,
     avx2::scale,      avx2::dot,      avx2::exp_f32, avx2::softmax_weights,
-    avx2::argmax,     avx2::rope_rotate,
+    avx2::argmax,     avx2::rope_rotate, avx2::softcap_row,
 };
 }  // namespace metro::kernels::detail

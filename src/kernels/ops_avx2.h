@@ -42,6 +42,18 @@ inline __m256 exp(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
+// cap * tanh(x / cap) on 8 lanes (cap > 0, inv_cap = 1 / cap): tanh(|y|) = 1 - 2 / (e^(2|y|) + 1)
+// with the sign put back, so large |y| saturate to exactly +-cap (e^(2|y|) overflows to
+// +inf) and the absolute error stays near cap times exp's relative error. NaN gives NaN.
+inline __m256 softcap(__m256 x, __m256 cap, __m256 inv_cap) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 y = _mm256_mul_ps(x, inv_cap);
+  const __m256 a = _mm256_andnot_ps(sign, y);
+  const __m256 e = exp(_mm256_add_ps(a, a));
+  const __m256 t = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+  return _mm256_mul_ps(_mm256_or_ps(t, _mm256_and_ps(sign, y)), cap);
+}
+
 // Horizontal sums and maxima: hsum_ps / hmax_ps (simd_avx2.h), one fixed order each.
 
 // Lane mask with the first `count` lanes set (0 <= count <= 8), for maskload/maskstore.

@@ -42,6 +42,12 @@ void gelu(const float* x, float* y, int64_t n) {
   }
 }
 
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+  }
+}
+
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   float mx = -std::numeric_limits<float>::infinity();
@@ -115,7 +121,7 @@ namespace detail {
 const OpsTable kOpsScalar = {
     "scalar",     ref::rms_norm, ref::swiglu, ref::silu,    ref::gelu,    ref::softmax,
     ref::add,     ref::mul,      ref::scale,  ref::dot_f32, ref::exp_f32, ref::softmax_weights,
-    ref::argmax,  ref::rope_rotate,
+    ref::argmax,  ref::rope_rotate, ref::softcap,
 };
 }  // namespace detail
 

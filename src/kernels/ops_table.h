@@ -26,6 +26,7 @@ struct OpsTable {
   int64_t (*argmax)(const float* x, int64_t n);
   void (*rope_rotate)(float* x, int n_head, int head_dim, int n_rot, RopeMode mode,
                       const float* cos, const float* sin);
+  void (*softcap)(float* x, int64_t n, float cap);
 };
 
 extern const OpsTable kOpsScalar;  // ops_ref.cpp

@@ -9,7 +9,8 @@ namespace metro::model {
 
 bool is_supported_architecture(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
-         arch == "gemma3" || arch == "qwen2moe" || arch == "qwen3moe" || arch == "bert" || arch == "nomic-bert";
+         arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "qwen2moe" || arch == "qwen3moe" ||
+         arch == "bert" || arch == "nomic-bert";
 }
 
 namespace {
@@ -75,7 +76,7 @@ Status read_experts(const gguf::File& f, const std::string& a, HParams& h) {
     if (moe_arch) return bad("a " + h.architecture + " model needs '" + a + "expert_count' above 0");
     return {};
   }
-  if (h.encoder || h.architecture == "gemma3" || h.architecture == "phi3" || h.fused_gate_up) {
+  if (h.encoder || h.architecture.starts_with("gemma") || h.architecture == "phi3" || h.fused_gate_up) {
     return unimplemented("experts in a " + h.architecture + " model");
   }
   if (h.n_expert > kMaxExperts) {
@@ -124,7 +125,8 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.architecture = std::string(arch);
   if (!is_supported_architecture(h.architecture)) {
     return unimplemented("architecture '" + h.architecture.substr(0, 64) +
-                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe, bert, nomic-bert are)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3, qwen2moe, qwen3moe, bert, "
+                         "nomic-bert are)");
   }
   if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
   const std::string a = h.architecture + ".";
@@ -232,18 +234,50 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   }
   // The Qwen families rotate halves; llama and mistral GGUFs had Q and K permuted for
   // adjacent pairs at conversion.
-  h.rope_type = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "phi3" ||
-                        h.architecture == "gemma3" || h.architecture == "qwen2moe" || h.architecture == "qwen3moe" ||
-                        h.architecture == "nomic-bert"
+  const bool gemma = h.architecture == "gemma" || h.architecture == "gemma2" || h.architecture == "gemma3";
+  h.rope_type = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "phi3" || gemma ||
+                        h.architecture == "qwen2moe" || h.architecture == "qwen3moe" || h.architecture == "nomic-bert"
                     ? RopeType::kNeox
                     : RopeType::kNormal;
+  if (h.architecture == "gemma2") h.sliding_window = 4096;  // gemma2's window where the file is silent
   if (f.has(a + "attention.sliding_window")) {
     METRO_ASSIGN_OR_RETURN(h.sliding_window, f.get_u32(a + "attention.sliding_window"));
   }
-  if (h.architecture == "gemma3") {
+  if (gemma) {
     h.embd_scale = std::sqrt(static_cast<float>(h.n_embd));
-    h.has_post_norms = true;
     h.gelu_ffn = true;
+  }
+  // The 27B models of gemma2 (46 layers) and gemma3 (62) scale queries by the model width
+  // per head, which is not their head_dim.
+  if ((h.architecture == "gemma2" && h.n_layer == 46) || (h.architecture == "gemma3" && h.n_layer == 62)) {
+    h.attn_scale = 1.0f / std::sqrt(static_cast<float>(h.n_embd / h.n_head));
+  }
+  auto softcap = [&](const std::string& key, float dflt, float& v) -> Status {
+    v = dflt;
+    if (f.has(key)) {
+      METRO_ASSIGN_OR_RETURN(v, f.get_f32(key));
+    }
+    if (!(v >= 0.0f && v <= 1e6f)) return bad("'" + key + "' out of range");
+    return {};
+  };
+  if (h.architecture == "gemma2") {
+    h.has_post_norms = true;
+    if (h.sliding_window > 0) {
+      // Every other layer windowed, from the first; they rotate as the global layers do.
+      METRO_ASSIGN_OR_RETURN(h.swa_pattern, opt_u32(f, a + "attention.sliding_window_pattern", 2, 1024));
+      if (f.has(a + "rope.freq_base_swa")) {
+        METRO_ASSIGN_OR_RETURN(h.rope_freq_base_local, f.get_f32(a + "rope.freq_base_swa"));
+        if (!(h.rope_freq_base_local > 1.0f && std::isfinite(h.rope_freq_base_local))) {
+          return bad("rope.freq_base_swa out of range");
+        }
+      }
+    }
+    METRO_RETURN_IF_ERROR(softcap(a + "attn_logit_softcapping", 50.0f, h.attn_softcap));
+    METRO_RETURN_IF_ERROR(softcap(a + "final_logit_softcapping", 30.0f, h.final_softcap));
+  }
+  if (h.architecture == "gemma3") {
+    h.has_post_norms = true;
+    METRO_RETURN_IF_ERROR(softcap(a + "final_logit_softcapping", 0.0f, h.final_softcap));
     if (h.sliding_window > 0) {
       // By default five sliding-window layers to each global one; they rotate at their own
       // base (10000 unless the file says) and unscaled.
@@ -258,10 +292,6 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
           return bad("rope.freq_base_swa out of range");
         }
       }
-    }
-    if (f.has(a + "final_logit_softcapping")) {
-      METRO_ASSIGN_OR_RETURN(float cap, f.get_f32(a + "final_logit_softcapping"));
-      if (cap != 0.0f) return unimplemented("final logit soft-capping is not supported");
     }
   }
 
@@ -300,10 +330,11 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
 }
 
 kernels::RopeConfig local_rope_config(const HParams& hp) {
+  if (hp.rope_freq_base_local <= 0.0f) return rope_config(hp, nullptr);
   kernels::RopeConfig rc;
   rc.head_dim = static_cast<int>(hp.head_dim);
   rc.n_rot = static_cast<int>(hp.n_rot);
-  rc.freq_base = hp.rope_freq_base_local > 0.0f ? hp.rope_freq_base_local : hp.rope_freq_base;
+  rc.freq_base = hp.rope_freq_base_local;
   rc.mode = hp.rope_type == RopeType::kNeox ? kernels::RopeMode::kNeox : kernels::RopeMode::kNormal;
   return rc;
 }

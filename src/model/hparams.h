@@ -1,6 +1,7 @@
 // Hyperparameters of a llama-family model, read and validated from GGUF metadata.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -26,7 +27,9 @@ enum class ExpertGating : uint8_t { kSoftmax = 1, kSigmoid = 2 };
 enum class Pooling : uint8_t { kMean = 1, kCls = 2 };
 
 struct HParams {
-  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe", "bert", "nomic-bert"
+  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "bert",
+  // "nomic-bert"
+  std::string architecture;
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
@@ -57,14 +60,23 @@ struct HParams {
   bool fused_qkv = false;              // one attn_qkv.weight: Q rows, then K, then V (phi3)
   bool fused_gate_up = false;          // ffn_up.weight holds the gate rows, then the up rows (phi3)
   uint32_t sliding_window = 0;         // attention window in tokens; 0: none
-  // gemma3: embeddings times sqrt(n_embd), RMS norms of the attention and FFN outputs before
-  // they join the stream, GELU-gated FFN, and sliding-window layers (all but every
-  // swa_pattern-th) rotating with their own base and no scaling.
+  // The gemma family: embeddings times sqrt(n_embd) and a GELU-gated FFN (all); RMS norms of
+  // the attention and FFN outputs before they join the stream (gemma2, gemma3); sliding-window
+  // layers, all but every swa_pattern-th (gemma2: every other one; gemma3: five of six,
+  // rotating with their own base and no scaling).
   float embd_scale = 1.0f;
   bool has_post_norms = false;  // blk.N.post_attention_norm / post_ffw_norm
   bool gelu_ffn = false;
   uint32_t swa_pattern = 0;           // 0: every layer alike
-  float rope_freq_base_local = 0.0f;  // the sliding-window layers' base; 0: the global one
+  float rope_freq_base_local = 0.0f;  // the sliding-window layers' base; 0: the global rotation
+  // Soft-capping (gemma2; gemma3 files that ask for the final one): a value s becomes
+  // cap * tanh(s / cap), for the scaled attention scores before the softmax and for the
+  // output logits. 0: none.
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  // The factor on q·k; 0: 1/sqrt(head_dim). The 27B gemma2 and gemma3 models scale by
+  // 1/sqrt(n_embd / n_head) instead (their head_dim is not n_embd / n_head).
+  float attn_scale = 0.0f;
   // bert: an encoder. Bidirectional attention over the whole input (it must be computed in
   // one step, and no prefix of it can be reused), learned position and token-type
   // embeddings, layer norms with biases after each sublayer, biases on every product, an
@@ -93,6 +105,9 @@ struct HParams {
   static Expected<HParams> from_gguf(const gguf::File& file);
 
   uint32_t n_gqa() const { return n_head / n_head_kv; }
+  float attention_scale() const {
+    return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
   bool is_moe() const { return n_expert > 0; }
   // The hidden width of the FFN a tensor-parallel rank slices: each expert's when routed.
   uint32_t ffn_width() const { return is_moe() ? n_ff_exp : n_ff; }
@@ -118,7 +133,8 @@ struct HParams {
 // The rotary embedding these parameters describe; `freq_factors` (rope_freqs.weight, n_rot/2
 // values) or null.
 kernels::RopeConfig rope_config(const HParams& hp, const float* freq_factors);
-// The rotation of the sliding-window layers (rope_freq_base_local, unscaled).
+// The rotation of the sliding-window layers: rope_freq_base_local unscaled, or the global
+// rotation when that is 0.
 kernels::RopeConfig local_rope_config(const HParams& hp);
 
 // Whether an architecture name is one metro runs.

@@ -7,6 +7,7 @@
 #include "backends/registry.h"
 #include "base/check.h"
 #include "base/log.h"
+#include "kernels/ops.h"
 
 namespace metro::model {
 
@@ -114,6 +115,10 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
   }
   if (hp.is_moe() && !backend->name().starts_with("cpu")) {
     return unimplemented("mixture-of-experts models run on the CPU backend only, not on " + std::string(backend->name()));
+  }
+  if (hp.attn_softcap > 0.0f && !backend->attention_soft_capping()) {
+    return unimplemented("attention soft-capping (" + hp.architecture + ") is not implemented on the " +
+                         std::string(backend->name()) + " backend");
   }
   if (!opts.adapters.empty() && !backend->name().starts_with("cpu")) {
     return unimplemented("run-time LoRA adapters run on the CPU backend only, not on " + std::string(backend->name()));
@@ -393,7 +398,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
   const ShardGeometry& g = shard();
   const float eps = hp_.rms_eps;
   const int n_head = g.n_head(), n_head_kv = g.n_head_kv();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+  const float scale = hp_.attention_scale();
   const RowSet tok = RowSet::kTokens;
   // The reserve make_workspace made holds every op: building the list never allocates.
   METRO_CHECK(ops.capacity() >= static_cast<size_t>(kMaxOpsOutsideLayers + kMaxOpsPerLayer * g.n_layer()));
@@ -441,7 +446,8 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
     ops.push_back(RopeOp{rope, kQ, angles, n_head});
     ops.push_back(RopeOp{rope, kK, angles, n_head_kv});
     ops.push_back(KvStoreOp{kK, kV, layer});
-    ops.push_back(AttentionOp{kQ, kAtt, layer, n_head, scale, hp_.layer_window(static_cast<uint32_t>(L.model_layer))});
+    ops.push_back(AttentionOp{kQ, kAtt, layer, n_head, scale, hp_.layer_window(static_cast<uint32_t>(L.model_layer)),
+                              hp_.attn_softcap});
     push_project(project(kAtt, tok, {L.wo.get()}, {kTmp}));
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
@@ -582,7 +588,13 @@ Expected<ForwardOutput> Model::forward(const Batch& b, std::span<const float> re
   if (g.ends_model) {
     out.n_vocab = static_cast<int>(hp_.n_vocab);
     out.n_rows = n_logits;
-    out.logits = ws.state_->download(kLogits, static_cast<size_t>(n_logits) * hp_.n_vocab).data();
+    std::span<const float> logits = ws.state_->download(kLogits, static_cast<size_t>(n_logits) * hp_.n_vocab);
+    if (hp_.final_softcap > 0.0f) {
+      // The logits are capped where they arrive, on every backend alike; the download is the
+      // workspace's own buffer, which nothing else reads before the next step.
+      kernels::softcap(const_cast<float*>(logits.data()), static_cast<int64_t>(logits.size()), hp_.final_softcap);
+    }
+    out.logits = logits.data();
     if (opts.want_hidden) out.hidden = ws.state_->download(kHidden, T * n_embd).data();
   } else {
     out.residual = ws.state_->download(kX, T * n_embd).data();

@@ -308,7 +308,8 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       rope(q[t], n_head, hp, static_cast<int64_t>(t), layer_freqs);
       rope(k[t], n_kv, hp, static_cast<int64_t>(t), layer_freqs);
     }
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    const double scale = hp.attn_scale > 0.0f ? static_cast<double>(hp.attn_scale) : 1.0 / std::sqrt(static_cast<double>(hd));
+    const double cap = hp.attn_softcap;
     const size_t window = hp.layer_window(il);
     for (size_t t = 0; t < T; ++t) {
       std::vector<double> att(static_cast<size_t>(n_head * hd), 0.0);
@@ -323,6 +324,7 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
             d += q[t][static_cast<size_t>(h * hd + i)] * k[j][static_cast<size_t>(kvh * hd + i)];
           }
           s[j] = d * scale;
+          if (cap > 0.0) s[j] = cap * std::tanh(s[j] / cap);
           mx = std::max(mx, s[j]);
         }
         double z = 0;
@@ -362,6 +364,9 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
     auto h = rms_norm(x[t], out_norm, hp.rms_eps);
     seen(hp.tied_output ? "token_embd.weight" : "output.weight", h);
     auto l = matvec(*head, h);
+    if (hp.final_softcap > 0.0f) {
+      for (double& e : l) e = hp.final_softcap * std::tanh(e / hp.final_softcap);
+    }
     logits[t].assign(l.begin(), l.end());
   }
   return logits;

@@ -132,6 +132,15 @@ DenseKv dense_kv(const Shape& sh, const SeqData& d) {
   return kv;
 }
 
+double max_abs_value(const Shape& sh, const DenseKv& kv, int h) {
+  const int kvh = h / (sh.n_head / sh.n_head_kv);
+  double m = 0.0;
+  for (int64_t i = 0; i < kv.n_keys * sh.head_dim; ++i) {
+    m = std::max(m, std::fabs(static_cast<double>(kv.v[static_cast<size_t>(kvh * kv.n_keys * sh.head_dim + i)])));
+  }
+  return m;
+}
+
 double row_tolerance(const Shape& sh, const AttentionParams& p, const SeqData& d,
                      const DenseKv& kv, int i, int h, int score_depth) {
   const int kvh = h / (sh.n_head / sh.n_head_kv);
@@ -172,6 +181,7 @@ struct Case {
   Shape shape;
   std::vector<std::pair<int, int64_t>> seqs;  // (n_q, pos0)
   int64_t window = 0;
+  float softcap = 0.0f;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -196,6 +206,7 @@ TEST_P(AttentionTest, MatchesReferenceForAnyThreadCount) {
   p.n_head = sh.n_head;
   p.scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
   p.window = c.window;
+  p.softcap = c.softcap;
 
   std::vector<SeqData> data;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
@@ -223,7 +234,11 @@ TEST_P(AttentionTest, MatchesReferenceForAnyThreadCount) {
       const SeqData& d = data[s];
       for (int i = 0; i < d.n_q; ++i) {
         for (int h = 0; h < sh.n_head; ++h) {
-          const double tol = row_tolerance(sh, p, ref_data[s], dense[s], i, h, depth);
+          // Soft-capping is 1-Lipschitz, so it does not grow the scores' errors; its own
+          // vectorized tanh adds about cap x exp's relative error to each score, which moves
+          // the output by at most twice that times the largest value.
+          const double tol = row_tolerance(sh, p, ref_data[s], dense[s], i, h, depth) +
+                             (p.softcap > 0.0f ? 2.0 * p.softcap * 1e-6 * max_abs_value(sh, dense[s], h) : 0.0);
           const size_t off = (static_cast<size_t>(i) * sh.n_head + h) * sh.head_dim;
           for (int c2 = 0; c2 < sh.head_dim; ++c2) {
             ASSERT_NEAR(d.out[off + c2], want[s][off + c2], tol)
@@ -293,8 +308,31 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"window7_q64_gqa4_hd128", Shape{32, 8, 128, 32, DType::kF16}, {{64, 33}}, 7},
         Case{"window100_mixed_f16", kSmol, {{1, 300}, {7, 0}, {64, 120}, {1, 5}, {200, 10}}, 100},
         Case{"window64_mixed_mha_hd128_q8", Shape{8, 8, 128, 32, DType::kQ8_0}, {{1, 400}, {70, 13}, {1, 0}}, 64},
-        Case{"window512_hd256_mqa_q8", Shape{4, 1, 256, 16, DType::kQ8_0}, {{3, 700}, {40, 490}}, 512}),
+        Case{"window512_hd256_mqa_q8", Shape{4, 1, 256, 16, DType::kQ8_0}, {{3, 700}, {40, 490}}, 512},
+        // Soft-capped scores (gemma2), caps small enough to bind on these scores.
+        Case{"softcap_decode_f16", kSmol, {{1, 100}}, 0, 0.5f},
+        Case{"softcap_decode_q8", with(kSmol, 16, DType::kQ8_0), {{1, 100}}, 0, 0.5f},
+        Case{"softcap_q64_gqa4_hd128", Shape{32, 8, 128, 32, DType::kF16}, {{64, 33}}, 0, 1.0f},
+        Case{"softcap_window37_mixed_q8", with(kSmol, 5, DType::kQ8_0), {{1, 300}, {70, 13}, {200, 57}}, 37, 0.5f}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
+
+// The soft-capped cases above test something: with their cap the reference's outputs move
+// far past the kernels' tolerance, so a kernel ignoring the cap fails them.
+TEST(Attention, SoftCapMovesTheOutputsOfTheTestCases) {
+  const Shape sh = with(kSmol, 16, DType::kQ8_0);
+  SeqData d = make_seq(sh, 1, 100, 100);
+  AttentionParams p = params_of(sh, 1.0f / std::sqrt(static_cast<float>(sh.head_dim)));
+  AttentionSeq v = d.view(sh.n_head, sh.head_dim);
+  std::vector<float> plain(d.out.size()), capped(d.out.size());
+  v.out = plain.data();
+  attention_ref(p, v);
+  p.softcap = 0.5f;
+  v.out = capped.data();
+  attention_ref(p, v);
+  double diff = 0.0;
+  for (size_t i = 0; i < plain.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(plain[i]) - capped[i]));
+  EXPECT_GT(diff, 1e-3);
+}
 
 // A query must not see keys after its position: keys of later queries in the same step, or
 // slots of the page never written. Changing them must not change a single bit.

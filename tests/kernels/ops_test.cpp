@@ -185,6 +185,40 @@ TEST(Ops, GeluMatchesReference) {
   }
 }
 
+// cap tanh(x / cap) = cap (1 - 2 / (e^(2|x|/cap) + 1)): exp's relative error on e becomes at
+// most about its own size in tanh's absolute error (2e / (e + 1)^2 <= 1/2), plus a few
+// roundings of values at most 1; times cap. Saturates to exactly +-cap, keeps the sign, and
+// leaves x alone for cap <= 0.
+TEST(Ops, SoftcapMatchesReference) {
+  for (float cap : {50.0f, 30.0f, 1.0f}) {
+    for (int64_t n : test_sizes()) {
+      SCOPED_TRACE(n);
+      auto x = random_vec(n, -4 * cap, 4 * cap, 12);
+      if (n > 2) {
+        x[0] = 1e30f;
+        x[1] = -1e30f;
+        x[2] = 0.0f;
+      }
+      std::vector<float> got = x, want = x;
+      softcap(got.data(), n, cap);
+      ref::softcap(want.data(), n, cap);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], (kExpMaxRelError + 6 * kU) * cap) << "x=" << x[i] << " cap=" << cap;
+        ASSERT_LE(std::fabs(got[i]), cap);
+        ASSERT_EQ(std::signbit(got[i]), std::signbit(x[i])) << x[i];
+      }
+      if (n > 2) {
+        EXPECT_EQ(got[0], cap);
+        EXPECT_EQ(got[1], -cap);
+        EXPECT_EQ(got[2], 0.0f);
+      }
+    }
+  }
+  std::vector<float> x = {1.0f, -200.0f};
+  softcap(x.data(), 2, 0.0f);
+  EXPECT_EQ(x, (std::vector<float>{1.0f, -200.0f}));
+}
+
 // Per element: exp error, the rounded subtraction x - max (u |x - max| after exp), a sum of
 // n/8 terms per lane plus 3 levels (n/8 + 4) u, the reciprocal and the multiply.
 TEST(Ops, SoftmaxMatchesReference) {

@@ -306,6 +306,106 @@ TEST(Forward, Gemma3LayersAgainstTheReference) {
   EXPECT_GT(compare(*ref_full, *ref).rel_rms, 1e-2);
 }
 
+// gemma2: gemma3's layer without the per-head norms, every other layer windowed (from the
+// first, at the global rotation), the scaled attention scores and the output logits capped
+// by tanh. Caps small enough to bind on these weights; the same weights uncapped give other
+// logits, so a path that skipped either cap would fail.
+TEST(Forward, Gemma2SoftCapsAndAlternatingWindowsAgainstTheReference) {
+  SyntheticModelSpec spec;
+  spec.arch = "gemma2";
+  spec.n_layer = 4;
+  spec.post_norms = true;
+  spec.sliding_window = 11;
+  spec.attn_softcap = 0.5f;
+  spec.final_softcap = 0.8f;
+  Loaded l = load(spec);
+  ASSERT_TRUE(l.model);
+  const HParams& hp = l.model->hparams();
+  EXPECT_TRUE(hp.has_post_norms && hp.gelu_ffn && !hp.has_qk_norm);
+  EXPECT_EQ(hp.rope_type, RopeType::kNeox);
+  EXPECT_FLOAT_EQ(hp.embd_scale, 16.0f);
+  EXPECT_TRUE(hp.is_local_layer(0) && !hp.is_local_layer(1) && hp.is_local_layer(2) && !hp.is_local_layer(3));
+  EXPECT_EQ(hp.layer_window(0), 11u);
+  EXPECT_EQ(hp.layer_window(1), 0u);
+  EXPECT_FLOAT_EQ(hp.attn_softcap, 0.5f);
+  EXPECT_FLOAT_EQ(hp.final_softcap, 0.8f);
+  auto toks = random_tokens(40, static_cast<int>(spec.n_vocab), 23);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  for (int chunk : {13, 1, 40}) {
+    const auto got = sequence_logits(*l.model, toks, chunk);
+    Diff d = compare(got, *ref);
+    EXPECT_LT(d.rel_rms, 1e-3) << "chunk " << chunk;
+    EXPECT_GT(d.min_cos, 0.99999) << "chunk " << chunk;
+    // (No top-token check: a cap this low flattens the largest logits into near-ties.)
+    for (const auto& row : got) {
+      for (float x : row) ASSERT_LE(std::fabs(x), 0.8f);
+    }
+  }
+  for (int which = 0; which < 2; ++which) {  // each cap alone changes the answer
+    SyntheticModelSpec other = spec;
+    (which == 0 ? other.attn_softcap : other.final_softcap) = 0.0f;
+    const std::vector<uint8_t> bytes = make_synthetic_model(other);
+    auto g = gguf::File::parse(bytes);
+    ASSERT_TRUE(g.ok());
+    auto apart = reference_forward(*g, toks);
+    ASSERT_TRUE(apart.ok()) << apart.status().message();
+    EXPECT_GT(compare(*apart, *ref).rel_rms, 1e-2) << (which == 0 ? "attention cap" : "final cap");
+  }
+}
+
+// What a gemma2 file leaves unsaid takes llama.cpp's defaults: a window of 4096 on every
+// other layer, caps of 50 (attention) and 30 (logits); the 27B model (46 layers) scales
+// queries by 1/sqrt(n_embd / n_head) rather than by its head size. gemma (the first) has
+// the embedding scale and GELU but no post norms, windows or caps.
+TEST(Forward, GemmaFamilyDefaults) {
+  SyntheticModelSpec spec;
+  spec.arch = "gemma2";
+  spec.post_norms = true;
+  {
+    const auto bytes = make_synthetic_model(spec);
+    auto f = gguf::File::parse(bytes);
+    ASSERT_TRUE(f.ok());
+    auto hp = HParams::from_gguf(*f);
+    ASSERT_TRUE(hp.ok()) << hp.status().message();
+    EXPECT_EQ(hp->sliding_window, 4096u);
+    EXPECT_EQ(hp->swa_pattern, 2u);
+    EXPECT_FLOAT_EQ(hp->attn_softcap, 50.0f);
+    EXPECT_FLOAT_EQ(hp->final_softcap, 30.0f);
+    EXPECT_FLOAT_EQ(hp->attention_scale(), 1.0f / 8.0f);  // head_dim 64
+  }
+  spec.n_layer = 46;
+  spec.n_embd = 128;
+  spec.n_ff = 64;
+  spec.head_dim = 16;  // n_embd / n_head is 32
+  spec.n_vocab = 64;
+  {
+    const auto bytes = make_synthetic_model(spec);
+    auto f = gguf::File::parse(bytes);
+    ASSERT_TRUE(f.ok());
+    auto hp = HParams::from_gguf(*f);
+    ASSERT_TRUE(hp.ok()) << hp.status().message();
+    EXPECT_FLOAT_EQ(hp->attention_scale(), 1.0f / std::sqrt(32.0f));
+  }
+  SyntheticModelSpec g1;
+  g1.arch = "gemma";
+  g1.n_head_kv = 1;
+  Loaded l = load(g1);
+  ASSERT_TRUE(l.model);
+  const HParams& hp = l.model->hparams();
+  EXPECT_TRUE(hp.gelu_ffn && !hp.has_post_norms && hp.sliding_window == 0 && hp.attn_softcap == 0.0f &&
+              hp.final_softcap == 0.0f);
+  EXPECT_FLOAT_EQ(hp.embd_scale, 16.0f);
+  auto toks = random_tokens(24, static_cast<int>(g1.n_vocab), 29);
+  auto f = gguf::File::parse(l.bytes);
+  auto ref = reference_forward(*f, toks);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  Diff d = compare(sequence_logits(*l.model, toks, 7), *ref);
+  EXPECT_LT(d.rel_rms, 1e-3);
+  EXPECT_GT(d.min_cos, 0.99999);
+}
+
 // A head wider than the attention kernels take is refused when the file is read, not
 // checked into a crash at the first step.
 TEST(Forward, RefusesHeadsWiderThanTheAttentionKernelsTake) {

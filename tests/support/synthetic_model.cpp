@@ -49,6 +49,8 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   }
   if (s.longrope_orig_ctx != 0) w.add_u32(a + "rope.scaling.original_context_length", s.longrope_orig_ctx);
   if (s.rope_attn_factor != 0) w.add_f32(a + "rope.scaling.attn_factor", s.rope_attn_factor);
+  if (s.attn_softcap >= 0) w.add_f32(a + "attn_logit_softcapping", s.attn_softcap);
+  if (s.final_softcap >= 0) w.add_f32(a + "final_logit_softcapping", s.final_softcap);
   if (s.head_dim != 0) {
     w.add_u32(a + "attention.key_length", s.head_dim);
     w.add_u32(a + "attention.value_length", s.head_dim);

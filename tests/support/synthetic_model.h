@@ -39,6 +39,9 @@ struct SyntheticModelSpec {
   // ~20 over the pairs) and rope.scaling.original_context_length when not 0.
   uint32_t longrope_orig_ctx = 0;
   float rope_attn_factor = 0;  // written as rope.scaling.attn_factor when not 0
+  // Written as attn_logit_softcapping / final_logit_softcapping when not negative.
+  float attn_softcap = -1;
+  float final_softcap = -1;
   // Mixture of experts when n_expert > 0: every layer's FFN is a router and n_expert experts
   // n_ff_exp wide (3-D ffn_{gate,up,down}_exps tensors of expert_type), and a shared
   // expert n_ff_shexp wide when that is not 0 (with its sigmoid gate when shexp_gate).

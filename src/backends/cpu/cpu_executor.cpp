@@ -136,6 +136,7 @@ class Executor {
       ap.n_head = a->n_head;
       ap.scale = a->scale;
       ap.window = a->window;
+      ap.softcap = a->softcap;
       const auto& seqs = st_.seqs[static_cast<size_t>(attention_++ % 2)];
       ks_.attention(ap, std::span<const kernels::AttentionSeq>(seqs.data(), step_.runs.size()), ith_, nth_);
     } else if (const auto* e = std::get_if<EncoderAttentionOp>(&op)) {
