@@ -216,6 +216,10 @@ class Backend {
   // Whether AttentionOp::softcap is honoured; a model that caps its attention scores is
   // refused on a backend without it.
   virtual bool attention_soft_capping() const { return false; }
+  // With windowed attention: the alignment of the first key position the attention kernels
+  // read for a query (they may read keys before its window back to this boundary), so the
+  // KV blocks before it can be given back.
+  virtual int window_read_align() const { return 1; }
 
   // Raw memory for a KV arena (uninitialised), and transfers within and to and from it.
   virtual std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) = 0;

@@ -129,8 +129,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const model::Mo
   if (n_blocks < 1) return invalid_argument("the KV budget holds less than one block");
   if (n_blocks > (1 << 24)) return invalid_argument("the KV budget is too large");
   impl->arena = std::make_unique<kv::KvArena>(m.backend(), m.kv_layers(), impl->layout, static_cast<int32_t>(n_blocks));
-  impl->kv = std::make_unique<kv::KvCacheManager>(kv::KvCacheConfig{
-      static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant});
+  kv::KvCacheConfig kc{static_cast<int32_t>(n_blocks), cfg.kv_block, cfg.prefix_cache, cfg.model_variant};
+  kc.window = static_cast<int>(m.kv_release_window());
+  kc.window_read_align = m.backend()->window_read_align();
+  impl->kv = std::make_unique<kv::KvCacheManager>(kc);
   impl->prefix_hint = impl->kv->prefix_hint();
   if (cfg.kv_events && cfg.prefix_cache) impl->kv->set_event_log(&impl->kv_event_log);
   if (!cfg.kv_spill_dir.empty()) {

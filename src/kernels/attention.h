@@ -47,6 +47,10 @@ struct AttentionSeq {
   size_t out_stride = 0;                    // floats between output tokens
 };
 
+// The kernels score keys in chunks of this many positions counted from 0: with a window, a
+// query's keys are read from the start of the chunk holding its window's first key.
+inline constexpr int kAttentionKeyChunk = 32;
+
 struct AttentionParams {
   KvPageLayout layout;
   int n_head = 0;

@@ -25,7 +25,7 @@
 namespace metro::kernels::detail {
 
 inline constexpr int kMaxHeadDim = 256;
-inline constexpr int kKeyChunk = 32;       // keys per online-softmax step
+inline constexpr int kKeyChunk = kAttentionKeyChunk;  // keys per online-softmax step
 inline constexpr int kMaxTileRows = 128;
 inline constexpr int kMaxTileFloats = 8192;  // rows * head_dim of a tile's Q and accumulators
 

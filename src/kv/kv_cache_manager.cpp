@@ -108,18 +108,35 @@ void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_co
   SeqBlocks& s = it->second;
   METRO_CHECK(n_committed >= 0 && static_cast<size_t>(n_committed) <= tokens.size());
   METRO_CHECK_MSG(n_committed <= s.n_tokens, "commit past the slots the sequence reserved");
-  if (!cfg_.prefix_cache || !s.publish) return;
-  const size_t bs = static_cast<size_t>(cfg_.block_size);
-  // Every full block among the first n_committed tokens lies inside the reserved slots, so
-  // it is in the table.
-  const size_t full = static_cast<size_t>(n_committed) / bs;
-  while (s.chain.size() < full) {
-    const size_t i = s.chain.size();
+  if (cfg_.prefix_cache && s.publish) {
+    const size_t bs = static_cast<size_t>(cfg_.block_size);
+    // Every full block among the first n_committed tokens lies inside the reserved slots, so
+    // it is in the table, and not released: release follows publication below, and a block
+    // released unpublished (publishing stopped) ends the chain for good.
+    const size_t full = static_cast<size_t>(n_committed) / bs;
+    while (s.chain.size() < full && s.blocks[s.chain.size()] != kNoBlock) {
+      const size_t i = s.chain.size();
     auto blk = tokens.subspan(i * bs, bs);
     const uint64_t parent = last_hash(s);
     const uint64_t h = block_hash(parent, blk);
-    pool_.set_hash(s.blocks[i], h, parent, blk);
-    s.chain.push_back(h);
+      pool_.set_hash(s.blocks[i], h, parent, blk);
+      s.chain.push_back(h);
+    }
+  }
+  release_behind(s, n_committed);
+}
+
+void KvCacheManager::release_behind(SeqBlocks& s, int next) {
+  if (cfg_.window <= 0) return;
+  const int64_t first_read = std::max<int64_t>(0, int64_t{next} - cfg_.window + 1) / cfg_.window_read_align *
+                             cfg_.window_read_align;
+  const size_t dead = static_cast<size_t>(first_read / cfg_.block_size);  // blocks wholly before it
+  // The last block always stays: a truncate or a fork may end inside it.
+  const size_t limit = std::min(dead, s.blocks.empty() ? size_t{0} : s.blocks.size() - 1);
+  while (s.n_released < limit) {
+    if (s.chain.size() <= s.n_released) s.publish = false;  // its chain cannot go on past a hole
+    pool_.unref(s.blocks[s.n_released]);
+    s.blocks[s.n_released++] = kNoBlock;
   }
 }
 
@@ -143,10 +160,12 @@ void KvCacheManager::truncate(SeqId seq, int n_tokens) {
     METRO_CHECK_MSG(pool_.ref_count(last) == 1 && !pool_.is_cached(last),
                     "truncate into a block shared with another sequence or the prefix cache");
   }
+  METRO_CHECK_MSG(keep >= s.n_released, "truncate into the released blocks");
   while (s.blocks.size() > keep) {
-    pool_.unref(s.blocks.back());
+    if (s.blocks.back() != kNoBlock) pool_.unref(s.blocks.back());
     s.blocks.pop_back();
   }
+  s.n_released = std::min(s.n_released, s.blocks.size());
   s.n_tokens = n_tokens;
 }
 
@@ -154,7 +173,9 @@ void KvCacheManager::free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   auto& blocks = it->second.blocks;
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.unref(*b);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+    if (*b != kNoBlock) pool_.unref(*b);
+  }
   seqs_.erase(it);
 }
 
@@ -173,16 +194,20 @@ std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId
   }
   SeqBlocks c;
   for (int i = 0; i < n_full; ++i) {
-    pool_.ref(p.blocks[static_cast<size_t>(i)]);
-    c.blocks.push_back(p.blocks[static_cast<size_t>(i)]);
+    const BlockId b = p.blocks[static_cast<size_t>(i)];
+    if (b != kNoBlock) pool_.ref(b);  // the child shares what the parent still holds
+    c.blocks.push_back(b);
   }
+  c.n_released = std::min(p.n_released, static_cast<size_t>(n_full));
   // The shared prefix has the same chained hashes as the parent's at that depth.
   const size_t n_chain = std::min(p.chain.size(), static_cast<size_t>(n_full));
   c.chain.assign(p.chain.begin(), p.chain.begin() + static_cast<long>(n_chain));
   c.root = p.root;  // the child is in its parent's scope
+  if (c.n_released > c.chain.size()) c.publish = false;  // a hole before its chain's end
   std::optional<BlockCopy> copy;
   if (partial) {
     c.blocks.push_back(*copy_dst);
+    METRO_CHECK_MSG(p.blocks[static_cast<size_t>(n_full)] != kNoBlock, "fork inside a released block");
     copy = BlockCopy{p.blocks[static_cast<size_t>(n_full)], *copy_dst};
   }
   c.n_tokens = n_tokens;
@@ -194,6 +219,11 @@ std::span<const BlockId> KvCacheManager::table(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return {};
   return it->second.blocks;
+}
+
+int KvCacheManager::n_held(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : static_cast<int>(it->second.blocks.size() - it->second.n_released);
 }
 
 int KvCacheManager::n_slots(SeqId seq) const {

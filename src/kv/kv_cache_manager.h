@@ -23,6 +23,12 @@
 //
 // Full blocks are keyed by a chained hash of (parent hash, the block's tokens, model
 // variant), so equal prefixes map to the same blocks whatever request computed them.
+//
+// With a window (every layer of the model attends to at most the last `window` positions),
+// a sequence gives its leading blocks back as it advances: once no query it can still
+// compute reads a block, commit() releases it (its table entry becomes kNoBlock; a cached
+// block stays in the prefix cache for other prompts). A sequence then holds about a
+// window's worth of blocks however long it grows.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +51,12 @@ struct KvCacheConfig {
   int block_size = 16;
   bool prefix_cache = true;
   uint64_t model_variant = 0;  // salts block hashes: different weights never share KV
+  // Every layer's attention window in tokens (0: some layer reads every position, nothing
+  // is released), and the alignment of the first key position attention reads for a query
+  // (the kernels read whole chunks of keys from position 0 on: positions from
+  // floor((q - window + 1) / window_read_align) * window_read_align are read).
+  int window = 0;
+  int window_read_align = 1;
 };
 
 struct KvCacheStats {
@@ -83,7 +95,8 @@ class KvCacheManager {
   // sequence's block table. Call only with n_new >= 0 and n_lookahead >= 0.
   std::optional<std::span<const BlockId>> allocate(SeqId seq, int n_new, int n_lookahead = 0);
 
-  // Publishes every full block among the first n_committed of `tokens` to the prefix cache.
+  // Publishes every full block among the first n_committed of `tokens` to the prefix cache;
+  // with a window, then releases the blocks no query from position n_committed on reads.
   // Call only with accepted tokens: `tokens` is the sequence's token ids (never a draft
   // that may still be rejected) and their KV is computed for the first n_committed; a
   // published block is shared by later prompts that match it and is never written again.
@@ -116,7 +129,11 @@ class KvCacheManager {
   // chained hashes. nullopt (no change) when no block is free for the copy.
   std::optional<std::optional<BlockCopy>> fork(SeqId parent, SeqId child, int n_tokens);
 
+  // The sequence's block table: entry i holds positions [i * block_size, (i + 1) * block_size);
+  // released leading blocks (see the window above) are kNoBlock.
   std::span<const BlockId> table(SeqId seq) const;
+  // Blocks the sequence holds (its table less the released entries): what freeing it returns.
+  int n_held(SeqId seq) const;
   int n_slots(SeqId seq) const;  // tokens the sequence has reserved slots for
   // Leading tokens whose full blocks the sequence has committed (or took from the prefix
   // cache): truncate() never goes below it.
@@ -152,7 +169,10 @@ class KvCacheManager {
     std::vector<uint64_t> chain;
     uint64_t root = 0;  // the parent of blocks[0] in the sequence's scope; 0: global
     bool publish = true;  // false after stop_publishing()
+    size_t n_released = 0;  // leading entries of `blocks` given back (kNoBlock)
   };
+  // With a window: gives back the blocks before those a query at position `next` reads.
+  void release_behind(SeqBlocks& s, int next);
   uint64_t root_hash() const;
   uint64_t last_hash(const SeqBlocks& s) const {
     return !s.chain.empty() ? s.chain.back() : s.root != 0 ? s.root : root_hash();

@@ -79,11 +79,20 @@ Model::Model(gguf::File file, HParams hp, ModelWeights w, std::shared_ptr<backen
     rope_long_ = std::make_unique<kernels::Rope>(rope_config(hp_, w_.rope_long.data()));
   }
   if (hp_.swa_pattern > 0) rope_local_ = std::make_unique<kernels::Rope>(local_rope_config(hp_));
+  release_window_ = uniform_window();
 }
 
 uint32_t Model::max_context() const {
   if (hp_.sliding_window > 0 && !backend_->windowed_attention()) return std::min(hp_.sliding_window, hp_.n_ctx_train);
   return hp_.n_ctx_train;
+}
+
+uint32_t Model::uniform_window() const {
+  if (hp_.sliding_window == 0 || !backend_->windowed_attention() || w_.layers.empty()) return 0;
+  for (const LayerWeights& L : w_.layers) {
+    if (hp_.layer_window(static_cast<uint32_t>(L.model_layer)) == 0) return 0;
+  }
+  return hp_.sliding_window;
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -380,10 +389,17 @@ Status Model::plan(const Batch& b, const KvView& kv, Workspace& ws) const {
                           " KV blocks, its table has " + std::to_string(table.size()));
     }
     if (need > lim.max_blocks_per_seq) return resource_exhausted("sequence longer than the workspace");
+    // Blocks before the first key any layer reads may have been given back (kNoBlock) when
+    // every layer is windowed (kv_release_window).
+    int first = 0;
+    if (const int64_t w = kv_release_window(); w > 0) {
+      const int64_t align = backend_->window_read_align();
+      first = static_cast<int>(std::max<int64_t>(0, r.pos0 - w + 1) / align * align / bs);
+    }
     for (int j = 0; j < need; ++j) {
-      if (table[static_cast<size_t>(j)] < 0 || table[static_cast<size_t>(j)] >= kv.n_blocks) {
-        return out_of_range("block id outside the KV arena");
-      }
+      const int32_t blk = table[static_cast<size_t>(j)];
+      if (j < first && blk == -1) continue;
+      if (blk < 0 || blk >= kv.n_blocks) return out_of_range("block id outside the KV arena");
     }
   }
   return {};

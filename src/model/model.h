@@ -143,6 +143,10 @@ class Model {
   // sliding window on a backend without windowed attention (within the window, full
   // attention is exact).
   uint32_t max_context() const;
+  // The attention window every layer of this shard has on its backend (0: some layer reads
+  // every position, or the backend has no windowed attention): KV blocks before a
+  // sequence's last `window` positions are never read again (kv::KvCacheConfig::window).
+  uint32_t kv_release_window() const { return release_window_; }
   const gguf::File& file() const { return file_; }
   const ModelWeights& weights() const { return w_; }
   const ShardGeometry& shard() const { return w_.shard; }
@@ -198,6 +202,8 @@ class Model {
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<kernels::Rope> rope_;
   std::unique_ptr<kernels::Rope> rope_local_;  // the sliding-window layers' rotation; null when alike
+  uint32_t release_window_ = 0;  // kv_release_window()
+  uint32_t uniform_window() const;
   std::unique_ptr<kernels::Rope> rope_long_;   // LongRoPE's long factors; null without them
   std::unique_ptr<FileWatch> watch_;  // null unless asked for
   // Run-time LoRA: the factors, and the set of each adapted base matrix.

@@ -388,7 +388,7 @@ class SlaSchedulerImpl final : public SlaScheduler {
     int64_t avail = kv_.n_free_blocks();
     for (const Entry* v : running_) {
       if (avail >= blocks) break;
-      if (v != &e && !v->planned && may_preempt(e, *v)) avail += static_cast<int64_t>(kv_.table(v->seq->id).size());
+      if (v != &e && !v->planned && may_preempt(e, *v)) avail += kv_.n_held(v->seq->id);
     }
     return avail >= blocks;
   }

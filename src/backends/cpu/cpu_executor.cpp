@@ -456,8 +456,10 @@ class Executor {
       const auto& table = kv.tables[static_cast<size_t>(run.seq)];
       const int nb = ceil_div(run.pos0 + run.n, bs);
       for (int j = 0; j < nb; ++j) {
-        st_.k_pages[b][off + static_cast<size_t>(j)] = kv.k_page(table[static_cast<size_t>(j)], a.layer);
-        st_.v_pages[b][off + static_cast<size_t>(j)] = kv.v_page(table[static_cast<size_t>(j)], a.layer);
+        // A block released behind a window (kNoBlock) is never read: no page.
+        const int32_t blk = table[static_cast<size_t>(j)];
+        st_.k_pages[b][off + static_cast<size_t>(j)] = blk < 0 ? nullptr : kv.k_page(blk, a.layer);
+        st_.v_pages[b][off + static_cast<size_t>(j)] = blk < 0 ? nullptr : kv.v_page(blk, a.layer);
       }
       off += static_cast<size_t>(nb);
     }
@@ -493,6 +495,7 @@ class Executor {
     const int64_t pos = step_.pos[static_cast<size_t>(t)];
     const auto& table = kv.tables[static_cast<size_t>(step_.seq[static_cast<size_t>(t)])];
     const int32_t block = table[static_cast<size_t>(pos / kv.layout.block_size)];
+    METRO_CHECK_MSG(block >= 0, "a KV write into a block released behind the window");
     const int slot = static_cast<int>(pos % kv.layout.block_size);
     ks_.kv_store(kv.layout, kv.k_page(block, o.layer), slot, row(o.k, t));
     ks_.kv_store(kv.layout, kv.v_page(block, o.layer), slot, row(o.v, t));
