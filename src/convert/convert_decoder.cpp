@@ -1,5 +1,5 @@
 // Hugging Face decoders to GGUF: llama (and mistral, mixtral), qwen2, qwen3 (and qwen3_moe),
-// gemma3. See convert.h for what each carries over.
+// gemma2, gemma3. See convert.h for what each carries over.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -29,7 +29,9 @@ struct DecoderConfig {
   // base; norms stored as an offset from 1 (Hugging Face multiplies by 1 + w, llama.cpp's
   // GGUF stores the factor itself).
   uint32_t swa_pattern = 0;
-  float rope_local_base = 10000.0f;
+  float rope_local_base = 10000.0f;  // gemma3's; gemma2's windowed layers rotate as the others
+  // gemma2: attention scores and logits capped by tanh (0: none).
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
   bool norm_plus_one = false;
   std::string rope_type;  // "", "linear", "yarn", "llama3"
   float rope_factor = 1.0f;
@@ -63,27 +65,53 @@ Status moe_config(const json& c, const std::string& type, DecoderConfig& d) {
   return {};
 }
 
-// Gemma 3's own settings: GELU (tanh) gating, windowed layers with a pattern and their own
-// RoPE base, attention scaled by the head width, no soft-capping.
-Status gemma3_config(const json& c, DecoderConfig& d) {
+// Gemma 2's and 3's own settings: GELU (tanh) gating, windowed layers with a pattern (gemma3:
+// with their own RoPE base), attention scaled by the head width (the 27B models: by the
+// width per head, which is what llama.cpp derives from their layer count), soft-capping
+// (gemma2; gemma3 may cap its logits).
+Status gemma_config(const json& c, DecoderConfig& d) {
+  const bool g2 = d.arch == "gemma2";
   const std::string act = c.value("hidden_activation", c.value("hidden_act", std::string("gelu_pytorch_tanh")));
   if (act != "gelu_pytorch_tanh") {
     return unimplemented("config.json: hidden_activation '" + act.substr(0, 32) + "' (gelu_pytorch_tanh is supported)");
   }
-  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
-    if (c.contains(cap) && !c[cap].is_null()) return unimplemented(std::string("config.json: ") + cap + " is not supported");
-  }
+  auto cap = [&](const char* key, float& v) -> Status {
+    if (!c.contains(key) || c[key].is_null()) return {};
+    METRO_ASSIGN_OR_RETURN(v, cfg_f32(c, key, 0.0f, 0.0f, 1e6f));
+    return {};
+  };
+  METRO_RETURN_IF_ERROR(cap("final_logit_softcapping", d.final_softcap));
+  METRO_RETURN_IF_ERROR(cap("attn_logit_softcapping", d.attn_softcap));
+  if (!g2 && d.attn_softcap != 0.0f) return unimplemented("config.json: attn_logit_softcapping in a gemma3 model");
   if (c.contains("query_pre_attn_scalar") && !c["query_pre_attn_scalar"].is_null()) {
     METRO_ASSIGN_OR_RETURN(uint32_t q, cfg_u32(c, "query_pre_attn_scalar", 1u << 16));
-    if (q != d.head_dim) {
-      return unimplemented("config.json: query_pre_attn_scalar " + std::to_string(q) + " differs from head_dim " +
-                           std::to_string(d.head_dim) + "; metro scales attention by the head width");
+    const bool big = d.n_layer == (g2 ? 46u : 62u);  // the 27B models
+    if (q != (big ? d.n_embd / d.n_head : d.head_dim)) {
+      return unimplemented("config.json: query_pre_attn_scalar " + std::to_string(q) + " is not " +
+                           (big ? "hidden_size / num_attention_heads" : "head_dim") +
+                           ", the scale llama.cpp and metro give this model");
     }
   }
   METRO_ASSIGN_OR_RETURN(d.sliding_window, cfg_u32(c, "sliding_window", 1u << 24));
-  METRO_ASSIGN_OR_RETURN(d.rope_local_base, cfg_f32(c, "rope_local_base_freq", 10000.0f, 1.0f, 1e12f));
+  if (!g2) {
+    METRO_ASSIGN_OR_RETURN(d.rope_local_base, cfg_f32(c, "rope_local_base_freq", 10000.0f, 1.0f, 1e12f));
+  }
   d.norm_plus_one = true;
   d.tied = true;
+  if (g2) {
+    // Every other layer windowed, from the first.
+    d.swa_pattern = 2;
+    if (c.contains("layer_types") && c["layer_types"].is_array()) {
+      const json& lt = c["layer_types"];
+      if (lt.size() != d.n_layer) return data_loss("config.json: layer_types does not list every layer");
+      for (uint32_t il = 0; il < d.n_layer; ++il) {
+        if (lt[il] != (il % 2 == 0 ? "sliding_attention" : "full_attention")) {
+          return unimplemented("config.json: layer_types does not alternate windowed and global layers from the first");
+        }
+      }
+    }
+    return {};
+  }
   // Which layers are global: every pattern-th one, from layer_types or sliding_window_pattern.
   if (c.contains("layer_types") && c["layer_types"].is_array()) {
     const json& lt = c["layer_types"];
@@ -110,6 +138,7 @@ Status gemma3_config(const json& c, DecoderConfig& d) {
 Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   DecoderConfig d;
   const bool gemma3 = type == "gemma3_text" || type == "gemma3";
+  const bool gemma = gemma3 || type == "gemma2";
   d.arch = type == "mistral" || type == "mixtral" ? "llama" : gemma3 ? "gemma3" : type == "qwen3_moe" ? "qwen3moe" : type;
   METRO_ASSIGN_OR_RETURN(d.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
   METRO_ASSIGN_OR_RETURN(d.n_layer, cfg_u32(c, "num_hidden_layers", 1024));
@@ -133,8 +162,8 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   METRO_ASSIGN_OR_RETURN(d.theta, cfg_f32(c, "rope_theta", 10000.0f, 1.0f, 1e12f));
   // transformers' defaults: llama and mistral untied, the Qwen configs say, Gemma tied.
   d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral" && type != "mixtral");
-  if (gemma3) {
-    METRO_RETURN_IF_ERROR(gemma3_config(c, d));
+  if (gemma) {
+    METRO_RETURN_IF_ERROR(gemma_config(c, d));
   } else {
     const std::string act = c.value("hidden_act", std::string("silu"));
     if (act != "silu") return unimplemented("config.json: hidden_act '" + act.substr(0, 32) + "' (silu is supported)");
@@ -237,7 +266,7 @@ Expected<std::optional<std::string>> decoder_name(const std::string& hf_name, co
     }
   }
   if (std::regex_match(hf, m, kRe)) {
-    if (d.arch == "gemma3") {
+    if (d.arch == "gemma3" || d.arch == "gemma2") {
       if (auto it = kGemmaNorms.find(m[2].str()); it != kGemmaNorms.end()) {
         return std::optional<std::string>("blk." + m[1].str() + "." + it->second + "." + m[3].str());
       }
@@ -320,8 +349,10 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
   if (d.sliding_window > 0) w.add_u32(a + "attention.sliding_window", d.sliding_window);
   if (d.swa_pattern > 0) {
     w.add_u32(a + "attention.sliding_window_pattern", d.swa_pattern);
-    w.add_f32(a + "rope.freq_base_swa", d.rope_local_base);
+    if (d.arch == "gemma3") w.add_f32(a + "rope.freq_base_swa", d.rope_local_base);
   }
+  if (d.arch == "gemma2") w.add_f32(a + "attn_logit_softcapping", d.attn_softcap);
+  if (d.final_softcap > 0.0f) w.add_f32(a + "final_logit_softcapping", d.final_softcap);
   if (d.rope_type == "linear" || d.rope_type == "yarn") {
     w.add_string(a + "rope.scaling.type", d.rope_type);
     w.add_f32(a + "rope.scaling.factor", d.rope_factor);
@@ -349,7 +380,7 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     const std::string p = "blk." + std::to_string(il) + ".";
     want[p + "attn_norm.weight"] = {d.n_embd};
     want[p + "ffn_norm.weight"] = {d.n_embd};
-    if (d.arch == "gemma3") {
+    if (d.arch == "gemma3" || d.arch == "gemma2") {
       want[p + "post_attention_norm.weight"] = {d.n_embd};
       want[p + "post_ffw_norm.weight"] = {d.n_embd};
     }

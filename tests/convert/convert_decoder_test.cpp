@@ -246,6 +246,28 @@ TEST(ConvertDecoder, RefusesWhatItWouldGetWrongAndSaysWhy) {
     EXPECT_NE(refusal(d.path()).find("vocab_size"), std::string::npos) << refusal(d.path());
   }
   {
+    DirCopy d(case_dir(case_named("gemma2_tiny")));  // a layer pattern metro does not run
+    json cfg = d.read("config.json");
+    cfg["layer_types"][0] = "full_attention";
+    cfg["layer_types"][1] = "sliding_attention";
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("alternate"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(case_dir(case_named("gemma2_tiny")));  // a query scale llama.cpp would not use
+    json cfg = d.read("config.json");
+    cfg["query_pre_attn_scalar"] = 24;
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("query_pre_attn_scalar"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(case_dir(case_named("gemma3_tiny")));  // gemma3 has no attention cap
+    json cfg = d.read("config.json");
+    cfg["attn_logit_softcapping"] = 50.0;
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("attn_logit_softcapping"), std::string::npos) << refusal(d.path());
+  }
+  {
     DirCopy d(llama);
     json cfg = d.read("config.json");
     cfg["model_type"] = "gpt_neox";
@@ -274,6 +296,23 @@ void rewrite_names(const std::string& path, const std::function<std::string(cons
   const uint64_t hn = hs.size();
   std::memcpy(file.data(), &hn, 8);
   std::ofstream(path, std::ios::binary) << file << hs << data;
+}
+
+// gemma2's settings reach the file as llama.cpp names them, and metro reads them back.
+TEST(ConvertDecoder, Gemma2KeepsItsCapsAndItsLayerPattern) {
+  const Converted conv = convert_or_die(case_dir(case_named("gemma2_tiny")), kernels::DType::kF32);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(*f->get_string("general.architecture"), "gemma2");
+  EXPECT_FLOAT_EQ(*f->get_f32("gemma2.attn_logit_softcapping"), 1.5f);
+  EXPECT_FLOAT_EQ(*f->get_f32("gemma2.final_logit_softcapping"), 3.0f);
+  EXPECT_EQ(*f->get_u32("gemma2.attention.sliding_window"), 8u);
+  EXPECT_FALSE(f->has("gemma2.rope.freq_base_swa"));
+  auto hp = model::HParams::from_gguf(*f);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  EXPECT_TRUE(hp->is_local_layer(0) && !hp->is_local_layer(1) && hp->is_local_layer(2));
+  EXPECT_FALSE(hp->has_qk_norm);
+  EXPECT_TRUE(hp->has_post_norms);
 }
 
 // Gemma3ForConditionalGeneration saves the language model under a prefix, its settings under
