@@ -11,8 +11,8 @@
 // V), qwen3 (per-head Q and K norms, a head width of its own), the mixtures of experts
 // qwen3_moe and mixtral (experts stacked per layer into 3-D tensors) and gemma3 (gemma3_text, or
 // the multimodal gemma3's language model: norms shifted to 1 + w, the layer pattern and the
-// local RoPE base) and gemma2 (the same norms, every other layer windowed, its attention and
-// logit soft-caps), with RoPE scaling linear, yarn or llama3 (as rope_freqs.weight) and a
+// local RoPE base), gemma2 (the same norms, every other layer windowed, its attention and
+// logit soft-caps) and phi3 (fused QKV and gate/up, partial rotation, LongRoPE), with RoPE scaling linear, yarn or llama3 (as rope_freqs.weight) and a
 // byte-level BPE or SentencePiece BPE tokenizer (convert/hf_tokenizer.h). Others are
 // refused by name.
 #pragma once

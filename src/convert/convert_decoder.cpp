@@ -1,5 +1,5 @@
 // Hugging Face decoders to GGUF: llama (and mistral, mixtral), qwen2, qwen3 (and qwen3_moe),
-// gemma2, gemma3. See convert.h for what each carries over.
+// phi3, gemma2, gemma3. See convert.h for what each carries over.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -32,6 +32,14 @@ struct DecoderConfig {
   float rope_local_base = 10000.0f;  // gemma3's; gemma2's windowed layers rotate as the others
   // gemma2: attention scores and logits capped by tanh (0: none).
   float attn_softcap = 0.0f, final_softcap = 0.0f;
+  // phi3: Q, K and V in one matrix (attn_qkv), gate and up in one (ffn_up, gate rows first),
+  // a rotation of the first n_rot dimensions of each head (partial_rotary_factor), and
+  // LongRoPE: per-pair factors for contexts up to and past rope_orig_ctx, with a factor on
+  // cos and sin.
+  bool fused = false;
+  uint32_t n_rot = 0;  // 0: head_dim
+  std::vector<float> longrope_short, longrope_long;
+  float longrope_attn_factor = 1.0f;
   bool norm_plus_one = false;
   std::string rope_type;  // "", "linear", "yarn", "llama3"
   float rope_factor = 1.0f;
@@ -135,6 +143,60 @@ Status gemma_config(const json& c, DecoderConfig& d) {
   return {};
 }
 
+// Phi-3's own settings: the fused matrices, partial rotation, its window (kept as mistral's
+// is; llama.cpp reads the key and ignores it) and LongRoPE ("longrope", or "su" as the first
+// Phi-3 configs call it), written as llama.cpp's phi3 converter writes it: the factors as
+// rope_factors_short / rope_factors_long, the original context, and
+// sqrt(1 + ln(max / original) / ln(original)) on cos and sin.
+Status phi3_config(const json& c, DecoderConfig& d) {
+  d.fused = true;
+  d.n_rot = d.head_dim;
+  if (c.contains("partial_rotary_factor") && !c["partial_rotary_factor"].is_null()) {
+    METRO_ASSIGN_OR_RETURN(float f, cfg_f32(c, "partial_rotary_factor", 1.0f, 0.01f, 1.0f));
+    const double rot = static_cast<double>(f) * d.head_dim;
+    d.n_rot = static_cast<uint32_t>(std::lround(rot));
+    if (std::fabs(rot - d.n_rot) > 1e-3 || d.n_rot == 0 || d.n_rot % 2 != 0) {
+      return data_loss("config.json: partial_rotary_factor does not give an even number of rotated dimensions");
+    }
+  }
+  if (c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
+    const uint64_t w = c["sliding_window"].get<uint64_t>();
+    if (w > 0 && w < d.n_ctx) d.sliding_window = static_cast<uint32_t>(w);
+  }
+  if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) return {};
+  const json& rs = c["rope_scaling"];
+  const std::string t = rs.value("rope_type", rs.value("type", std::string()));
+  if (t.empty() || t == "default") return {};
+  if (t != "longrope" && t != "su") {
+    return unimplemented("config.json: a phi3 rope_scaling type '" + t.substr(0, 32) + "' (longrope is supported)");
+  }
+  for (const char* key : {"short_mscale", "long_mscale"}) {
+    if (rs.contains(key) && !rs[key].is_null()) return unimplemented(std::string("config.json: rope_scaling's ") + key);
+  }
+  auto factors = [&](const char* key, std::vector<float>& out) -> Status {
+    if (!rs.contains(key) || !rs[key].is_array() || rs[key].size() != d.n_rot / 2) {
+      return data_loss(std::string("config.json: rope_scaling's ") + key + " must list n_rot / 2 = " +
+                       std::to_string(d.n_rot / 2) + " numbers");
+    }
+    for (const json& v : rs[key]) {
+      if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
+        return data_loss(std::string("config.json: rope_scaling's ") + key + " holds a value that is not a positive number");
+      }
+      out.push_back(v.get<float>());
+    }
+    return {};
+  };
+  METRO_RETURN_IF_ERROR(factors("short_factor", d.longrope_short));
+  METRO_RETURN_IF_ERROR(factors("long_factor", d.longrope_long));
+  const json& src = c.contains("original_max_position_embeddings") ? c : rs;
+  METRO_ASSIGN_OR_RETURN(d.rope_orig_ctx, cfg_u32(src, "original_max_position_embeddings", 1u << 24));
+  const double scale = static_cast<double>(d.n_ctx) / d.rope_orig_ctx;
+  d.longrope_attn_factor =
+      scale > 1.0 ? static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(d.rope_orig_ctx))))
+                  : 1.0f;
+  return {};
+}
+
 Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   DecoderConfig d;
   const bool gemma3 = type == "gemma3_text" || type == "gemma3";
@@ -185,7 +247,8 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
     const uint64_t w = c["sliding_window"].get<uint64_t>();
     if (w > 0 && w < d.n_ctx) d.sliding_window = static_cast<uint32_t>(w);
   }
-  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
+  if (type == "phi3") METRO_RETURN_IF_ERROR(phi3_config(c, d));
+  if (type != "phi3" && c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
     const json& rs = c["rope_scaling"];
     std::string t = rs.value("rope_type", rs.value("type", std::string()));
     if (t == "default") t.clear();
@@ -246,6 +309,7 @@ Expected<std::optional<std::string>> decoder_name(const std::string& hf_name, co
       {"self_attn.q_proj", "attn_q"},    {"self_attn.k_proj", "attn_k"},
       {"self_attn.v_proj", "attn_v"},    {"self_attn.o_proj", "attn_output"},
       {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+      {"self_attn.qkv_proj", "attn_qkv"}, {"mlp.gate_up_proj", "ffn_up"},
       {"mlp.gate_proj", "ffn_gate"},     {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},
   };
@@ -334,7 +398,7 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
   w.add_u32(a + "attention.head_count_kv", d.n_kv);
   w.add_f32(a + "attention.layer_norm_rms_epsilon", d.eps);
   w.add_f32(a + "rope.freq_base", d.theta);
-  w.add_u32(a + "rope.dimension_count", d.head_dim);
+  w.add_u32(a + "rope.dimension_count", d.n_rot > 0 ? d.n_rot : d.head_dim);
   if (d.head_dim * d.n_head != d.n_embd) {
     w.add_u32(a + "attention.key_length", d.head_dim);
     w.add_u32(a + "attention.value_length", d.head_dim);
@@ -353,6 +417,10 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
   }
   if (d.arch == "gemma2") w.add_f32(a + "attn_logit_softcapping", d.attn_softcap);
   if (d.final_softcap > 0.0f) w.add_f32(a + "final_logit_softcapping", d.final_softcap);
+  if (!d.longrope_long.empty()) {
+    w.add_u32(a + "rope.scaling.original_context_length", d.rope_orig_ctx);
+    w.add_f32(a + "rope.scaling.attn_factor", d.longrope_attn_factor);
+  }
   if (d.rope_type == "linear" || d.rope_type == "yarn") {
     w.add_string(a + "rope.scaling.type", d.rope_type);
     w.add_f32(a + "rope.scaling.factor", d.rope_factor);
@@ -384,9 +452,13 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
       want[p + "post_attention_norm.weight"] = {d.n_embd};
       want[p + "post_ffw_norm.weight"] = {d.n_embd};
     }
-    want[p + "attn_q.weight"] = {q_rows, d.n_embd};
-    want[p + "attn_k.weight"] = {kv_rows, d.n_embd};
-    want[p + "attn_v.weight"] = {kv_rows, d.n_embd};
+    if (d.fused) {
+      want[p + "attn_qkv.weight"] = {q_rows + 2 * kv_rows, d.n_embd};
+    } else {
+      want[p + "attn_q.weight"] = {q_rows, d.n_embd};
+      want[p + "attn_k.weight"] = {kv_rows, d.n_embd};
+      want[p + "attn_v.weight"] = {kv_rows, d.n_embd};
+    }
     want[p + "attn_output.weight"] = {d.n_embd, q_rows};
     if (d.qkv_bias) {
       want[p + "attn_q.bias"] = {q_rows};
@@ -405,6 +477,9 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
         want[p + "ffn_up_exps.weight" + x] = {d.n_ff_exp, d.n_embd};
         want[p + "ffn_down_exps.weight" + x] = {d.n_embd, d.n_ff_exp};
       }
+    } else if (d.fused) {
+      want[p + "ffn_up.weight"] = {2ull * d.n_ff, d.n_embd};
+      want[p + "ffn_down.weight"] = {d.n_embd, d.n_ff};
     } else {
       want[p + "ffn_gate.weight"] = {d.n_ff, d.n_embd};
       want[p + "ffn_up.weight"] = {d.n_ff, d.n_embd};
@@ -419,6 +494,13 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
   if (d.rope_type == "llama3") {
     const std::vector<float> f = llama3_rope_factors(d);
     METRO_RETURN_IF_ERROR(w.add_tensor("rope_freqs.weight", kernels::traits(DType::kF32).ggml, {f.size()},
+                                       {reinterpret_cast<const uint8_t*>(f.data()), f.size() * sizeof(float)}));
+    ++n_tensors;
+  }
+  for (const auto& [name, f] : {std::pair<const char*, const std::vector<float>&>{"rope_factors_short.weight", d.longrope_short},
+                                {"rope_factors_long.weight", d.longrope_long}}) {
+    if (f.empty()) continue;
+    METRO_RETURN_IF_ERROR(w.add_tensor(name, kernels::traits(DType::kF32).ggml, {f.size()},
                                        {reinterpret_cast<const uint8_t*>(f.data()), f.size() * sizeof(float)}));
     ++n_tensors;
   }

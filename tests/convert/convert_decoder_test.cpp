@@ -8,6 +8,7 @@
 // are refused with the reason.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
@@ -313,6 +314,50 @@ TEST(ConvertDecoder, Gemma2KeepsItsCapsAndItsLayerPattern) {
   EXPECT_TRUE(hp->is_local_layer(0) && !hp->is_local_layer(1) && hp->is_local_layer(2));
   EXPECT_FALSE(hp->has_qk_norm);
   EXPECT_TRUE(hp->has_post_norms);
+}
+
+// phi3: the fused matrices kept fused, three quarters of each head rotated, LongRoPE as
+// llama.cpp's phi3 converter writes it (factor tensors, original context, the cos/sin factor
+// sqrt(1 + ln 8 / ln 16) for 128 over 16); what it cannot carry is refused.
+TEST(ConvertDecoder, Phi3KeepsItsFusedMatricesAndLongRope) {
+  const std::string dir = case_dir(case_named("phi3_tiny"));
+  const Converted conv = convert_or_die(dir, kernels::DType::kF32);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(*f->get_u32("phi3.rope.dimension_count"), 12u);
+  EXPECT_EQ(*f->get_u32("phi3.rope.scaling.original_context_length"), 16u);
+  EXPECT_NEAR(*f->get_f32("phi3.rope.scaling.attn_factor"), std::sqrt(1.0 + std::log(8.0) / std::log(16.0)), 1e-6);
+  for (const char* t : {"blk.0.attn_qkv.weight", "blk.1.ffn_up.weight", "rope_factors_long.weight", "rope_factors_short.weight"}) {
+    EXPECT_NE(f->find_tensor(t), nullptr) << t;
+  }
+  EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_up.weight")->ne[1], 2u * 96u);
+  auto hp = model::HParams::from_gguf(*f);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  EXPECT_TRUE(hp->fused_qkv && hp->fused_gate_up && hp->has_longrope);
+  EXPECT_EQ(hp->n_rot, 12u);
+  {
+    DirCopy d(dir);
+    json cfg = d.read("config.json");
+    cfg["rope_scaling"]["long_factor"].erase(0);
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("long_factor"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(dir);
+    json cfg = d.read("config.json");
+    cfg["rope_scaling"]["long_mscale"] = 1.2;
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("long_mscale"), std::string::npos) << refusal(d.path());
+  }
+  {
+    DirCopy d(dir);
+    json cfg = d.read("config.json");
+    cfg["partial_rotary_factor"] = 0.3;
+    d.write("config.json", cfg);
+    EXPECT_NE(refusal(d.path()).find("partial_rotary_factor"), std::string::npos) << refusal(d.path());
+  }
 }
 
 // Gemma3ForConditionalGeneration saves the language model under a prefix, its settings under
