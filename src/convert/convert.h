@@ -9,7 +9,8 @@
 // decoders of model_type llama and mistral (GGUF llama, Q and K rows reordered for
 // llama.cpp's pairwise rotation, a mistral's sliding window kept), qwen2 (biases on Q, K,
 // V), qwen3 (per-head Q and K norms, a head width of its own), the mixtures of experts
-// qwen3_moe and mixtral (experts stacked per layer into 3-D tensors) and gemma3 (gemma3_text, or
+// qwen3_moe, qwen2_moe (with its gated shared expert) and mixtral (experts stacked per layer
+// into 3-D tensors) and gemma3 (gemma3_text, or
 // the multimodal gemma3's language model: norms shifted to 1 + w, the layer pattern and the
 // local RoPE base), gemma2 (the same norms, every other layer windowed, its attention and
 // logit soft-caps) and phi3 (fused QKV and gate/up, partial rotation, LongRoPE), with RoPE scaling linear, yarn or llama3 (as rope_freqs.weight) and a

@@ -46,9 +46,10 @@ struct DecoderConfig {
   uint32_t rope_orig_ctx = 0;
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;
   std::optional<float> yarn_beta_fast, yarn_beta_slow;
-  // Mixture of experts (qwen3_moe, mixtral): every layer's FFN is n_expert experts of
-  // n_ff_exp, n_expert_used per token, their weights rescaled to sum 1 or not.
-  uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // Mixture of experts (qwen2_moe, qwen3_moe, mixtral): every layer's FFN is n_expert experts
+  // of n_ff_exp, n_expert_used per token, their weights rescaled to sum 1 or not; qwen2_moe
+  // adds a shared expert n_ff_shexp wide behind a sigmoid gate.
+  uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
   bool expert_weights_norm = true;
 };
 
@@ -62,7 +63,11 @@ Status moe_config(const json& c, const std::string& type, DecoderConfig& d) {
     d.n_ff_exp = d.n_ff;  // Mixtral's intermediate_size is each expert's
   } else {
     METRO_ASSIGN_OR_RETURN(d.n_ff_exp, cfg_u32(c, "moe_intermediate_size", 1u << 20));
-    d.expert_weights_norm = cfg_bool(c, "norm_topk_prob", true);
+    // transformers' defaults: Qwen2-MoE keeps the chosen probabilities, Qwen3-MoE rescales.
+    d.expert_weights_norm = cfg_bool(c, "norm_topk_prob", type != "qwen2_moe");
+    if (type == "qwen2_moe") {
+      METRO_ASSIGN_OR_RETURN(d.n_ff_shexp, cfg_u32(c, "shared_expert_intermediate_size", 1u << 20));
+    }
     if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty()) {
       return unimplemented("config.json: mlp_only_layers (dense layers among the sparse ones) is not supported");
     }
@@ -201,7 +206,11 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   DecoderConfig d;
   const bool gemma3 = type == "gemma3_text" || type == "gemma3";
   const bool gemma = gemma3 || type == "gemma2";
-  d.arch = type == "mistral" || type == "mixtral" ? "llama" : gemma3 ? "gemma3" : type == "qwen3_moe" ? "qwen3moe" : type;
+  d.arch = type == "mistral" || type == "mixtral" ? "llama"
+           : gemma3                                ? "gemma3"
+           : type == "qwen3_moe"                   ? "qwen3moe"
+           : type == "qwen2_moe"                   ? "qwen2moe"
+                                                   : type;
   METRO_ASSIGN_OR_RETURN(d.n_embd, cfg_u32(c, "hidden_size", 1u << 16));
   METRO_ASSIGN_OR_RETURN(d.n_layer, cfg_u32(c, "num_hidden_layers", 1024));
   METRO_ASSIGN_OR_RETURN(d.n_head, cfg_u32(c, "num_attention_heads", 1024));
@@ -231,7 +240,7 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
     if (act != "silu") return unimplemented("config.json: hidden_act '" + act.substr(0, 32) + "' (silu is supported)");
   }
   if (cfg_bool(c, "mlp_bias", false)) return unimplemented("config.json: mlp_bias (biases on the FFN) is not supported");
-  if (type == "qwen2") {
+  if (type == "qwen2" || type == "qwen2_moe") {
     d.qkv_bias = true;  // Qwen2's attention always has them
     if (cfg_bool(c, "use_sliding_window", false)) {
       return unimplemented("config.json: use_sliding_window (Qwen2's windowed layers) is not supported");
@@ -241,7 +250,7 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
     if (d.o_bias) return unimplemented("config.json: attention_bias (biases on Q, K, V and the output) is not supported");
   }
   d.qk_norm = type == "qwen3" || type == "qwen3_moe" || gemma3;
-  if (type == "qwen3_moe" || type == "mixtral") METRO_RETURN_IF_ERROR(moe_config(c, type, d));
+  if (type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral") METRO_RETURN_IF_ERROR(moe_config(c, type, d));
   d.permute_qk = d.arch == "llama";
   if ((type == "mistral" || type == "mixtral") && c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
     const uint64_t w = c["sliding_window"].get<uint64_t>();
@@ -328,6 +337,13 @@ Expected<std::optional<std::string>> decoder_name(const std::string& hf_name, co
     if ((inner == "mlp.gate" || inner == "block_sparse_moe.gate") && m[3] == "weight") {
       return std::optional<std::string>("blk." + m[1].str() + ".ffn_gate_inp.weight");
     }
+    static const std::map<std::string, std::string> kShared = {{"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+                                                               {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+                                                               {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+                                                               {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"}};
+    if (auto it = kShared.find(inner); d.n_ff_shexp > 0 && it != kShared.end() && m[3] == "weight") {
+      return std::optional<std::string>("blk." + m[1].str() + "." + it->second + ".weight");
+    }
   }
   if (std::regex_match(hf, m, kRe)) {
     if (d.arch == "gemma3" || d.arch == "gemma2") {
@@ -408,7 +424,9 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     w.add_u32(a + "expert_count", d.n_expert);
     w.add_u32(a + "expert_used_count", d.n_expert_used);
     w.add_u32(a + "expert_feed_forward_length", d.n_ff_exp);
-    if (!d.expert_weights_norm) w.add_bool(a + "expert_weights_norm", false);
+    // Written where it differs from what the architecture implies (qwen2moe: not rescaled).
+    if (d.expert_weights_norm != (d.arch != "qwen2moe")) w.add_bool(a + "expert_weights_norm", d.expert_weights_norm);
+    if (d.n_ff_shexp > 0) w.add_u32(a + "expert_shared_feed_forward_length", d.n_ff_shexp);
   }
   if (d.sliding_window > 0) w.add_u32(a + "attention.sliding_window", d.sliding_window);
   if (d.swa_pattern > 0) {
@@ -477,6 +495,12 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
         want[p + "ffn_up_exps.weight" + x] = {d.n_ff_exp, d.n_embd};
         want[p + "ffn_down_exps.weight" + x] = {d.n_embd, d.n_ff_exp};
       }
+      if (d.n_ff_shexp > 0) {
+        want[p + "ffn_gate_shexp.weight"] = {d.n_ff_shexp, d.n_embd};
+        want[p + "ffn_up_shexp.weight"] = {d.n_ff_shexp, d.n_embd};
+        want[p + "ffn_down_shexp.weight"] = {d.n_embd, d.n_ff_shexp};
+        want[p + "ffn_gate_inp_shexp.weight"] = {1, d.n_embd};
+      }
     } else if (d.fused) {
       want[p + "ffn_up.weight"] = {2ull * d.n_ff, d.n_embd};
       want[p + "ffn_down.weight"] = {d.n_embd, d.n_ff};
@@ -536,6 +560,19 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
   }
   for (const auto& [g, t] : found) {
     if (g.find('#') != std::string::npos) continue;
+    if (g.ends_with("ffn_gate_inp_shexp.weight")) {
+      // A [1, n_embd] matrix in the checkpoint, one F32 vector in llama.cpp's file.
+      METRO_RETURN_IF_ERROR(w.add_tensor_lazy(g, kernels::traits(DType::kF32).ggml, {d.n_embd},
+                                              [src, g, t](std::span<uint8_t> dst) -> Status {
+                                                METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*t));
+                                                write_values(v, DType::kF32, static_cast<int64_t>(v.size()), dst);
+                                                *src.done += t->data.size();
+                                                if (src.on_tensor) src.on_tensor(*src.done, src.total, g);
+                                                return {};
+                                              }));
+      ++n_tensors;
+      continue;
+    }
     std::function<void(std::vector<float>&)> transform;
     if (d.permute_qk && (g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias"))) {
       transform = [rows = static_cast<uint32_t>(q_rows), heads = d.n_head](std::vector<float>& v) {

@@ -537,6 +537,32 @@ TEST(ConvertDecoder, ExpertsStackIntoOneTensorPerLayerAndKind) {
   EXPECT_NE(refusal(d.path()).find("mlp_only_layers"), std::string::npos) << refusal(d.path());
 }
 
+// qwen2_moe: the shared expert's three matrices, its gate as one F32 vector (a [1, 64]
+// matrix in the checkpoint), the shared width, and no rescaling key (qwen2moe keeps the
+// chosen probabilities unless the file says otherwise, and this config does not).
+TEST(ConvertDecoder, Qwen2MoeSharedExpertAndItsGate) {
+  const Converted conv = convert_or_die(case_dir(case_named("qwen2moe_tiny")), kernels::DType::kQ8_0);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(*f->get_string("general.architecture"), "qwen2moe");
+  EXPECT_EQ(*f->get_u32("qwen2moe.expert_shared_feed_forward_length"), 64u);
+  EXPECT_FALSE(f->has("qwen2moe.expert_weights_norm"));
+  const gguf::TensorInfo* gate = f->find_tensor("blk.1.ffn_gate_inp_shexp.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->n_dims, 1u);
+  EXPECT_EQ(gate->ne[0], 64u);
+  EXPECT_EQ(gate->type(), gguf::GgmlType::kF32);
+  for (const char* t : {"blk.0.ffn_gate_shexp.weight", "blk.0.ffn_up_shexp.weight", "blk.0.ffn_down_shexp.weight"}) {
+    ASSERT_NE(f->find_tensor(t), nullptr) << t;
+    EXPECT_EQ(f->find_tensor(t)->type(), gguf::GgmlType::kQ8_0) << t;
+  }
+  auto m = model::Model::from_file(std::move(*f));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)->hparams().n_ff_shexp, 64u);
+  EXPECT_TRUE((*m)->hparams().has_shexp_gate);
+  EXPECT_FALSE((*m)->hparams().expert_weights_norm);
+}
+
 // llama.cpp's Q4_K_M mix: Q6_K for the head and for attn_v / ffn_down of the layers given
 // more bits (of 2 layers, the second), the base format elsewhere; these tiny rows (64 wide)
 // do not divide into 256-blocks, so each lands in its 32-block stand-in (Q6_K -> Q8_0,
