@@ -18,11 +18,20 @@ namespace {
 
 constexpr int kMaxJsonDepth = 64;
 
-// The pre-tokenizer split patterns of Llama 3 and Qwen2 as tokenizer.json spells them.
+// The pre-tokenizer split patterns of Llama 3, Qwen2, GPT-4o (o200k: Phi-4-mini, Llama 4)
+// and Tekken (Mistral Nemo) as tokenizer.json spells them.
 constexpr std::string_view kHfLlama3Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kHfQwen2Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kHfGpt4oSplit =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kHfTekkenSplit =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|)"
+    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // A string from the file, safe to print.
 std::string shown(std::string_view s) { return tokenizer::quoted_for_message(s, 48); }
@@ -152,8 +161,8 @@ Expected<std::string> byte_level_bpe_pre(const json& root, const json& model, st
   for (const json* p : pres) found += (found.empty() ? "" : ", ") + shown(type_of(*p));
   const std::string unsupported =
       "tokenizer.json: the pre-tokenizer [" + found +
-      "] is not one metro reproduces (ByteLevel with its regex; Digits then ByteLevel; Split with Llama 3's "
-      "or Qwen2's pattern then ByteLevel)";
+      "] is not one metro reproduces (ByteLevel with its regex; Digits then ByteLevel; Split with Llama 3's, "
+      "Qwen2's, GPT-4o's or Tekken's pattern then ByteLevel)";
   if (pres.empty() || type_of(*pres.back()) != "ByteLevel") return unimplemented(unsupported);
   const json& byte_level = *pres.back();
   if (bool_or(byte_level, "add_prefix_space", false)) {
@@ -186,9 +195,15 @@ Expected<std::string> byte_level_bpe_pre(const json& root, const json& model, st
     } else if (r == kHfQwen2Split) {
       pre = "qwen2";
       family = "qwen2";
+    } else if (r == kHfGpt4oSplit) {
+      pre = "gpt-4o";
+      family = "gpt4o";
+    } else if (r == kHfTekkenSplit) {
+      pre = "tekken";
+      family = "tekken";
     } else {
       return unimplemented("tokenizer.json: the pre-tokenizer's split pattern " + shown(r) +
-                           " is not one metro reproduces (Llama 3's and Qwen2's are)");
+                           " is not one metro reproduces (Llama 3's, Qwen2's, GPT-4o's and Tekken's are)");
     }
   } else {
     return unimplemented(unsupported);
