@@ -2,7 +2,7 @@
 //
 // Writes a Hugging Face checkpoint directory (config.json, model.safetensors or its shards,
 // tokenizer.json or tokenizer.model) as a GGUF that metro and llama.cpp load: llama,
-// mistral, mixtral, qwen2(-moe), qwen3(-moe), phi3, gemma2 and gemma3 decoders and BERT-family
+// mistral, mixtral, qwen2(-moe), qwen3(-moe), phi3, gemma, gemma2 and gemma3 decoders and BERT-family
 // encoders (convert/convert.h).
 // Matrices in --type, everything else F32; the output is streamed a tensor at a time to a
 // temporary file and renamed, so a failed run leaves no partial file and a checkpoint

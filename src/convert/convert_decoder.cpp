@@ -1,5 +1,5 @@
 // Hugging Face decoders to GGUF: llama (and mistral, mixtral), qwen2, qwen3 (and qwen3_moe),
-// phi3, gemma2, gemma3. See convert.h for what each carries over.
+// phi3, gemma, gemma2, gemma3. See convert.h for what each carries over.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -83,8 +83,15 @@ Status moe_config(const json& c, const std::string& type, DecoderConfig& d) {
 // width per head, which is what llama.cpp derives from their layer count), soft-capping
 // (gemma2; gemma3 may cap its logits).
 Status gemma_config(const json& c, DecoderConfig& d) {
-  const bool g2 = d.arch == "gemma2";
-  const std::string act = c.value("hidden_activation", c.value("hidden_act", std::string("gelu_pytorch_tanh")));
+  const bool g1 = d.arch == "gemma", g2 = d.arch == "gemma2";
+  // transformers runs Gemma's GELU in its tanh form unless hidden_activation says otherwise
+  // (the first Gemma's hidden_act "gelu" included).
+  std::string act = "gelu_pytorch_tanh";
+  if (c.contains("hidden_activation") && c["hidden_activation"].is_string()) {
+    act = c["hidden_activation"].get<std::string>();
+  } else if (!g1 && c.contains("hidden_act") && c["hidden_act"].is_string()) {
+    act = c["hidden_act"].get<std::string>();
+  }
   if (act != "gelu_pytorch_tanh") {
     return unimplemented("config.json: hidden_activation '" + act.substr(0, 32) + "' (gelu_pytorch_tanh is supported)");
   }
@@ -95,7 +102,15 @@ Status gemma_config(const json& c, DecoderConfig& d) {
   };
   METRO_RETURN_IF_ERROR(cap("final_logit_softcapping", d.final_softcap));
   METRO_RETURN_IF_ERROR(cap("attn_logit_softcapping", d.attn_softcap));
-  if (!g2 && d.attn_softcap != 0.0f) return unimplemented("config.json: attn_logit_softcapping in a gemma3 model");
+  if (!g2 && d.attn_softcap != 0.0f) {
+    return unimplemented("config.json: attn_logit_softcapping in a " + d.arch + " model");
+  }
+  if (g1) {
+    if (d.final_softcap != 0.0f) return unimplemented("config.json: final_logit_softcapping in a gemma model");
+    d.norm_plus_one = true;
+    d.tied = true;
+    return {};
+  }
   if (c.contains("query_pre_attn_scalar") && !c["query_pre_attn_scalar"].is_null()) {
     METRO_ASSIGN_OR_RETURN(uint32_t q, cfg_u32(c, "query_pre_attn_scalar", 1u << 16));
     const bool big = d.n_layer == (g2 ? 46u : 62u);  // the 27B models
@@ -205,7 +220,7 @@ Status phi3_config(const json& c, DecoderConfig& d) {
 Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   DecoderConfig d;
   const bool gemma3 = type == "gemma3_text" || type == "gemma3";
-  const bool gemma = gemma3 || type == "gemma2";
+  const bool gemma = gemma3 || type == "gemma2" || type == "gemma";
   d.arch = type == "mistral" || type == "mixtral" ? "llama"
            : gemma3                                ? "gemma3"
            : type == "qwen3_moe"                   ? "qwen3moe"
