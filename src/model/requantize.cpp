@@ -98,7 +98,9 @@ std::optional<QuantPlan> preset_plan(std::string name, const std::vector<std::st
 }
 
 kernels::DType format_for_row_width(kernels::DType t, int64_t cols) {
-  return cols % kernels::traits(t).block_size == 0 ? t : block32_fallback(t);
+  if (cols % kernels::traits(t).block_size == 0) return t;
+  const kernels::DType b32 = block32_fallback(t);
+  return cols % kernels::traits(b32).block_size == 0 ? b32 : kernels::DType::kF16;
 }
 
 Expected<kernels::DType> quant_format_named(std::string name, const std::string& where) {

@@ -86,7 +86,8 @@ std::optional<QuantPlan> preset_plan(std::string name, const std::vector<std::st
 bool is_quant_preset_name(std::string name);
 
 // `t`, or for a K-quant on rows of `cols` that do not divide into its 256-blocks, the
-// 32-block format requantize() writes instead.
+// 32-block format requantize() writes instead; F16 where rows do not divide into 32-blocks
+// either (as llama.cpp's quantizer falls back).
 kernels::DType format_for_row_width(kernels::DType t, int64_t cols);
 
 // Bytes of the 2-D matrices of a format the kernels read (what requantize() converts).

@@ -154,6 +154,20 @@ TEST(QuantizeCli, PlansAndBlockFallbacks) {
   EXPECT_NE(none.err.find("--type is required"), std::string::npos) << none.err;
 }
 
+// The format a matrix gets by its row width: its own where rows divide into its blocks, a
+// K-quant's 32-block stand-in where they divide only into 32s, F16 where not even that
+// (a 48-wide shared expert in Q8_0, say), as llama.cpp's quantizer falls back.
+TEST(QuantizeCli, RowWidthFallbacks) {
+  using kernels::DType;
+  EXPECT_EQ(model::format_for_row_width(DType::kQ4_K, 512), DType::kQ4_K);
+  EXPECT_EQ(model::format_for_row_width(DType::kQ4_K, 64), DType::kQ5_0);
+  EXPECT_EQ(model::format_for_row_width(DType::kQ6_K, 96), DType::kQ8_0);
+  EXPECT_EQ(model::format_for_row_width(DType::kQ4_K, 48), DType::kF16);
+  EXPECT_EQ(model::format_for_row_width(DType::kQ8_0, 48), DType::kF16);
+  EXPECT_EQ(model::format_for_row_width(DType::kQ8_0, 64), DType::kQ8_0);
+  EXPECT_EQ(model::format_for_row_width(DType::kF16, 7), DType::kF16);
+}
+
 // llama.cpp's mixes by name: Q6_K for the head and for attn_v and ffn_down of the first and
 // last eighth of the layers and every third between, the base format elsewhere.
 TEST(QuantizeCli, LlamaCppMixesByName) {
