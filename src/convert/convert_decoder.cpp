@@ -577,12 +577,14 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     if (g.find('#') != std::string::npos) continue;
     if (g.ends_with("ffn_gate_inp_shexp.weight")) {
       // A [1, n_embd] matrix in the checkpoint, one F32 vector in llama.cpp's file.
-      METRO_RETURN_IF_ERROR(w.add_tensor_lazy(g, kernels::traits(DType::kF32).ggml, {d.n_embd},
-                                              [src, g, t](std::span<uint8_t> dst) -> Status {
-                                                METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*t));
+      const std::string name = g;  // (a lambda may not capture a structured binding everywhere)
+      const StTensor* tensor = t;
+      METRO_RETURN_IF_ERROR(w.add_tensor_lazy(name, kernels::traits(DType::kF32).ggml, {d.n_embd},
+                                              [src, name, tensor](std::span<uint8_t> dst) -> Status {
+                                                METRO_ASSIGN_OR_RETURN(std::vector<float> v, src.ck->to_f32(*tensor));
                                                 write_values(v, DType::kF32, static_cast<int64_t>(v.size()), dst);
-                                                *src.done += t->data.size();
-                                                if (src.on_tensor) src.on_tensor(*src.done, src.total, g);
+                                                *src.done += tensor->data.size();
+                                                if (src.on_tensor) src.on_tensor(*src.done, src.total, name);
                                                 return {};
                                               }));
       ++n_tensors;
