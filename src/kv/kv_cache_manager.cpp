@@ -199,6 +199,11 @@ std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId
     c.blocks.push_back(b);
   }
   c.n_released = std::min(p.n_released, static_cast<size_t>(n_full));
+  // The child reads from position n_tokens on: none of the blocks it may read can be a hole.
+  METRO_CHECK_MSG(cfg_.window <= 0 || static_cast<int64_t>(c.n_released) * bs <=
+                                          std::max<int64_t>(0, int64_t{n_tokens} - cfg_.window + 1) /
+                                              cfg_.window_read_align * cfg_.window_read_align,
+                  "fork behind the window of its parent's released blocks");
   // The shared prefix has the same chained hashes as the parent's at that depth.
   const size_t n_chain = std::min(p.chain.size(), static_cast<size_t>(n_full));
   c.chain.assign(p.chain.begin(), p.chain.begin() + static_cast<long>(n_chain));

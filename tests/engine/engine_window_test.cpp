@@ -5,7 +5,9 @@
 // room for everything and of the model run alone.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/engine_test_util.h"
@@ -51,6 +53,17 @@ Windowed windowed_model(uint32_t window) {
   return w;
 }
 
+// Stats are published at the end of a step, after its events: wait for the step that
+// finished the last request (at most 10 s).
+EngineStats settled(const Engine& e) {
+  EngineStats st = e.stats();
+  for (int i = 0; i < 500 && (st.running != 0 || st.waiting != 0 || st.kv_blocks_used != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    st = e.stats();
+  }
+  return st;
+}
+
 std::vector<std::vector<int32_t>> run_all(const Windowed& w, int ctx_total, const std::vector<std::vector<int32_t>>& prompts,
                                           int max_tokens, EngineStats* stats, bool speculate = false) {
   EngineConfig cfg;
@@ -74,7 +87,7 @@ std::vector<std::vector<int32_t>> run_all(const Windowed& w, int ctx_total, cons
   }
   std::vector<std::vector<int32_t>> out;
   for (const auto& h : hs) out.push_back(collect(h).tokens);
-  *stats = (*e)->stats();
+  *stats = settled(**e);
   return out;
 }
 
@@ -111,6 +124,30 @@ TEST(EngineWindow, SequencesHoldAWindowOfBlocksAndGenerateAsWithout) {
   }
   EXPECT_EQ(std::vector<int32_t>(seq.begin() + static_cast<long>(prompts[0].size()), seq.end()),
             std::vector<int32_t>(got[0].begin(), got[0].begin() + static_cast<long>(n_check)));
+}
+
+// n > 1: the choices fork from the prompt after its blocks behind the window are released
+// (the prompt is longer than the window); each choice continues as the single one does.
+TEST(EngineWindow, ChoicesForkPastReleasedBlocks) {
+  const Windowed w = windowed_model(24);
+  ASSERT_TRUE(w.model);
+  const auto prompt = metro::testing::random_tokens(70, 300, 77);
+  EngineStats one_stats;
+  const auto one = run_all(w, 24 * 16, {prompt}, 40, &one_stats);
+  EngineConfig cfg;
+  cfg.n_threads = 2;
+  cfg.ctx_total = 24 * 16;
+  auto e = Engine::create(w.model, *w.tok, cfg);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  Request r = greedy_request(prompt, 40);
+  r.stop.ignore_eos = true;
+  r.n = 3;
+  auto h = (*e)->submit(std::move(r));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  const auto choices = metro::testing::collect_choices(*h, 3);
+  ASSERT_EQ(choices.size(), 3u);
+  for (const auto& c : choices) EXPECT_EQ(c.tokens, one[0]);
+  EXPECT_EQ(settled(**e).kv_blocks_used, 0);
 }
 
 // A model with a global layer (gemma-style pattern) or no window releases nothing.
