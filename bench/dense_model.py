@@ -20,7 +20,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
-from tiny_gguf import byte_tokens  # noqa: E402
+from tiny_gguf import add_byte_vocabulary  # noqa: E402
 
 N_EMBD, N_LAYER, N_HEAD, N_KV, HD, N_FF, N_VOCAB = 2048, 22, 32, 4, 64, 5632, 32000
 
@@ -38,13 +38,7 @@ def main(path):
     w.add_rope_dimension_count(HD)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(byte_tokens() + [f"<x{i}>" for i in range(N_VOCAB - 256)])
-    w.add_token_types([1] * 256 + [4] * (N_VOCAB - 256))
-    w.add_token_merges(["t h"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_byte_vocabulary(w, N_VOCAB)
 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float16)

@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
-from tiny_gguf import byte_tokens  # noqa: E402
+from tiny_gguf import add_byte_vocabulary  # noqa: E402
 
 N_EMBD, N_LAYER, N_HEAD, N_KV, HD, N_FF, N_VOCAB = 2304, 26, 8, 4, 256, 9216, 32000
 
@@ -39,13 +39,7 @@ def main(path):
     w.add_sliding_window(4096)
     w.add_attn_logit_softcapping(50.0)
     w.add_final_logit_softcapping(30.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(byte_tokens() + [f"<x{i}>" for i in range(N_VOCAB - 256)])
-    w.add_token_types([1] * 256 + [4] * (N_VOCAB - 256))
-    w.add_token_merges(["t h"])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_byte_vocabulary(w, N_VOCAB)
 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float16)

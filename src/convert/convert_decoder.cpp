@@ -163,10 +163,9 @@ Status gemma_config(const json& c, DecoderConfig& d) {
   return {};
 }
 
-// Phi-3's own settings: the fused matrices, partial rotation, its window (kept as mistral's
-// is; llama.cpp reads the key and ignores it) and LongRoPE ("longrope", or "su" as the first
-// Phi-3 configs call it), written as llama.cpp's phi3 converter writes it: the factors as
-// rope_factors_short / rope_factors_long, the original context, and
+// Phi-3's own settings: the fused matrices, partial rotation and LongRoPE ("longrope", or
+// "su" as the first Phi-3 configs call it), written as llama.cpp's phi3 converter writes it:
+// the factors as rope_factors_short / rope_factors_long, the original context, and
 // sqrt(1 + ln(max / original) / ln(original)) on cos and sin.
 Status phi3_config(const json& c, DecoderConfig& d) {
   d.fused = true;
@@ -178,10 +177,6 @@ Status phi3_config(const json& c, DecoderConfig& d) {
     if (std::fabs(rot - d.n_rot) > 1e-3 || d.n_rot == 0 || d.n_rot % 2 != 0) {
       return data_loss("config.json: partial_rotary_factor does not give an even number of rotated dimensions");
     }
-  }
-  if (c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
-    const uint64_t w = c["sliding_window"].get<uint64_t>();
-    if (w > 0 && w < d.n_ctx) d.sliding_window = static_cast<uint32_t>(w);
   }
   if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) return {};
   const json& rs = c["rope_scaling"];
@@ -267,7 +262,9 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   d.qk_norm = type == "qwen3" || type == "qwen3_moe" || gemma3;
   if (type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral") METRO_RETURN_IF_ERROR(moe_config(c, type, d));
   d.permute_qk = d.arch == "llama";
-  if ((type == "mistral" || type == "mixtral") && c.contains("sliding_window") && c["sliding_window"].is_number_unsigned()) {
+  // A window below the context is kept (phi3's too: llama.cpp reads that key and ignores it).
+  if ((type == "mistral" || type == "mixtral" || type == "phi3") && c.contains("sliding_window") &&
+      c["sliding_window"].is_number_unsigned()) {
     const uint64_t w = c["sliding_window"].get<uint64_t>();
     if (w > 0 && w < d.n_ctx) d.sliding_window = static_cast<uint32_t>(w);
   }

@@ -51,6 +51,14 @@ struct AttentionSeq {
 // query's keys are read from the start of the chunk holding its window's first key.
 inline constexpr int kAttentionKeyChunk = 32;
 
+// The first key position read for a query at `qpos` with a window of `window` keys by
+// kernels that read from a multiple of `align` (kAttentionKeyChunk for these): the KV of
+// positions before it is never read again by queries from qpos on.
+inline int64_t window_first_read(int64_t qpos, int64_t window, int64_t align) {
+  const int64_t first = qpos - window + 1;
+  return first > 0 ? first / align * align : 0;
+}
+
 struct AttentionParams {
   KvPageLayout layout;
   int n_head = 0;

@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "base/hash.h"
+#include "kernels/attention.h"
 
 namespace metro::kv {
 
@@ -116,9 +117,9 @@ void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_co
     const size_t full = static_cast<size_t>(n_committed) / bs;
     while (s.chain.size() < full && s.blocks[s.chain.size()] != kNoBlock) {
       const size_t i = s.chain.size();
-    auto blk = tokens.subspan(i * bs, bs);
-    const uint64_t parent = last_hash(s);
-    const uint64_t h = block_hash(parent, blk);
+      auto blk = tokens.subspan(i * bs, bs);
+      const uint64_t parent = last_hash(s);
+      const uint64_t h = block_hash(parent, blk);
       pool_.set_hash(s.blocks[i], h, parent, blk);
       s.chain.push_back(h);
     }
@@ -128,8 +129,7 @@ void KvCacheManager::commit(SeqId seq, std::span<const int32_t> tokens, int n_co
 
 void KvCacheManager::release_behind(SeqBlocks& s, int next) {
   if (cfg_.window <= 0) return;
-  const int64_t first_read = std::max<int64_t>(0, int64_t{next} - cfg_.window + 1) / cfg_.window_read_align *
-                             cfg_.window_read_align;
+  const int64_t first_read = kernels::window_first_read(next, cfg_.window, cfg_.window_read_align);
   const size_t dead = static_cast<size_t>(first_read / cfg_.block_size);  // blocks wholly before it
   // The last block always stays: a truncate or a fork may end inside it.
   const size_t limit = std::min(dead, s.blocks.empty() ? size_t{0} : s.blocks.size() - 1);
@@ -201,8 +201,7 @@ std::optional<std::optional<BlockCopy>> KvCacheManager::fork(SeqId parent, SeqId
   c.n_released = std::min(p.n_released, static_cast<size_t>(n_full));
   // The child reads from position n_tokens on: none of the blocks it may read can be a hole.
   METRO_CHECK_MSG(cfg_.window <= 0 || static_cast<int64_t>(c.n_released) * bs <=
-                                          std::max<int64_t>(0, int64_t{n_tokens} - cfg_.window + 1) /
-                                              cfg_.window_read_align * cfg_.window_read_align,
+                                          kernels::window_first_read(n_tokens, cfg_.window, cfg_.window_read_align),
                   "fork behind the window of its parent's released blocks");
   // The shared prefix has the same chained hashes as the parent's at that depth.
   const size_t n_chain = std::min(p.chain.size(), static_cast<size_t>(n_full));

@@ -391,11 +391,9 @@ Status Model::plan(const Batch& b, const KvView& kv, Workspace& ws) const {
     if (need > lim.max_blocks_per_seq) return resource_exhausted("sequence longer than the workspace");
     // Blocks before the first key any layer reads may have been given back (kNoBlock) when
     // every layer is windowed (kv_release_window).
-    int first = 0;
-    if (const int64_t w = kv_release_window(); w > 0) {
-      const int64_t align = backend_->window_read_align();
-      first = static_cast<int>(std::max<int64_t>(0, r.pos0 - w + 1) / align * align / bs);
-    }
+    const int first = release_window_ > 0 ? static_cast<int>(kernels::window_first_read(
+                                                  r.pos0, release_window_, backend_->window_read_align()) / bs)
+                                          : 0;
     for (int j = 0; j < need; ++j) {
       const int32_t blk = table[static_cast<size_t>(j)];
       if (j < first && blk == -1) continue;

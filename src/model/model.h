@@ -202,9 +202,9 @@ class Model {
   std::shared_ptr<dist::Communicator> comm_;
   std::unique_ptr<kernels::Rope> rope_;
   std::unique_ptr<kernels::Rope> rope_local_;  // the sliding-window layers' rotation; null when alike
-  uint32_t release_window_ = 0;  // kv_release_window()
-  uint32_t uniform_window() const;
   std::unique_ptr<kernels::Rope> rope_long_;   // LongRoPE's long factors; null without them
+  uint32_t release_window_ = 0;  // kv_release_window(), from uniform_window() at construction
+  uint32_t uniform_window() const;
   std::unique_ptr<FileWatch> watch_;  // null unless asked for
   // Run-time LoRA: the factors, and the set of each adapted base matrix.
   int n_adapters_ = 0;
