@@ -68,7 +68,11 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
     srv = variant_server(ctx, key, [
         "--served-model-name", "chat", "-m", f"chat@bad={m}", "-m", f"docs={m}", "-m", f"docs@good={m}",
         "--rollout", f"chat:bad={STEPS}@2s", "--rollout", f"docs:good={STEPS}@2s", "--rollout-min-requests", "10",
-        "--rollout-alpha", "0.05" if SANITIZED else "0.001",
+        # The healthy canary's latency tests run beside a primary on the same two cores under
+        # whatever else the machine runs: a tighter false-alarm bound (the error test still
+        # catches the bad canary within the bound below), and no shadow scoring competing for
+        # the cores (t_rollout_rolls_back_damaged_weights tests it).
+        "--rollout-alpha", "0.05" if SANITIZED else "0.0001", "--rollout-shadow-every", "0",
         "--fault", "chat@bad:error=0.2", "--breaker-failures", "0"])
     srv.start()
     try:
@@ -108,7 +112,7 @@ def t_rollout_promotes_a_healthy_canary_and_rolls_a_failing_one_back(ctx):
         for (model, variant, st, code), n in counts.items():
             assert st == 200 or (model, variant, st, code) == ("chat", "bad", 500, "fault_injected"), counts
         bad_requests = sum(n for (mo, v, _, _), n in counts.items() if mo == "chat" and v == "bad")
-        # Detection: the CUSUM needs about 25 canary requests at these rates; a rollout that
+        # Detection: the CUSUM needs a few dozen canary requests at these rates; a rollout that
         # had run all three steps would have sent it hundreds.
         assert bad_requests <= 120, (bad_requests, counts)
         after = metrics(srv.port)
