@@ -22,6 +22,7 @@
 #include "kernels/dtype.h"
 
 namespace metro {
+class ColdStore;
 class ThreadPool;
 }
 
@@ -39,6 +40,9 @@ class DeviceMatrix {
   // The host memory its products read (a host backend: its own copy, or the bytes it was
   // uploaded from, read in place). Empty for a matrix held in device memory.
   virtual std::vector<std::span<const uint8_t>> host_memory() const { return {}; }
+  // Whether it was put in a cold store (HostMatrix::cold): host_memory() then lies in the
+  // store's file mapping, resident only while touched.
+  virtual bool cold() const { return false; }
 
  protected:
   DeviceMatrix(kernels::DType type, int64_t n_rows, int64_t n_cols)
@@ -87,6 +91,11 @@ struct HostMatrix {
   int64_t n_cols = 0;  // a multiple of the type's block size
   const uint8_t* data = nullptr;
   size_t row_stride = 0;
+  // Non-null: a matrix steps read rarely (an expert), which a host backend may keep in this
+  // store, behind the page cache, instead of in memory of its own; the executor touches it
+  // (ColdStore::touch) in the steps that read it. Where the store cannot grow, or on a
+  // device backend, the matrix is held as any other.
+  std::shared_ptr<ColdStore> cold;
 };
 
 enum class MatrixUse : uint8_t {

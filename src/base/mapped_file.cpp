@@ -29,6 +29,30 @@ class FdCloser {
   int fd_;
 };
 
+// The whole pages inside each range (offset, length) of a file of `total` bytes, sorted
+// and joined: [begin, end) offsets, page-aligned.
+std::vector<std::pair<size_t, size_t>> page_interiors(const std::vector<std::pair<size_t, size_t>>& ranges,
+                                                      size_t total) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& [off, len] : ranges) {
+    if (off >= total) continue;
+    const size_t b = (off + page - 1) / page * page;
+    const size_t e = std::min(off + std::min(len, total - off), total) / page * page;
+    if (e > b) out.emplace_back(b, e);
+  }
+  std::sort(out.begin(), out.end());
+  std::vector<std::pair<size_t, size_t>> joined;
+  for (const auto& r : out) {
+    if (!joined.empty() && r.first <= joined.back().second) {
+      joined.back().second = std::max(joined.back().second, r.second);
+    } else {
+      joined.push_back(r);
+    }
+  }
+  return joined;
+}
+
 }  // namespace
 
 // A map of the file and a copy in anonymous memory are both released by munmap.
@@ -118,9 +142,17 @@ Expected<MappedFile> MappedFile::read(const std::string& path, const ReadOptions
 #endif
   uint8_t* dst = static_cast<uint8_t*>(p);
   const size_t chunk = std::max<size_t>(options.chunk_bytes, 4096);
+  const std::vector<std::pair<size_t, size_t>> holes = page_interiors(options.map_ranges, total);
   size_t done = 0;
+  size_t next_hole = 0;
   while (done < total) {
-    const size_t want = std::min(chunk, total - done);
+    if (next_hole < holes.size() && done >= holes[next_hole].first) {
+      done = holes[next_hole++].second;  // mapped below, not read
+      if (options.on_chunk) options.on_chunk(done, total);
+      continue;
+    }
+    const size_t limit = next_hole < holes.size() ? holes[next_hole].first : total;
+    const size_t want = std::min(chunk, limit - done);
     const ssize_t got = ::pread(fd, dst + done, want, static_cast<off_t>(done));
     if (got < 0) {
       if (errno == EINTR) continue;
@@ -132,6 +164,11 @@ Expected<MappedFile> MappedFile::read(const std::string& path, const ReadOptions
     }
     done += static_cast<size_t>(got);
     if (options.on_chunk) options.on_chunk(done, total);
+  }
+  for (const auto& [b, e] : holes) {
+    if (mmap(dst + b, e - b, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, static_cast<off_t>(b)) == MAP_FAILED) {
+      return io_error("cannot map '" + name + "' at byte " + std::to_string(b) + ": " + std::strerror(errno));
+    }
   }
   // The bytes must all come from one version of the file: one rewritten in place while it
   // was read (same size, a new write time) could mix two versions.
@@ -165,9 +202,11 @@ size_t MappedFile::give_back(size_t offset, size_t length) const {
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + offset + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data_) + offset + length) / page * page;
   if (end <= begin) return 0;
+  // Fresh inaccessible anonymous pages in their place: frees them, and ends a file mapping.
   void* p = reinterpret_cast<void*>(begin);
-  if (madvise(p, end - begin, MADV_DONTNEED) != 0) return 0;
-  mprotect(p, end - begin, PROT_NONE);
+  if (mmap(p, end - begin, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    return 0;
+  }
   return end - begin;
 }
 

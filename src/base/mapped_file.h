@@ -13,6 +13,8 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/file_watch.h"
 #include "base/status.h"
@@ -36,6 +38,11 @@ class MappedFile {
     // Called after each chunk with the bytes read so far and the total (progress; tests
     // use it to change the file while it is being read).
     std::function<void(size_t done, size_t total)> on_chunk;
+    // Byte ranges (offset, length) of the file whose whole pages are mapped from the file
+    // (private, read-only) rather than read: bytes the caller reads once, soon, to copy
+    // elsewhere, and then gives back (give_back), which ends the mapping. Until then those
+    // pages are exposed to changes to the file as a map is.
+    std::vector<std::pair<size_t, size_t>> map_ranges;
   };
   // Reads the whole file into anonymous memory owned by the returned object (read-only once
   // filled). Nothing done to the file afterwards can change or fault these bytes. A file
@@ -54,7 +61,8 @@ class MappedFile {
 
   // Gives the memory of the whole pages inside bytes [offset, offset + length) of a copy
   // back to the system and makes them unreadable: a later read faults (SIGSEGV) rather
-  // than returning zeros. For bytes nothing will read again (tensors a backend has copied
+  // than returning zeros. Pages mapped from the file (ReadOptions::map_ranges) stop being
+  // the file's. For bytes nothing will read again (tensors a backend has copied
   // into layouts of its own). Returns the bytes given back; 0 for a map of the file, whose
   // clean pages the kernel reclaims by itself.
   size_t give_back(size_t offset, size_t length) const;

@@ -21,6 +21,7 @@
 
 #include "backends/registry.h"
 #include "base/clock.h"
+#include "base/residency.h"
 #include "base/thread_pool.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
@@ -224,6 +225,11 @@ int cmd_bench(int argc, char** argv) {
   app.add_flag("--profile", profile,
                "time each op of the decode steps (slower; without --batch also one more prompt) and report ms and GOP/s by op kind");
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
+  MemBudgetFlags budget_flags;
+  add_mem_budget_flags(app, budget_flags);
+  app.add_flag("--cold-uncached", budget_flags.drop_page_cache,
+               "with --mem-budget: also drop given-back experts from the page cache, so every read of one is a disk "
+               "read (the worst case)");
   app.add_option("--device", device, "where the model runs: " + backends::device_names())->capture_default_str();
   SpecBenchOptions sb;
   add_spec_flags(app, sb.spec, "");
@@ -256,9 +262,13 @@ int cmd_bench(int argc, char** argv) {
   }
   std::vector<model::LoraSpec> adapters;
   for (const std::string& f : adapter_files) adapters.push_back({f, 1.0f});
-  auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs(), adapters);
+  auto budget = budget_flags.parse();
+  if (!budget.ok()) return fail("bench", budget.status());
+  auto lm = load_model(model_path, !no_repack, device, std::chrono::milliseconds{0}, true, lora.specs(), adapters,
+                       *budget);
   if (!lm.ok()) return fail("bench", lm.status());
   const model::Model& m = *lm->model;
+  const uint64_t faults_at_start = major_page_faults();
   const bool on_cpu = device == "cpu";
   ThreadPool pool(on_cpu ? threads : 1);  // a device backend only enqueues
   const int max_seq = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
@@ -271,6 +281,26 @@ int cmd_bench(int argc, char** argv) {
   Runner runner{m, pool, m.make_workspace(lim), *kv_dtype};
 
   json j;
+  // Under --mem-budget: the cold store's traffic and the disk reads of the whole run.
+  auto budget_report = [&] {
+    if (m.mem_budget() == 0) return;
+    const ColdStore* cs = m.cold_store();
+    const ColdStore::Stats c = cs ? cs->stats() : ColdStore::Stats{};
+    const uint64_t faults = major_page_faults() - faults_at_start;
+    j["mem_budget"] = {{"budget_bytes", m.mem_budget()},   {"hot_bytes", total_bytes(m.weight_memory())},
+                       {"cold_bytes", c.bytes},           {"cold_mapped_limit_bytes", c.budget},
+                       {"cold_reads", c.faults_in},       {"cold_releases", c.releases},
+                       {"major_page_faults", faults},     {"page_cache_dropped", budget_flags.drop_page_cache}};
+    if (!as_json) {
+      std::printf("memory budget %.1f MiB: %.1f MiB hot, %.1f MiB of experts cold (%.1f MiB mapped at most) | "
+                  "%llu expert matrices read in, %llu given back, %llu major page faults%s\n",
+                  static_cast<double>(m.mem_budget()) / (1 << 20),
+                  static_cast<double>(total_bytes(m.weight_memory())) / (1 << 20), static_cast<double>(c.bytes) / (1 << 20),
+                  static_cast<double>(c.budget) / (1 << 20), static_cast<unsigned long long>(c.faults_in),
+                  static_cast<unsigned long long>(c.releases), static_cast<unsigned long long>(faults),
+                  budget_flags.drop_page_cache ? " (page cache dropped)" : "");
+    }
+  };
   j["model"] = m.hparams().name;
   j["weights"] = m.weights().describe_layouts();
   j["threads"] = threads;
@@ -282,7 +312,8 @@ int cmd_bench(int argc, char** argv) {
   j["repetitions"] = reps;
   // The host's ceilings are the anchors of a CPU run only.
   kernels::MachinePeaks peaks;
-  if (on_cpu) peaks = kernels::measure_peaks(pool);
+  // Not under a memory budget: the bandwidth test reads a 512 MiB buffer of its own.
+  if (on_cpu && m.mem_budget() == 0) peaks = kernels::measure_peaks(pool);
   const double bw = peaks.read_gbps;
   const uint64_t bpt = m.weights().bytes_per_token();
   j["mem_read_gbps"] = bw;
@@ -366,6 +397,7 @@ int cmd_bench(int argc, char** argv) {
     roof["tg_peak_fraction"] = fraction(tg_gops);
     roof["tg_bw_fraction"] = j["tg_bw_fraction"];
     j["roofline"] = roof;
+    if (as_json) budget_report();
     if (as_json) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
@@ -390,6 +422,7 @@ int cmd_bench(int argc, char** argv) {
       print_peaks();
       roof_line(("pp" + std::to_string(p)).c_str(), pp_gops);
       roof_line(("tg" + std::to_string(n)).c_str(), tg_gops);
+      budget_report();
     }
     return 0;
   }
@@ -455,6 +488,7 @@ int cmd_bench(int argc, char** argv) {
   j["batch"] = arr;
   j["roofline"] = roof;
   j["kv_bytes_per_token_f16"] = m.hparams().kv_bytes_per_token(2.0);
+  budget_report();
   if (as_json) std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }

@@ -38,31 +38,6 @@
 namespace metro::cli {
 namespace {
 
-// "4GiB", "512MiB", "1.5G", "1048576" -> bytes.
-Expected<int64_t> parse_size(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  if (i == 0) return invalid_argument("expected a size like 4GiB, 512MiB or 1048576, got '" + s + "'");
-  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
-  std::string unit = s.substr(i);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mult;
-  if (unit.empty() || unit == "b")
-    mult = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib")
-    mult = 1024.0;
-  else if (unit == "m" || unit == "mb" || unit == "mib")
-    mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gb" || unit == "gib")
-    mult = 1024.0 * 1024 * 1024;
-  else
-    return invalid_argument("unknown size unit in '" + s + "' (use KiB, MiB or GiB)");
-  const double bytes = v * mult;
-  if (!(bytes >= 0 && bytes < 9.0e18)) return invalid_argument("size out of range: '" + s + "'");
-  return static_cast<int64_t>(bytes);
-}
-
-
 // Thousands of connections need thousands of descriptors: raise the soft limit to the hard one.
 void raise_fd_limit() {
   rlimit rl{};
@@ -289,6 +264,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_flag("--no-repack", no_repack, "use weights in their GGUF layout");
   app.add_flag("--mlock", mlock,
                "lock the weights in RAM (never swapped out or dropped); fails at load when RLIMIT_MEMLOCK is too small");
+  MemBudgetFlags budget_flags;
+  add_mem_budget_flags(app, budget_flags);
   TierFlags tier_flags;
   add_tier_flags(app, tier_flags);
   CacheFlags cache_flags;
@@ -427,6 +404,12 @@ int cmd_serve(int argc, char** argv) {
   }
   ec.n_threads = threads;
   if (Status st = check_tier_flags(tier_flags); !st.ok()) return fail("serve", st);
+  auto mem_budget = budget_flags.parse();
+  if (!mem_budget.ok()) return fail("serve", mem_budget.status());
+  if (mem_budget->bytes > 0 && !tier_flags.tiers.empty()) {
+    return fail("serve", invalid_argument("--mem-budget and --tiers cannot be combined (a tier is a second copy of "
+                                          "the weights, made from the file's bytes the budget gives back)"));
+  }
   if (Status st = check_cache_flags(cache_flags); !st.ok()) return fail("serve", st);
   sc.vllm_metric_names = metrics_compat == "vllm";
   {
@@ -534,13 +517,14 @@ int cmd_serve(int argc, char** argv) {
   }
   const int64_t t_start = now_ns();
   const std::shared_ptr<server::KvEventsPublisher> sc_kv_events = sc.kv_events;
+  const model::MemBudget budget = *mem_budget;
   auto load_one = [=](gateway::FrontDoor& door, const ServeModelSpec& ms) -> Status {
     // The served model is a copy in memory; the file is polled so that an operator who
     // overwrites it learns (once, in the log) that a restart is needed to serve the new one.
     std::vector<model::LoraSpec> adapters;
     for (const auto& ad : ms.adapters) adapters.push_back(ad.second);
     METRO_ASSIGN_OR_RETURN(LoadedModel lm, load_model(ms.path, !no_repack, device, std::chrono::seconds(2),
-                                                      /*progress=*/false, ms.lora, adapters));
+                                                      /*progress=*/false, ms.lora, adapters, budget));
     std::optional<tokenizer::ChatTemplate> tmpl = template_override;
     if (!tmpl) {
       auto t = tokenizer::ChatTemplate::from_gguf(lm.model->file());
@@ -634,6 +618,15 @@ int cmd_serve(int argc, char** argv) {
         std::printf("metro serve: weights %.1f MiB in RAM (%.1f MiB resident%s) | %.1f MiB of the file's copy given back\n",
                     static_cast<double>(wbytes) / (1 << 20), static_cast<double>(resident_bytes(wm)) / (1 << 20),
                     mm.weights_locked() > 0 ? ", locked" : "", static_cast<double>(mm.file_given_back()) / (1 << 20));
+      }
+      if (mm.mem_budget() > 0) {
+        const ColdStore* cs = mm.cold_store();
+        const ColdStore::Stats cst = cs ? cs->stats() : ColdStore::Stats{};
+        std::printf("metro serve: memory budget %.1f MiB: %.1f MiB every step reads, %.1f MiB of experts cold in %s "
+                    "(at most %.1f MiB of them mapped in)\n",
+                    static_cast<double>(mm.mem_budget()) / (1 << 20), static_cast<double>(wbytes) / (1 << 20),
+                    static_cast<double>(cst.bytes) / (1 << 20), cs ? cs->path().c_str() : "(none)",
+                    static_cast<double>(cst.budget) / (1 << 20));
       }
       const engine::EngineStats st = e.stats();
       if (st.tiers) {

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -41,10 +43,11 @@ Status with_path(const std::string& path, const Status& s) {
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack, const std::string& device,
                                  std::chrono::milliseconds watch_period, bool progress,
                                  const std::vector<model::LoraSpec>& lora,
-                                 const std::vector<model::LoraSpec>& adapters) {
+                                 const std::vector<model::LoraSpec>& adapters, const model::MemBudget& budget) {
   Stopwatch sw;
   LoadedModel lm;
   model::ModelOptions opts;
+  opts.mem_budget = budget;
   opts.allow_repack = allow_repack;
   opts.lora = lora;
   opts.adapters = adapters;
@@ -82,6 +85,49 @@ std::vector<model::LoraSpec> LoraFlags::specs() const {
 void add_lora_flags(CLI::App& app, LoraFlags& flags) {
   app.add_option("--lora", flags.files, "LoRA adapter GGUF merged into the model's weights at load (repeatable)");
   app.add_option("--lora-scaled", flags.scaled, "LoRA adapter GGUF and its scale, merged at load (repeatable)");
+}
+
+// "4GiB", "512MiB", "1.5G", "1048576" -> bytes.
+Expected<int64_t> parse_size(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return invalid_argument("expected a size like 4GiB, 512MiB or 1048576, got '" + s + "'");
+  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
+  std::string unit = s.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult;
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    mult = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    mult = 1024.0 * 1024 * 1024;
+  else
+    return invalid_argument("unknown size unit in '" + s + "' (use KiB, MiB or GiB)");
+  const double bytes = v * mult;
+  if (!(bytes >= 0 && bytes < 9.0e18)) return invalid_argument("size out of range: '" + s + "'");
+  return static_cast<int64_t>(bytes);
+}
+
+Expected<model::MemBudget> MemBudgetFlags::parse() const {
+  model::MemBudget b;
+  if (bytes.empty()) return b;
+  METRO_ASSIGN_OR_RETURN(const int64_t n, parse_size(bytes));
+  b.bytes = static_cast<uint64_t>(n);
+  if (b.bytes == 0) return invalid_argument("--mem-budget must be positive");
+  b.store.dir = dir;
+  b.store.drop_page_cache = drop_page_cache;
+  return b;
+}
+
+void add_mem_budget_flags(CLI::App& app, MemBudgetFlags& flags) {
+  app.add_option("--mem-budget", flags.bytes,
+                 "cap each model's resident weights (e.g. 6GiB): the experts of a mixture-of-experts model stay "
+                 "in a file behind the page cache, the least recently used given back past the cap");
+  app.add_option("--cold-dir", flags.dir, "directory on a disk for the cold experts' file (removed at exit)")
+      ->capture_default_str();
 }
 
 int default_threads() { return cpu_features().physical_cores; }

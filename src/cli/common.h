@@ -26,11 +26,26 @@ struct LoadedModel {
 // read into memory the process owns (model::Model::load). A positive `watch_period` also
 // polls the file at that period and logs once when it changes on disk. `progress`: a
 // progress line while the file is read (on a terminal only; cli/progress.h). `lora`:
-// adapters added into the weights as it loads (model/lora.h).
+// adapters added into the weights as it loads (model/lora.h). `budget`: a cap on resident
+// weights (model::ModelOptions::mem_budget).
 Expected<LoadedModel> load_model(const std::string& path, bool allow_repack = true, const std::string& device = "cpu",
                                  std::chrono::milliseconds watch_period = std::chrono::milliseconds{0},
                                  bool progress = true, const std::vector<model::LoraSpec>& lora = {},
-                                 const std::vector<model::LoraSpec>& adapters = {});
+                                 const std::vector<model::LoraSpec>& adapters = {},
+                                 const model::MemBudget& budget = {});
+
+// "4GiB", "512MiB", "1.5G", "1048576" -> bytes.
+Expected<int64_t> parse_size(const std::string& s);
+
+// --mem-budget SIZE and --cold-dir DIR: a cap on the resident weights of each model, its
+// experts kept cold in a file in DIR (model::MemBudget).
+struct MemBudgetFlags {
+  std::string bytes;  // empty: no cap
+  std::string dir = "/var/tmp";
+  bool drop_page_cache = false;  // bench only: every cold read from the disk
+  Expected<model::MemBudget> parse() const;
+};
+void add_mem_budget_flags(CLI::App& app, MemBudgetFlags& flags);
 
 // --lora FILE (repeatable, scale 1) and --lora-scaled FILE SCALE (repeatable), as llama.cpp
 // names them: adapters merged into the model's weights at load.

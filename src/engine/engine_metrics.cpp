@@ -221,6 +221,23 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
       gauge("metro_weights_file_given_back_bytes",
             "Bytes of the model file's in-memory copy given back after loading (weights the backend copied).",
             static_cast<double>(m.file_given_back()));
+      if (const ColdStore* cs = m.cold_store()) {
+        const ColdStore::Stats c = cs->stats();
+        gauge("metro_weights_budget_bytes", "The cap on this model's resident weights (metro serve --mem-budget).",
+              static_cast<double>(m.mem_budget()));
+        gauge("metro_weights_cold_bytes", "Expert weights kept in the cold file behind the page cache.",
+              static_cast<double>(c.bytes));
+        gauge("metro_weights_cold_mapped_bytes",
+              "Of metro_weights_cold_bytes, the bytes of experts read since they were last given back.",
+              static_cast<double>(c.mapped));
+        gauge("metro_weights_cold_mapped_limit_bytes",
+              "What the budget leaves for cold experts mapped in (the budget less metro_weights_bytes).",
+              static_cast<double>(c.budget));
+        counter("metro_weights_cold_releases_total", "Cold expert matrices given back, least recently read first.",
+                static_cast<double>(c.releases));
+        counter("metro_weights_cold_reads_total", "Cold expert matrices read in again after they were given back.",
+                static_cast<double>(c.faults_in));
+      }
     }
     counter("metro_preemptions_total", "Sequences preempted (for KV space, or a tenant's fair share of seats).",
             static_cast<double>(st.preemptions));

@@ -95,15 +95,42 @@ uint32_t Model::uniform_window() const {
   return hp_.sliding_window;
 }
 
+namespace {
+
+// The byte ranges (offset, length) of the experts' tensors of the file at `path`, which a
+// model under a MemBudget copies into its cold store: mapped while it loads, not read.
+Expected<std::vector<std::pair<size_t, size_t>>> expert_ranges(const std::string& path) {
+  METRO_ASSIGN_OR_RETURN(gguf::File peek, gguf::File::open(path));
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const gguf::TensorInfo& t : peek.tensors()) {
+    if (t.name.ends_with("_exps.weight")) {
+      out.emplace_back(static_cast<size_t>(t.data - peek.bytes().data()), static_cast<size_t>(t.n_bytes));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& opts) {
+  const bool budget = opts.mem_budget.bytes > 0;
+  if (budget && !opts.lora.empty()) {
+    return invalid_argument("a memory budget and LoRA adapters merged at load cannot be combined");
+  }
+  MappedFile::ReadOptions read = opts.read;
+  if (budget) {
+    METRO_ASSIGN_OR_RETURN(read.map_ranges, expert_ranges(path));
+  }
   // A copy, not a map: a map would stay backed by the file (base/mapped_file.h).
-  METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::load(path, opts.read));
+  METRO_ASSIGN_OR_RETURN(gguf::File f, gguf::File::load(path, read));
   const FileStamp stamp = *f.stamp();
   if (!opts.lora.empty()) {
     METRO_ASSIGN_OR_RETURN(std::vector<uint8_t> merged, merge_lora(f, opts.lora));
     METRO_ASSIGN_OR_RETURN(f, gguf::File::copy_of(merged));
   }
   METRO_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, from_file(std::move(f), opts));
+  // The experts' file pages were mapped to be copied; nothing reads them again.
+  if (budget) m->give_back_unread_file_bytes();
   if (opts.watch_period.count() > 0) {
     const size_t slash = path.find_last_of('/');
     const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -139,8 +166,20 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
                               std::to_string(opts.shard.tp_size) + ") needs a communicator of that rank and size");
     }
   }
-  METRO_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::bind(file, hp, opts.shard, *backend, opts.allow_repack));
+  std::shared_ptr<ColdStore> cold;
+  if (opts.mem_budget.bytes > 0) {
+    if (!backend->host_memory_complete()) {
+      return unimplemented("a memory budget (--mem-budget) is kept on the CPU backend only, not on " +
+                           std::string(backend->name()));
+    }
+    if (hp.is_moe()) {
+      METRO_ASSIGN_OR_RETURN(cold, ColdStore::create(opts.mem_budget.store));
+    }
+  }
+  METRO_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::bind(file, hp, opts.shard, *backend, opts.allow_repack, cold));
   std::unique_ptr<Model> m(new Model(std::move(file), std::move(hp), std::move(w), std::move(backend), std::move(comm)));
+  m->cold_ = std::move(cold);
+  if (opts.mem_budget.bytes > 0) METRO_RETURN_IF_ERROR(m->apply_budget(opts.mem_budget));
   if (!opts.adapters.empty()) METRO_RETURN_IF_ERROR(m->load_adapters(opts.adapters));
   return m;
 }

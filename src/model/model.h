@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "base/cold_store.h"
 #include "base/file_watch.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -30,6 +31,15 @@
 #include "model/weights.h"
 
 namespace metro::model {
+
+// A cap on the weights a model keeps resident (`metro serve --mem-budget`): the matrices
+// every step reads stay in memory of the process's own; the experts of a mixture-of-experts
+// model go to a cold store (base/cold_store.h) that keeps at most the rest of the budget
+// mapped in, the least recently routed-to experts given back first.
+struct MemBudget {
+  uint64_t bytes = 0;  // 0: no cap
+  ColdStore::Options store;
+};
 
 struct ModelOptions {
   bool allow_repack = true;  // let the backend build interleaved weight copies at load
@@ -51,6 +61,10 @@ struct ModelOptions {
   // i + 1 of Batch::adapter (model/lora.h). Dense attention and FFN matrices and a separate
   // output head only; the CPU backend only; not on a tensor-parallel shard.
   std::vector<LoraSpec> adapters;
+  // A cap on resident weights (MemBudget); the CPU backend only, not with `lora`. A model
+  // whose weights outside its experts exceed it is refused. load() maps the experts' bytes
+  // from the file instead of reading them, so that loading stays within the cap too.
+  MemBudget mem_budget;
 };
 
 // Upper bounds a Workspace is sized for; forward() refuses steps beyond them.
@@ -162,7 +176,11 @@ class Model {
   uint64_t file_given_back() const { return given_back_.load(std::memory_order_relaxed); }
   // The merged host ranges the weights read (products, head, embedding table); empty on a
   // device backend.
+  // Cold matrices (experts behind a MemBudget) are not among them.
   std::vector<std::span<const uint8_t>> weight_memory() const;
+  // The store of the experts kept cold (ModelOptions::mem_budget); null without one.
+  const ColdStore* cold_store() const { return cold_.get(); }
+  uint64_t mem_budget() const { return mem_budget_; }
   // Locks weight_memory() in RAM (`metro serve --mlock`); returns the bytes locked.
   Expected<uint64_t> lock_weights() const;
   uint64_t weights_locked() const { return locked_.load(std::memory_order_relaxed); }
@@ -216,6 +234,9 @@ class Model {
   const backends::LoraSet* lora_set(const backends::DeviceMatrix* w) const;
   mutable std::atomic<uint64_t> given_back_{0};
   mutable std::atomic<uint64_t> locked_{0};
+  std::shared_ptr<ColdStore> cold_;
+  uint64_t mem_budget_ = 0;
+  Status apply_budget(const MemBudget& budget);
 };
 
 // A single sequence's private KV memory: the simplest KvView owner, for `metro run`,

@@ -10,7 +10,7 @@ namespace metro::model {
 std::vector<std::span<const uint8_t>> Model::weight_memory() const {
   ByteRanges all;
   auto add = [&](const backends::DeviceMatrix* m) {
-    if (m == nullptr) return;
+    if (m == nullptr || m->cold()) return;
     for (const auto& r : m->host_memory()) all.push_back(r);
   };
   for (const auto* m : w_.product_matrices()) add(m);
@@ -23,6 +23,22 @@ Expected<uint64_t> Model::lock_weights() const {
   METRO_ASSIGN_OR_RETURN(uint64_t n, lock_ranges(weight_memory()));
   locked_.store(n, std::memory_order_relaxed);
   return n;
+}
+
+Status Model::apply_budget(const MemBudget& budget) {
+  mem_budget_ = budget.bytes;
+  const uint64_t hot = total_bytes(weight_memory());
+  auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  if (hot > budget.bytes) {
+    return invalid_argument("the memory budget (" + mib(budget.bytes) + ") is below the " + mib(hot) +
+                            " of weights every step reads" +
+                            (cold_ ? " (all but the experts, which are kept cold)"
+                                   : "; only the experts of a mixture-of-experts model can be kept cold"));
+  }
+  if (!cold_) return {};
+  METRO_RETURN_IF_ERROR(cold_->seal());
+  cold_->set_budget(budget.bytes - hot);
+  return {};
 }
 
 uint64_t Model::give_back_unread_file_bytes() const {

@@ -72,8 +72,8 @@ Expected<DType> matrix_type(const gguf::TensorInfo& t, const std::string& name) 
 // Binds tensors onto one backend, slicing them for one shard.
 class Binder {
  public:
-  Binder(const gguf::File& f, backends::Backend& b, bool allow_repack)
-      : f_(f), b_(b), allow_repack_(allow_repack) {}
+  Binder(const gguf::File& f, backends::Backend& b, bool allow_repack, std::shared_ptr<ColdStore> cold = nullptr)
+      : f_(f), b_(b), allow_repack_(allow_repack), cold_(std::move(cold)) {}
 
   // Rows [row_begin, row_end) and columns [col_begin, col_end) of the [n_out][n_in] matrix
   // `name` (a range end of 0 means the whole dimension).
@@ -92,7 +92,19 @@ class Binder {
                                                            int64_t row_end = 0, int64_t col_begin = 0,
                                                            int64_t col_end = 0) {
     METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f_, name, {n_in, n_out, n_expert}));
-    return slice(*t, name, e * n_out, n_in, n_out, row_begin, row_end, col_begin, col_end);
+    return slice(*t, name, e * n_out, n_in, n_out, row_begin, row_end, col_begin, col_end, cold_);
+  }
+
+  // The file bytes of tensor `name` once every matrix bound from it went to the cold store:
+  // given back at once (gguf::File::give_back), so that loading a model larger than memory
+  // never holds the file's experts and their copies together. Model::load counts them
+  // later with the rest of what it gives back.
+  void give_back_if_cold(const std::string& name, const std::vector<std::unique_ptr<backends::DeviceMatrix>>& ms) {
+    if (!cold_) return;
+    for (const auto& m : ms) {
+      if (!m->cold()) return;
+    }
+    if (const gguf::TensorInfo* t = f_.find_tensor(name)) f_.give_back({t->data, static_cast<size_t>(t->n_bytes)});
   }
 
   Expected<std::unique_ptr<backends::DeviceVector>> vector(const std::string& name, uint64_t n,
@@ -113,7 +125,7 @@ class Binder {
   Expected<std::unique_ptr<backends::DeviceMatrix>> slice(const gguf::TensorInfo& t, const std::string& name,
                                                           uint64_t first_row, uint64_t n_in, uint64_t n_out,
                                                           int64_t row_begin, int64_t row_end, int64_t col_begin,
-                                                          int64_t col_end) {
+                                                          int64_t col_end, std::shared_ptr<ColdStore> cold = nullptr) {
     METRO_ASSIGN_OR_RETURN(DType dt, matrix_type(t, name));
     if (!b_.reads(dt)) {
       return invalid_argument("tensor '" + name + "' is " + std::string(kernels::dtype_name(dt)) + ", which the " +
@@ -134,12 +146,14 @@ class Binder {
     m.n_cols = col_end - col_begin;
     m.row_stride = kernels::row_bytes(dt, static_cast<int64_t>(n_in));
     m.data = t.data + (first_row + static_cast<uint64_t>(row_begin)) * m.row_stride + kernels::row_bytes(dt, col_begin);
+    m.cold = std::move(cold);
     return b_.upload_matrix(m, backends::MatrixUse::kProduct, allow_repack_);
   }
 
   const gguf::File& f_;
   backends::Backend& b_;
   bool allow_repack_;
+  std::shared_ptr<ColdStore> cold_;  // where experts go (ModelWeights::bind)
 };
 
 }  // namespace
@@ -163,6 +177,9 @@ Status bind_experts(Binder& b, const HParams& hp, const ShardGeometry& g, const 
     L.experts.up.push_back(L.exp_up[e].get());
     L.experts.down.push_back(L.exp_down[e].get());
   }
+  b.give_back_if_cold(p + "ffn_gate_exps.weight", L.exp_gate);
+  b.give_back_if_cold(p + "ffn_up_exps.weight", L.exp_up);
+  b.give_back_if_cold(p + "ffn_down_exps.weight", L.exp_down);
   if (hp.n_ff_shexp == 0) return {};
   if (g.sliced()) return unimplemented("tensor-parallel shards of a model with a shared expert");
   const uint64_t n_sh = hp.n_ff_shexp;
@@ -196,7 +213,8 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
 }
 
 Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp, const Shard& shard,
-                                          backends::Backend& backend, bool allow_repack) {
+                                          backends::Backend& backend, bool allow_repack,
+                                          std::shared_ptr<ColdStore> cold_experts) {
   if (hp.encoder) return bind_encoder(f, hp, shard, backend, allow_repack);
   ModelWeights w;
   const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff, hd = hp.head_dim;
@@ -216,7 +234,7 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   }
   METRO_ASSIGN_OR_RETURN(w.shard, ShardGeometry::resolve(shard, hp, ff_align));
   const ShardGeometry& g = w.shard;
-  Binder b(f, backend, allow_repack);
+  Binder b(f, backend, allow_repack, std::move(cold_experts));
 
   METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* embd, find(f, "token_embd.weight", {n_embd, n_vocab}));
   auto et = kernels::dtype_from_ggml(embd->type());

@@ -73,9 +73,11 @@ struct ModelWeights {
 
   // `allow_repack` lets the backend copy product matrices into the layouts its kernels
   // prefer; otherwise it may keep reading the file's bytes in place (the copy Model::load
-  // owns, or whatever bytes the gguf::File was parsed from).
+  // owns, or whatever bytes the gguf::File was parsed from). `cold_experts`: a store the
+  // backend may keep the experts' matrices in (backends::HostMatrix::cold).
   static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, const Shard& shard,
-                                     backends::Backend& backend, bool allow_repack);
+                                     backends::Backend& backend, bool allow_repack,
+                                     std::shared_ptr<ColdStore> cold_experts = nullptr);
   // An encoder's (HParams::encoder) weights; bind() calls it for one.
   static Expected<ModelWeights> bind_encoder(const gguf::File& file, const HParams& hp, const Shard& shard,
                                              backends::Backend& backend, bool allow_repack);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "support/test_util.h"
 
 namespace metro {
 namespace {
@@ -83,6 +84,41 @@ TEST(Residency, GivingBackPagesOfACopyDropsThemAndLeavesTheRest) {
   EXPECT_EQ(f->give_back(0, ps / 2), 0u);             // no whole page
   EXPECT_EQ(f->give_back(bytes.size(), ps), 0u);      // past the end
   EXPECT_EQ(f->give_back(7 * ps, 10 * ps), ps);       // clipped to the end
+}
+
+// ReadOptions::map_ranges: the whole pages inside the ranges are mapped from the file, the
+// rest read; the bytes are the file's either way. Given back, the mapped pages stop being
+// the file's: truncating the file then cannot fault the copy's other bytes.
+TEST(Residency, ReadMapsTheRangesAskedAndGivesThemBack) {
+  const size_t ps = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<uint8_t> bytes(10 * ps + 123);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 5);
+  testing::TempFile file(".bin");
+  file.write(bytes);
+  MappedFile::ReadOptions o;
+  o.chunk_bytes = 4096;
+  o.map_ranges = {{ps + 10, 3 * ps}, {6 * ps, 4 * ps + 123}, {3 * ps, ps / 2}};
+  size_t last = 0;
+  o.on_chunk = [&](size_t done, size_t total) {
+    EXPECT_GT(done, last);
+    EXPECT_EQ(total, bytes.size());
+    last = done;
+  };
+  auto f = MappedFile::read(file.path(), o);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(last, bytes.size());
+  ASSERT_EQ(f->size(), bytes.size());
+  EXPECT_EQ(std::memcmp(f->data(), bytes.data(), bytes.size()), 0);
+  // Pages 2, 3 and 6..9 are mapped (whole pages inside the ranges), the rest are not.
+  EXPECT_EQ(testing::mapped_rss(file.path()), 6 * ps);
+  EXPECT_EQ(f->give_back(2 * ps, 2 * ps), 2 * ps);
+  EXPECT_EQ(f->give_back(6 * ps, 4 * ps), 4 * ps);
+  EXPECT_EQ(testing::mapped_rss(file.path()), 0u);
+  EXPECT_EQ(truncate(file.path().c_str(), 0), 0);
+  // Read pages (0, 1, 4, 5 and the tail) are the copy's own: readable after truncation.
+  EXPECT_EQ(std::memcmp(f->data(), bytes.data(), 2 * ps), 0);
+  EXPECT_EQ(std::memcmp(f->data() + 4 * ps, bytes.data() + 4 * ps, 2 * ps), 0);
+  EXPECT_EQ(std::memcmp(f->data() + 10 * ps, bytes.data() + 10 * ps, 123), 0);
 }
 
 TEST(Residency, MajorFaultsOnlyGrow) {

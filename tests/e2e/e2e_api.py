@@ -388,6 +388,60 @@ def t_mlock(ctx):
         srv.kill()
 
 
+def t_mem_budget(ctx):
+    """--mem-budget keeps a mixture-of-experts model's experts in a cold file: greedy answers
+    are those of the model held whole, /metrics shows the cold bytes, the mapped ones within
+    what the budget leaves and experts given back; a budget below what every step reads stops
+    the server with a message that says so (the tiny qwen3moe file of tests/fixtures/moe)."""
+    import shutil
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    model = os.path.join(root, "tests", "fixtures", "moe", "qwen3moe_tiny.gguf")
+    # Beside the build, on a disk (a cold store refuses a directory in memory).
+    cold_dir = tempfile.mkdtemp(prefix="metro-e2e-cold-", dir=os.path.dirname(os.path.dirname(ctx.metro)))
+    args = ["--admission", "off", "--ctx", "128", "--ctx-total", "1024", "-t", "2", "--cold-dir", cold_dir]
+    prompts = ["abc", "hello world", "the quick brown fox"]
+
+    def answers(srv):
+        out = []
+        for p in prompts:
+            st, _, data = request(srv.port, "POST", "/v1/completions",
+                                  {"prompt": p, "max_tokens": 12, "temperature": 0})
+            assert st == 200, (st, data[:200])
+            out.append(json.loads(data)["choices"][0]["text"])
+        return out
+
+    whole = MetroServer(ctx.metro, model, args)
+    whole.start()
+    try:
+        whole.wait_ready()
+        want = answers(whole)
+        total = metrics(whole.port)["metro_weights_bytes"]
+    finally:
+        whole.kill()
+    # The budget of the whole file's weights: the experts' cold entries (whole 64 KiB each)
+    # take more than it leaves them, so steps give experts back.
+    srv = MetroServer(ctx.metro, model, args + ["--mem-budget", str(int(total))])
+    srv.start()
+    try:
+        srv.wait_ready()
+        assert answers(srv) == want
+        m = metrics(srv.port)
+        assert m["metro_weights_budget_bytes"] == int(total), m
+        assert m["metro_weights_cold_bytes"] >= 48 * 65536, m
+        assert 0 < m["metro_weights_cold_mapped_bytes"] <= m["metro_weights_cold_mapped_limit_bytes"], m
+        assert m["metro_weights_cold_releases_total"] > 0 and m["metro_weights_cold_reads_total"] > 0, m
+        assert m["metro_weights_bytes"] + m["metro_weights_cold_mapped_limit_bytes"] == int(total), m
+        assert srv.wait_line("metro serve: memory budget"), "".join(srv.lines)
+    finally:
+        srv.kill()
+    low = MetroServer(ctx.metro, model, args + ["--mem-budget", "64KiB"])
+    r = subprocess.run(low.cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "every step reads" in r.stderr + r.stdout, r
+    assert os.listdir(cold_dir) == [], os.listdir(cold_dir)  # the cold file is unlinked from the start
+    shutil.rmtree(cold_dir, ignore_errors=True)
+
+
 TESTS = [t_models, t_chat, t_completions, t_n2, t_stop, t_logprobs, t_seed, t_usage, t_prefix_cache, t_embeddings,
          t_unknown_model, t_invalid_utf8_output, t_tokenize_detokenize, t_responses, t_metrics_for_operators]
 
@@ -614,5 +668,5 @@ def t_kv_spill(ctx):
     shutil.rmtree(spill_dir, ignore_errors=True)
 
 
-SEPARATE_SERVER_TESTS = [t_served_model_names, t_mlock, t_request_ids_and_json_logs, t_variants_split_and_stickiness,
+SEPARATE_SERVER_TESTS = [t_served_model_names, t_mlock, t_mem_budget, t_request_ids_and_json_logs, t_variants_split_and_stickiness,
                          t_cli_progress_lines, t_kv_spill]

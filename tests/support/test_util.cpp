@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 extern char** environ;
 
@@ -147,6 +151,39 @@ CommandResult run_metro(const std::vector<std::string>& args, const std::string&
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   return r;
+}
+
+std::string disk_dir() {
+  std::vector<std::string> dirs;
+  if (const char* t = std::getenv("TMPDIR")) dirs.emplace_back(t);
+  for (const char* d : {"/var/tmp", "/tmp", "."}) dirs.emplace_back(d);
+  for (const std::string& d : dirs) {
+    struct statfs fs {};
+    if (statfs(d.c_str(), &fs) == 0 && fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC &&
+        ::access(d.c_str(), W_OK) == 0) {
+      return d;
+    }
+  }
+  return ".";
+}
+
+uint64_t mapped_rss(const std::string& path) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool mine = false;
+  uint64_t kib = 0;
+  while (std::getline(in, line)) {
+    // A mapping's header: "start-end perms offset dev inode [path]"; its fields follow.
+    const std::string first = line.substr(0, line.find(' '));
+    const bool header = first.find('-') != std::string::npos &&
+                        first.find_first_not_of("0123456789abcdef-") == std::string::npos;
+    if (header) {
+      mine = line.find(path) != std::string::npos;
+    } else if (mine && line.rfind("Rss:", 0) == 0) {
+      kib += std::strtoull(line.c_str() + 4, nullptr, 10);
+    }
+  }
+  return kib * 1024;
 }
 
 }  // namespace metro::testing

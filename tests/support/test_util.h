@@ -48,6 +48,13 @@ CommandResult run_metro(const std::vector<std::string>& args, const std::string&
 
 std::string source_path(const std::string& relative);
 
+// A writable directory on a disk (not tmpfs): TMPDIR, /var/tmp, /tmp or ".", the first
+// that is (a cold store refuses memory-backed ones).
+std::string disk_dir();
+// Resident bytes of this process's mappings of the file at `path` (an unlinked one shows
+// as "PATH (deleted)"), summed from /proc/self/smaps.
+uint64_t mapped_rss(const std::string& path);
+
 }  // namespace metro::testing
 
 // Fails (not skips) when the Gemma 3 file is absent: `make test` fetches it first.

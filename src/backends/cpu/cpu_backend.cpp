@@ -48,6 +48,7 @@ CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
     moe_cursor.resize(static_cast<size_t>(spec.max_experts));
     moe_piece_off.resize(static_cast<size_t>(spec.max_experts) + 1);
     moe_counters = std::make_unique<Counter[]>(2);
+    moe_cold_ids.reserve(3 * static_cast<size_t>(spec.max_experts));  // nothing allocates in a step
     bytes_ += 4 * c * 4 + 3 * (static_cast<size_t>(spec.max_experts) + 1) * 4 + 2 * sizeof(Counter);
   }
   const size_t pages = static_cast<size_t>(spec.max_seqs) * static_cast<size_t>(spec.max_blocks_per_seq);
@@ -89,8 +90,32 @@ std::unique_ptr<DeviceMatrix> CpuBackend::upload_matrix(const HostMatrix& m, Mat
     rows = gathered.data();
   }
   const bool repack = use == MatrixUse::kProduct && allow_relayout;
+  if (m.cold && use == MatrixUse::kProduct) {
+    if (auto cold = upload_cold(m, rows, repack)) return cold;
+  }
   kernels::Weight w = set_.make_weight(m.type, rows, m.n_rows, m.n_cols, repack, arena_);
   return std::make_unique<CpuMatrix>(std::move(w), std::move(gathered));
+}
+
+// The weight in its layout, copied into one entry of the cold store: its kernel bytes, then
+// (F16) the row-major bytes kept beside them. Null when the store cannot grow.
+std::unique_ptr<DeviceMatrix> CpuBackend::upload_cold(const HostMatrix& m, const uint8_t* rows, bool repack) {
+  kernels::Weight w = set_.make_weight(m.type, rows, m.n_rows, m.n_cols, repack, nullptr);
+  const auto parts = w.memory();
+  size_t total = 0;
+  for (const auto& p : parts) total += (p.size() + 63) / 64 * 64;
+  uint8_t* dst = m.cold->take(total);
+  if (dst == nullptr) return nullptr;
+  size_t at = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::memcpy(dst + at, parts[i].data(), parts[i].size());
+    if (i == 0) w.data = dst + at;
+    if (i == 1) w.row_major = dst + at;
+    at += (parts[i].size() + 63) / 64 * 64;
+  }
+  w.owned = std::monostate{};  // the store keeps the bytes; the matrix keeps the store
+  const int id = m.cold->add(dst, total);
+  return std::make_unique<CpuMatrix>(std::move(w), m.cold, id);
 }
 
 std::unique_ptr<DeviceVector> CpuBackend::upload_vector(std::span<const float> v) {

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "base/aligned.h"
+#include "base/cold_store.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_set.h"
 #include "kernels/matmul.h"
@@ -18,11 +19,17 @@ class CpuMatrix final : public DeviceMatrix {
  public:
   CpuMatrix(kernels::Weight w, AlignedBuffer<uint8_t> gathered)
       : DeviceMatrix(w.type, w.n_rows, w.n_cols), weight(std::move(w)), gathered_(std::move(gathered)) {}
-  std::string describe() const override { return weight.describe(); }
+  // A matrix whose bytes (weight's spans) lie in entry `id` of a cold store.
+  CpuMatrix(kernels::Weight w, std::shared_ptr<ColdStore> store, int id)
+      : DeviceMatrix(w.type, w.n_rows, w.n_cols), weight(std::move(w)), cold_store(std::move(store)), cold_id(id) {}
+  std::string describe() const override { return weight.describe() + (cold_store ? ", cold" : ""); }
   // A strided slice reads its gathered rows; the weight's spans then lie inside them.
   std::vector<std::span<const uint8_t>> host_memory() const override { return weight.memory(); }
+  bool cold() const override { return cold_store != nullptr; }
 
   kernels::Weight weight;  // kRows matrices keep the row-major layout
+  std::shared_ptr<ColdStore> cold_store;  // null for a matrix in memory of its own
+  int cold_id = -1;
 
  private:
   AlignedBuffer<uint8_t> gathered_;  // a strided slice's rows made contiguous (weight may read it)
@@ -82,6 +89,7 @@ class CpuState final : public ExecState {
   std::vector<int32_t> moe_expert, moe_slot, moe_slot_token, moe_offset, moe_cursor, moe_piece_off;
   std::vector<float> moe_weight;
   std::unique_ptr<Counter[]> moe_counters;
+  std::vector<int> moe_cold_ids;  // the cold entries of a MoeOp's chosen experts
   // LoraOps' rows by adapter: token rows, logits rows (made before each step).
   std::array<LoraGroups, 2> lora_groups;
 
@@ -111,6 +119,8 @@ class CpuBackend final : public Backend {
                StepObserver* observer) override;  // cpu_executor.cpp
 
  private:
+  std::unique_ptr<DeviceMatrix> upload_cold(const HostMatrix& m, const uint8_t* rows, bool repack);
+
   const kernels::KernelSet& set_;
   std::string name_;
   // Repacked matrices are carved from shared chunks so they share huge pages.

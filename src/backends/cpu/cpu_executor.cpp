@@ -194,7 +194,10 @@ class Executor {
     const RowRange mine = rows_of(n_tokens_, ith_, nth_);
     for (int t = mine.begin; t < mine.end; ++t) route(o, t);
     pool_.barrier();
-    if (ith_ == 0) group_by_expert(n_exp, k);
+    if (ith_ == 0) {
+      group_by_expert(n_exp, k);
+      touch_cold_experts(*o.experts, n_exp);
+    }
     pool_.barrier();
 
     const int n_slots = n_tokens_ * k;
@@ -412,6 +415,24 @@ class Executor {
     for (int e = 0; e < n_exp; ++e) po[e + 1] = po[e] + ceil_div(off[e + 1] - off[e], kPieceRows);
     st_.moe_counters[0].next.store(0, std::memory_order_relaxed);
     st_.moe_counters[1].next.store(0, std::memory_order_relaxed);
+  }
+
+  // Tells a cold store which of its experts this op reads (ColdStore::touch), so that it
+  // keeps them in and gives back the least recently read ones past its budget.
+  void touch_cold_experts(const ExpertSet& x, int n_exp) {
+    const CpuMatrix& first = cpu_matrix(x.gate[0]);
+    if (!first.cold_store) return;
+    std::vector<int>& ids = st_.moe_cold_ids;
+    ids.clear();
+    const int32_t* off = st_.moe_offset.data();
+    for (int e = 0; e < n_exp; ++e) {
+      if (off[e + 1] == off[e]) continue;
+      for (const auto* set : {&x.gate, &x.up, &x.down}) {
+        const CpuMatrix& m = cpu_matrix((*set)[static_cast<size_t>(e)]);
+        if (m.cold_store) ids.push_back(m.cold_id);
+      }
+    }
+    first.cold_store->touch(ids);
   }
 
   // Items (run, head) dealt out round-robin: an encoder step holds whole inputs, so its

@@ -1,0 +1,114 @@
+// A model under a memory budget (ModelOptions::mem_budget, `metro serve --mem-budget`): its
+// experts live in a cold store, the logits are bit-identical to the model held whole, the
+// store keeps what the budget leaves after the matrices every step reads, and a budget
+// below those is refused by name.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/residency.h"
+#include "model/model.h"
+#include "support/model_run.h"
+#include "support/synthetic_model.h"
+#include "support/test_util.h"
+
+namespace metro::model {
+namespace {
+
+using kernels::DType;
+using metro::testing::Logits;
+using metro::testing::sequence_logits;
+using metro::testing::SyntheticModelSpec;
+
+SyntheticModelSpec moe_spec(DType type) {
+  SyntheticModelSpec spec;
+  spec.arch = "qwen3moe";
+  spec.qk_norm = true;
+  spec.tied_output = false;
+  spec.n_expert = 16;
+  spec.n_expert_used = 2;
+  spec.n_ff_exp = 256;
+  spec.matrix_type = type;
+  spec.expert_type = type;
+  return spec;
+}
+
+Expected<std::unique_ptr<Model>> load_with(const std::string& path, uint64_t budget) {
+  ModelOptions o;
+  o.mem_budget.bytes = budget;
+  o.mem_budget.store.dir = metro::testing::disk_dir();
+  return Model::load(path, o);
+}
+
+// One token per step: each step's MoE ops touch n_used experts' three matrices per layer.
+TEST(MemBudget, ColdExpertsGiveTheSameLogitsWithinTheBudget) {
+  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    SCOPED_TRACE(kernels::dtype_name(type));
+    metro::testing::TempFile file;
+    file.write(metro::testing::make_synthetic_model(moe_spec(type)));
+    auto whole = Model::load(file.path());
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    const uint64_t all = total_bytes((*whole)->weight_memory());
+    // Just the hot part plus room for about one layer's chosen experts.
+    auto probe = load_with(file.path(), all);
+    ASSERT_TRUE(probe.ok()) << probe.status().message();
+    const ColdStore* ps = (*probe)->cold_store();
+    ASSERT_NE(ps, nullptr);
+    const ColdStore::Stats p0 = ps->stats();
+    EXPECT_EQ(p0.entries, 16 * 3 * 2);
+    const uint64_t hot = total_bytes((*probe)->weight_memory());
+    EXPECT_LT(hot, all);
+    const uint64_t entry = p0.bytes / static_cast<uint64_t>(p0.entries);
+    const uint64_t budget = hot + 8 * entry;
+
+    auto cold = load_with(file.path(), budget);
+    ASSERT_TRUE(cold.ok()) << cold.status().message();
+    const Model& m = **cold;
+    EXPECT_GT(m.file_given_back(), 0u);  // the experts' mapped file pages, once copied
+    const auto toks = metro::testing::random_tokens(24, 300, 5);
+    const Logits want = sequence_logits(**whole, toks, 1);
+    const Logits got = sequence_logits(m, toks, 1);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < want.size(); ++t) ASSERT_EQ(got[t], want[t]) << "position " << t;
+    const ColdStore::Stats s = m.cold_store()->stats();
+    EXPECT_EQ(s.budget, 8 * entry);
+    EXPECT_LE(s.mapped, s.budget);
+    EXPECT_GT(s.releases, 0u);  // 24 tokens route to more experts than 8 entries hold
+    EXPECT_GT(s.faults_in, s.releases);
+    // What the process really holds of the store, as the kernel counts it.
+    EXPECT_LE(metro::testing::mapped_rss(m.cold_store()->path()), s.budget);
+    // Prefill in one step: every expert at once, then decode again within the budget.
+    EXPECT_EQ(sequence_logits(m, toks, 24), sequence_logits(**whole, toks, 24));
+    EXPECT_EQ(sequence_logits(m, toks, 1), want);
+    EXPECT_LE(m.cold_store()->stats().mapped, s.budget);
+  }
+}
+
+TEST(MemBudget, RefusesABudgetBelowWhatEveryStepReads) {
+  metro::testing::TempFile file;
+  file.write(metro::testing::make_synthetic_model(moe_spec(DType::kQ4_0)));
+  auto probe = load_with(file.path(), uint64_t{1} << 40);
+  ASSERT_TRUE(probe.ok());
+  const uint64_t hot = total_bytes((*probe)->weight_memory());
+  auto low = load_with(file.path(), hot - 1);
+  ASSERT_FALSE(low.ok());
+  EXPECT_NE(low.status().message().find("every step reads"), std::string::npos) << low.status().message();
+  EXPECT_TRUE(load_with(file.path(), hot).ok());  // nothing left for experts: each step reads its own in
+
+  // A dense model has nothing to keep cold: a budget above its weights holds, one below is
+  // refused and says why.
+  SyntheticModelSpec dense;
+  dense.matrix_type = DType::kQ4_0;
+  metro::testing::TempFile dfile;
+  dfile.write(metro::testing::make_synthetic_model(dense));
+  auto d = load_with(dfile.path(), uint64_t{1} << 40);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ((*d)->cold_store(), nullptr);
+  auto dlow = load_with(dfile.path(), 4096);
+  ASSERT_FALSE(dlow.ok());
+  EXPECT_NE(dlow.status().message().find("only the experts"), std::string::npos) << dlow.status().message();
+}
+
+}  // namespace
+}  // namespace metro::model
