@@ -41,8 +41,11 @@ class ColdStore {
   // Loading (one thread, before seal). Page-aligned writable bytes for one entry, which the
   // caller fills before its next take; null when the file cannot grow (a full disk).
   uint8_t* take(size_t bytes);
-  // Registers bytes [p, p + n) of the last take as an entry; returns its id.
+  // Registers bytes [p, p + n) of the last take as an entry; returns its id. Ids count up
+  // from 0 in the order of the calls.
   int add(const uint8_t* p, size_t n);
+  // An entry's unit: entries start on it and span whole units.
+  size_t unit() const { return page_; }
   // Writes everything to the file, makes it read-only and releases every entry.
   Status seal();
 

@@ -292,8 +292,8 @@ int cmd_bench(int argc, char** argv) {
                        {"cold_reads", c.faults_in},       {"cold_releases", c.releases},
                        {"major_page_faults", faults},     {"page_cache_dropped", budget_flags.drop_page_cache}};
     if (!as_json) {
-      std::printf("memory budget %.1f MiB: %.1f MiB hot, %.1f MiB of experts cold (%.1f MiB mapped at most) | "
-                  "%llu expert matrices read in, %llu given back, %llu major page faults%s\n",
+      std::printf("memory budget %.1f MiB: %.1f MiB hot, %.1f MiB cold (%.1f MiB mapped at most) | "
+                  "%llu cold pieces read in, %llu given back, %llu major page faults%s\n",
                   static_cast<double>(m.mem_budget()) / (1 << 20),
                   static_cast<double>(total_bytes(m.weight_memory())) / (1 << 20), static_cast<double>(c.bytes) / (1 << 20),
                   static_cast<double>(c.budget) / (1 << 20), static_cast<unsigned long long>(c.faults_in),

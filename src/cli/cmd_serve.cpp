@@ -622,7 +622,7 @@ int cmd_serve(int argc, char** argv) {
       if (mm.mem_budget() > 0) {
         const ColdStore* cs = mm.cold_store();
         const ColdStore::Stats cst = cs ? cs->stats() : ColdStore::Stats{};
-        std::printf("metro serve: memory budget %.1f MiB: %.1f MiB every step reads, %.1f MiB of experts cold in %s "
+        std::printf("metro serve: memory budget %.1f MiB: %.1f MiB every step reads, %.1f MiB cold (experts, embedding rows) in %s "
                     "(at most %.1f MiB of them mapped in)\n",
                     static_cast<double>(mm.mem_budget()) / (1 << 20), static_cast<double>(wbytes) / (1 << 20),
                     static_cast<double>(cst.bytes) / (1 << 20), cs ? cs->path().c_str() : "(none)",

@@ -212,7 +212,8 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
     {
       const model::Model& m = self->model();
       const ByteRanges w = m.weight_memory();
-      gauge("metro_weights_bytes", "Host memory the model's weights are read from (0 on a device backend).",
+      gauge("metro_weights_bytes",
+            "Host memory the model's weights are read from (0 on a device backend; cold experts apart).",
             static_cast<double>(total_bytes(w)));
       gauge("metro_weights_resident_bytes", "Of metro_weights_bytes, the bytes in RAM now.",
             static_cast<double>(resident_bytes(w)));
@@ -225,17 +226,17 @@ metrics::Registration Engine::export_metrics(metrics::Registry& registry,
         const ColdStore::Stats c = cs->stats();
         gauge("metro_weights_budget_bytes", "The cap on this model's resident weights (metro serve --mem-budget).",
               static_cast<double>(m.mem_budget()));
-        gauge("metro_weights_cold_bytes", "Expert weights kept in the cold file behind the page cache.",
+        gauge("metro_weights_cold_bytes", "Weights kept in the cold file behind the page cache (experts, the embedding table).",
               static_cast<double>(c.bytes));
         gauge("metro_weights_cold_mapped_bytes",
-              "Of metro_weights_cold_bytes, the bytes of experts read since they were last given back.",
+              "Of metro_weights_cold_bytes, the bytes read since they were last given back.",
               static_cast<double>(c.mapped));
         gauge("metro_weights_cold_mapped_limit_bytes",
-              "What the budget leaves for cold experts mapped in (the budget less metro_weights_bytes).",
+              "What the budget leaves for cold weights mapped in (the budget less metro_weights_bytes).",
               static_cast<double>(c.budget));
-        counter("metro_weights_cold_releases_total", "Cold expert matrices given back, least recently read first.",
+        counter("metro_weights_cold_releases_total", "Cold pieces (an expert matrix, 64 KiB of embedding rows) given back, least recently read first.",
                 static_cast<double>(c.releases));
-        counter("metro_weights_cold_reads_total", "Cold expert matrices read in again after they were given back.",
+        counter("metro_weights_cold_reads_total", "Cold pieces read in again after they were given back.",
                 static_cast<double>(c.faults_in));
       }
     }

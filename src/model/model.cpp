@@ -172,13 +172,11 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
       return unimplemented("a memory budget (--mem-budget) is kept on the CPU backend only, not on " +
                            std::string(backend->name()));
     }
-    if (hp.is_moe()) {
-      METRO_ASSIGN_OR_RETURN(cold, ColdStore::create(opts.mem_budget.store));
-    }
+    METRO_ASSIGN_OR_RETURN(cold, ColdStore::create(opts.mem_budget.store));
   }
   METRO_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::bind(file, hp, opts.shard, *backend, opts.allow_repack, cold));
   std::unique_ptr<Model> m(new Model(std::move(file), std::move(hp), std::move(w), std::move(backend), std::move(comm)));
-  m->cold_ = std::move(cold);
+  if (cold && cold->stats().entries > 0) m->cold_ = std::move(cold);  // else nothing went cold
   if (opts.mem_budget.bytes > 0) METRO_RETURN_IF_ERROR(m->apply_budget(opts.mem_budget));
   if (!opts.adapters.empty()) METRO_RETURN_IF_ERROR(m->load_adapters(opts.adapters));
   return m;

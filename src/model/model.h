@@ -34,8 +34,9 @@ namespace metro::model {
 
 // A cap on the weights a model keeps resident (`metro serve --mem-budget`): the matrices
 // every step reads stay in memory of the process's own; the experts of a mixture-of-experts
-// model go to a cold store (base/cold_store.h) that keeps at most the rest of the budget
-// mapped in, the least recently routed-to experts given back first.
+// model and the token embedding table (in 64 KiB pieces of rows) go to a cold store
+// (base/cold_store.h) that keeps at most the rest of the budget mapped in, the least
+// recently read given back first.
 struct MemBudget {
   uint64_t bytes = 0;  // 0: no cap
   ColdStore::Options store;
@@ -62,7 +63,7 @@ struct ModelOptions {
   // output head only; the CPU backend only; not on a tensor-parallel shard.
   std::vector<LoraSpec> adapters;
   // A cap on resident weights (MemBudget); the CPU backend only, not with `lora`. A model
-  // whose weights outside its experts exceed it is refused. load() maps the experts' bytes
+  // whose weights outside its cold ones exceed it is refused. load() maps the experts' bytes
   // from the file instead of reading them, so that loading stays within the cap too.
   MemBudget mem_budget;
 };
@@ -178,7 +179,7 @@ class Model {
   // device backend.
   // Cold matrices (experts behind a MemBudget) are not among them.
   std::vector<std::span<const uint8_t>> weight_memory() const;
-  // The store of the experts kept cold (ModelOptions::mem_budget); null without one.
+  // The store of the weights kept cold (ModelOptions::mem_budget); null when none are.
   const ColdStore* cold_store() const { return cold_.get(); }
   uint64_t mem_budget() const { return mem_budget_; }
   // Locks weight_memory() in RAM (`metro serve --mlock`); returns the bytes locked.

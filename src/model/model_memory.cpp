@@ -31,9 +31,8 @@ Status Model::apply_budget(const MemBudget& budget) {
   auto mib = [](uint64_t b) { return std::to_string(b >> 20) + " MiB"; };
   if (hot > budget.bytes) {
     return invalid_argument("the memory budget (" + mib(budget.bytes) + ") is below the " + mib(hot) +
-                            " of weights every step reads" +
-                            (cold_ ? " (all but the experts, which are kept cold)"
-                                   : "; only the experts of a mixture-of-experts model can be kept cold"));
+                            " of weights every step reads (only the experts of a mixture-of-experts model and the "
+                            "token embedding table's rows can be kept cold)");
   }
   if (!cold_) return {};
   METRO_RETURN_IF_ERROR(cold_->seal());

@@ -69,6 +69,15 @@ Expected<DType> matrix_type(const gguf::TensorInfo& t, const std::string& name) 
   return *dt;
 }
 
+// Whether matrix m (may be null) reads the byte at p in place.
+bool reads_bytes(const backends::DeviceMatrix* m, const uint8_t* p) {
+  if (m == nullptr) return false;
+  for (const auto& r : m->host_memory()) {
+    if (p >= r.data() && p < r.data() + r.size()) return true;
+  }
+  return false;
+}
+
 // Binds tensors onto one backend, slicing them for one shard.
 class Binder {
  public:
@@ -94,6 +103,8 @@ class Binder {
     METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, find(f_, name, {n_in, n_out, n_expert}));
     return slice(*t, name, e * n_out, n_in, n_out, row_begin, row_end, col_begin, col_end, cold_);
   }
+
+  const std::shared_ptr<ColdStore>& cold() const { return cold_; }
 
   // The file bytes of tensor `name` once every matrix bound from it went to the cold store:
   // given back at once (gguf::File::give_back), so that loading a model larger than memory
@@ -153,7 +164,7 @@ class Binder {
   const gguf::File& f_;
   backends::Backend& b_;
   bool allow_repack_;
-  std::shared_ptr<ColdStore> cold_;  // where experts go (ModelWeights::bind)
+  std::shared_ptr<ColdStore> cold_;  // where experts and the embedding table go (ModelWeights::bind)
 };
 
 }  // namespace
@@ -214,7 +225,7 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
 
 Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp, const Shard& shard,
                                           backends::Backend& backend, bool allow_repack,
-                                          std::shared_ptr<ColdStore> cold_experts) {
+                                          std::shared_ptr<ColdStore> cold) {
   if (hp.encoder) return bind_encoder(f, hp, shard, backend, allow_repack);
   ModelWeights w;
   const uint64_t n_embd = hp.n_embd, n_vocab = hp.n_vocab, n_ff = hp.n_ff, hd = hp.head_dim;
@@ -234,7 +245,7 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
   }
   METRO_ASSIGN_OR_RETURN(w.shard, ShardGeometry::resolve(shard, hp, ff_align));
   const ShardGeometry& g = w.shard;
-  Binder b(f, backend, allow_repack, std::move(cold_experts));
+  Binder b(f, backend, allow_repack, std::move(cold));
 
   METRO_ASSIGN_OR_RETURN(const gguf::TensorInfo* embd, find(f, "token_embd.weight", {n_embd, n_vocab}));
   auto et = kernels::dtype_from_ggml(embd->type());
@@ -252,7 +263,6 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
     return invalid_argument("tensor 'token_embd.weight' is " + std::string(kernels::dtype_name(*et)) + ", which the " +
                             std::string(backend.name()) + " backend does not read");
   }
-  if (g.starts_model()) w.token_embd = backend.upload_matrix(embd_m, backends::MatrixUse::kRows, false);
   if (g.ends_model) {
     METRO_ASSIGN_OR_RETURN(w.output_norm, b.vector("output_norm.weight", n_embd));
     if (hp.tied_output) {
@@ -260,6 +270,13 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
     } else {
       METRO_ASSIGN_OR_RETURN(w.output, b.matrix("output.weight", n_embd, n_vocab));
     }
+  }
+  if (g.starts_model()) {
+    // A step reads a row per token: the table is cold under a budget, unless the head reads
+    // these same bytes in place (a tied head not copied), which keeps them in anyway.
+    backends::HostMatrix rows = embd_m;
+    if (b.cold() && !reads_bytes(w.output.get(), embd->data)) rows.cold = b.cold();
+    w.token_embd = backend.upload_matrix(rows, backends::MatrixUse::kRows, false);
   }
   if (hp.has_rope_freq_factors) {
     METRO_ASSIGN_OR_RETURN(w.rope_freqs, load_vector(f, "rope_freqs.weight", hp.n_rot / 2));

@@ -73,11 +73,12 @@ struct ModelWeights {
 
   // `allow_repack` lets the backend copy product matrices into the layouts its kernels
   // prefer; otherwise it may keep reading the file's bytes in place (the copy Model::load
-  // owns, or whatever bytes the gguf::File was parsed from). `cold_experts`: a store the
-  // backend may keep the experts' matrices in (backends::HostMatrix::cold).
+  // owns, or whatever bytes the gguf::File was parsed from). `cold`: a store the backend
+  // may keep the experts' matrices and the token embedding table in
+  // (backends::HostMatrix::cold).
   static Expected<ModelWeights> bind(const gguf::File& file, const HParams& hp, const Shard& shard,
                                      backends::Backend& backend, bool allow_repack,
-                                     std::shared_ptr<ColdStore> cold_experts = nullptr);
+                                     std::shared_ptr<ColdStore> cold = nullptr);
   // An encoder's (HParams::encoder) weights; bind() calls it for one.
   static Expected<ModelWeights> bind_encoder(const gguf::File& file, const HParams& hp, const Shard& shard,
                                              backends::Backend& backend, bool allow_repack);

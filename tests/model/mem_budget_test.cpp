@@ -22,15 +22,9 @@ using metro::testing::sequence_logits;
 using metro::testing::SyntheticModelSpec;
 
 SyntheticModelSpec moe_spec(DType type) {
-  SyntheticModelSpec spec;
-  spec.arch = "qwen3moe";
-  spec.qk_norm = true;
-  spec.tied_output = false;
+  SyntheticModelSpec spec = metro::testing::qwen3moe_spec(type);
   spec.n_expert = 16;
-  spec.n_expert_used = 2;
   spec.n_ff_exp = 256;
-  spec.matrix_type = type;
-  spec.expert_type = type;
   return spec;
 }
 
@@ -56,7 +50,9 @@ TEST(MemBudget, ColdExpertsGiveTheSameLogitsWithinTheBudget) {
     const ColdStore* ps = (*probe)->cold_store();
     ASSERT_NE(ps, nullptr);
     const ColdStore::Stats p0 = ps->stats();
-    EXPECT_EQ(p0.entries, 16 * 3 * 2);
+    // Each expert's three matrices in both layers, and the F16 embedding table (300 rows of
+    // 512 bytes) in 64 KiB pieces.
+    EXPECT_EQ(p0.entries, 16 * 3 * 2 + 3);
     const uint64_t hot = total_bytes((*probe)->weight_memory());
     EXPECT_LT(hot, all);
     const uint64_t entry = p0.bytes / static_cast<uint64_t>(p0.entries);
@@ -96,8 +92,9 @@ TEST(MemBudget, RefusesABudgetBelowWhatEveryStepReads) {
   EXPECT_NE(low.status().message().find("every step reads"), std::string::npos) << low.status().message();
   EXPECT_TRUE(load_with(file.path(), hot).ok());  // nothing left for experts: each step reads its own in
 
-  // A dense model has nothing to keep cold: a budget above its weights holds, one below is
-  // refused and says why.
+  // A dense model with a head tied to its F16 embedding: the head reads the table's bytes in
+  // place beside its repacked copy, so nothing goes cold; a budget below it is refused and
+  // says what can be cold.
   SyntheticModelSpec dense;
   dense.matrix_type = DType::kQ4_0;
   metro::testing::TempFile dfile;
@@ -108,6 +105,38 @@ TEST(MemBudget, RefusesABudgetBelowWhatEveryStepReads) {
   auto dlow = load_with(dfile.path(), 4096);
   ASSERT_FALSE(dlow.ok());
   EXPECT_NE(dlow.status().message().find("only the experts"), std::string::npos) << dlow.status().message();
+}
+
+// A dense model with a head of its own: its embedding table is cold, in pieces a step touches
+// by its tokens' rows; logits bit-identical, and a budget that leaves room for two pieces
+// keeps what is mapped within it.
+TEST(MemBudget, AnUntiedEmbeddingTableIsColdByRows) {
+  SyntheticModelSpec spec;
+  spec.matrix_type = DType::kQ4_0;
+  spec.embd_type = DType::kQ8_0;
+  spec.tied_output = false;
+  spec.n_vocab = 2000;  // 2000 rows of 272 bytes: 9 pieces
+  metro::testing::TempFile file;
+  file.write(metro::testing::make_synthetic_model(spec));
+  auto whole = Model::load(file.path());
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  auto probe = load_with(file.path(), uint64_t{1} << 40);
+  ASSERT_TRUE(probe.ok()) << probe.status().message();
+  ASSERT_NE((*probe)->cold_store(), nullptr);
+  EXPECT_EQ((*probe)->cold_store()->stats().entries, 9);
+  const uint64_t hot = total_bytes((*probe)->weight_memory());
+  EXPECT_EQ(total_bytes((*whole)->weight_memory()) - hot, 2000u * 272u);  // the table, no longer hot
+  auto cold = load_with(file.path(), hot + 2 * (uint64_t{64} << 10));
+  ASSERT_TRUE(cold.ok()) << cold.status().message();
+  const auto toks = metro::testing::random_tokens(40, 2000, 9);
+  // Steps of 16 tokens touch more pieces than the budget holds (each step keeps its own),
+  // then steps of one token bring what is mapped back within it.
+  EXPECT_EQ(sequence_logits(**cold, toks, 16), sequence_logits(**whole, toks, 16));
+  EXPECT_EQ(sequence_logits(**cold, toks, 1), sequence_logits(**whole, toks, 1));
+  const ColdStore::Stats s = (*cold)->cold_store()->stats();
+  EXPECT_GT(s.releases, 0u);
+  EXPECT_LE(s.mapped, s.budget);
+  EXPECT_LE(metro::testing::mapped_rss((*cold)->cold_store()->path()), s.budget);
 }
 
 }  // namespace

@@ -96,18 +96,7 @@ TEST(Moe, MatchesLlamaCppOnTinyFiles) {
   }
 }
 
-SyntheticModelSpec qwen3moe(DType type) {
-  SyntheticModelSpec spec;
-  spec.arch = "qwen3moe";
-  spec.qk_norm = true;
-  spec.tied_output = false;
-  spec.n_expert = 8;
-  spec.n_expert_used = 2;
-  spec.n_ff_exp = 96;
-  spec.matrix_type = type;
-  spec.expert_type = type;
-  return spec;
-}
+constexpr auto qwen3moe = metro::testing::qwen3moe_spec;
 
 // The forward pass against the double reference: float weights within float rounding,
 // quantized ones within activation quantization's error (as for dense models,

@@ -173,6 +173,19 @@ std::vector<uint8_t> make_synthetic_model(const SyntheticModelSpec& s) {
   return w.serialize();
 }
 
+SyntheticModelSpec qwen3moe_spec(kernels::DType type) {
+  SyntheticModelSpec spec;
+  spec.arch = "qwen3moe";
+  spec.qk_norm = true;
+  spec.tied_output = false;
+  spec.n_expert = 8;
+  spec.n_expert_used = 2;
+  spec.n_ff_exp = 96;
+  spec.matrix_type = type;
+  spec.expert_type = type;
+  return spec;
+}
+
 LoadedSynthetic load_synthetic(const SyntheticModelSpec& spec) {
   LoadedSynthetic l;
   l.bytes = make_synthetic_model(spec);

@@ -73,6 +73,9 @@ struct LoadedSynthetic {
 };
 LoadedSynthetic load_synthetic(const SyntheticModelSpec& spec);
 
+// A qwen3moe (QK norms, untied head) of 8 experts of 96, 2 per token, every matrix `type`.
+SyntheticModelSpec qwen3moe_spec(kernels::DType type);
+
 // n token ids below `vocab`, from a generator seeded with `seed`.
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed);
 

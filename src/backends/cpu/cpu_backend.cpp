@@ -16,6 +16,7 @@ CpuState::CpuState(const StateSpec& spec) : spec_(spec) {
   METRO_CHECK(spec.max_tokens > 0 && spec.max_logits >= 0 && spec.max_seqs > 0 &&
               spec.max_blocks_per_seq > 0 && spec.max_products >= 0);
   acts_.resize(spec.acts.size());
+  embed_cold_ids.reserve(2 * static_cast<size_t>(spec.max_tokens));  // nothing allocates in a step
   for (size_t i = 0; i < spec.acts.size(); ++i) {
     const size_t rows = static_cast<size_t>(spec.acts[i].rows == RowSet::kTokens ? spec.max_tokens
                                                                                   : spec.max_logits);
@@ -90,8 +91,9 @@ std::unique_ptr<DeviceMatrix> CpuBackend::upload_matrix(const HostMatrix& m, Mat
     rows = gathered.data();
   }
   const bool repack = use == MatrixUse::kProduct && allow_relayout;
-  if (m.cold && use == MatrixUse::kProduct) {
-    if (auto cold = upload_cold(m, rows, repack)) return cold;
+  if (m.cold) {
+    auto cold = use == MatrixUse::kProduct ? upload_cold(m, rows, repack) : upload_cold_rows(m, rows);
+    if (cold) return cold;
   }
   kernels::Weight w = set_.make_weight(m.type, rows, m.n_rows, m.n_cols, repack, arena_);
   return std::make_unique<CpuMatrix>(std::move(w), std::move(gathered));
@@ -116,6 +118,24 @@ std::unique_ptr<DeviceMatrix> CpuBackend::upload_cold(const HostMatrix& m, const
   w.owned = std::monostate{};  // the store keeps the bytes; the matrix keeps the store
   const int id = m.cold->add(dst, total);
   return std::make_unique<CpuMatrix>(std::move(w), m.cold, id);
+}
+
+// A row table copied into the cold store as entries of the store's unit each.
+std::unique_ptr<DeviceMatrix> CpuBackend::upload_cold_rows(const HostMatrix& m, const uint8_t* rows) {
+  const size_t bytes = kernels::row_bytes(m.type, m.n_cols) * static_cast<size_t>(m.n_rows);
+  uint8_t* dst = m.cold->take(bytes);
+  if (dst == nullptr) return nullptr;
+  std::memcpy(dst, rows, bytes);
+  const size_t unit = m.cold->unit();
+  int first = -1;
+  for (size_t at = 0; at < bytes; at += unit) {
+    const int id = m.cold->add(dst + at, std::min(unit, bytes - at));
+    if (first < 0) first = id;
+  }
+  kernels::Weight w = set_.make_weight(m.type, dst, m.n_rows, m.n_cols, /*allow_repack=*/false, nullptr);
+  auto out = std::make_unique<CpuMatrix>(std::move(w), m.cold, first);
+  out->cold_unit = unit;
+  return out;
 }
 
 std::unique_ptr<DeviceVector> CpuBackend::upload_vector(std::span<const float> v) {

@@ -30,6 +30,9 @@ class CpuMatrix final : public DeviceMatrix {
   kernels::Weight weight;  // kRows matrices keep the row-major layout
   std::shared_ptr<ColdStore> cold_store;  // null for a matrix in memory of its own
   int cold_id = -1;
+  // A row table (MatrixUse::kRows) is entries cold_id, cold_id + 1, ... of cold_unit bytes
+  // each, so that a step touches the pieces holding its tokens' rows; 0 for one entry.
+  size_t cold_unit = 0;
 
  private:
   AlignedBuffer<uint8_t> gathered_;  // a strided slice's rows made contiguous (weight may read it)
@@ -90,6 +93,7 @@ class CpuState final : public ExecState {
   std::vector<float> moe_weight;
   std::unique_ptr<Counter[]> moe_counters;
   std::vector<int> moe_cold_ids;  // the cold entries of a MoeOp's chosen experts
+  std::vector<int> embed_cold_ids;  // the cold pieces of an embedding table a step reads
   // LoraOps' rows by adapter: token rows, logits rows (made before each step).
   std::array<LoraGroups, 2> lora_groups;
 
@@ -120,6 +124,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::unique_ptr<DeviceMatrix> upload_cold(const HostMatrix& m, const uint8_t* rows, bool repack);
+  std::unique_ptr<DeviceMatrix> upload_cold_rows(const HostMatrix& m, const uint8_t* rows);
 
   const kernels::KernelSet& set_;
   std::string name_;

@@ -625,6 +625,27 @@ void group_lora_rows(std::span<const Op> ops, const StepDesc& step, CpuState& st
 
 }  // namespace
 
+// An embedding table in a cold store: the pieces holding the step's tokens' rows are
+// touched before the step reads them (ColdStore::touch), once for the whole step.
+static void touch_cold_rows(std::span<const Op> ops, const StepDesc& step, CpuState& st) {
+  for (const Op& op : ops) {
+    const auto* e = std::get_if<EmbedOp>(&op);
+    if (e == nullptr) continue;
+    const CpuMatrix& m = cpu_matrix(e->table);
+    if (!m.cold_store || m.cold_unit == 0) continue;
+    std::vector<int>& ids = st.embed_cold_ids;
+    ids.clear();
+    const size_t stride = m.weight.row_stride;
+    for (const int32_t tok : step.token) {
+      const size_t at = static_cast<size_t>(tok) * stride;
+      for (size_t u = at / m.cold_unit; u <= (at + stride - 1) / m.cold_unit; ++u) {
+        ids.push_back(m.cold_id + static_cast<int>(u));
+      }
+    }
+    m.cold_store->touch(ids);
+  }
+}
+
 void CpuBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecState& state,
                          ThreadPool& pool, StepObserver* observer) {
   auto* st = dynamic_cast<CpuState*>(&state);
@@ -636,6 +657,7 @@ void CpuBackend::execute(std::span<const Op> ops, const StepDesc& step, ExecStat
   }
   for (int i = 0; i < products; ++i) st->counters[static_cast<size_t>(i)].next.store(0, std::memory_order_relaxed);
   group_lora_rows(ops, step, *st);
+  touch_cold_rows(ops, step, *st);
   const kernels::KernelSet& set = set_;
   pool.run([&](int ith, int nth) { Executor(set, *st, step, ops, pool, observer, ith, nth).run(); });
 }
