@@ -156,13 +156,27 @@ void ColdStore::set_budget(uint64_t bytes) {
 }
 
 void ColdStore::release(Entry& e) {
-  madvise(const_cast<uint8_t*>(e.p), e.n, MADV_DONTNEED);
-  if (opt_.drop_page_cache) {
-    posix_fadvise(fd_, static_cast<off_t>(e.offset), static_cast<off_t>(e.n), POSIX_FADV_DONTNEED);
-  }
+  ranges_.push_back({e.p, e.n, e.offset});
   e.mapped = false;
   mapped_ -= e.n;
   ++releases_;
+}
+
+// One call per run of adjacent ranges: an expert's three matrices sit side by side and are
+// read and given back together, and each call interrupts the other threads (a TLB flush).
+void ColdStore::advise(int advice) {
+  std::sort(ranges_.begin(), ranges_.end(), [](const Range& a, const Range& b) { return a.p < b.p; });
+  for (size_t i = 0; i < ranges_.size();) {
+    Range run = ranges_[i];
+    size_t j = i + 1;
+    while (j < ranges_.size() && ranges_[j].p == run.p + run.n) run.n += ranges_[j++].n;
+    madvise(const_cast<uint8_t*>(run.p), run.n, advice);
+    if (advice == MADV_DONTNEED && opt_.drop_page_cache) {
+      posix_fadvise(fd_, static_cast<off_t>(run.offset), static_cast<off_t>(run.n), POSIX_FADV_DONTNEED);
+    }
+    i = j;
+  }
+  ranges_.clear();
 }
 
 void ColdStore::touch(std::span<const int> ids) {
@@ -180,11 +194,12 @@ void ColdStore::touch(std::span<const int> ids) {
     ++faults_in_;
     lru_.push_front(id);
     e.lru = lru_.begin();
-    // Start reading it in while the step gets to it (a no-op for pages in the page cache).
-    // Mapping its pages here in one call (MADV_POPULATE_READ) was measured slower: thread 0
-    // would map them alone while the others wait, where faults spread over the threads.
-    madvise(const_cast<uint8_t*>(e.p), e.n, MADV_WILLNEED);
+    ranges_.push_back({e.p, e.n, e.offset});
   }
+  // Start reading what returns while the step gets to it (a no-op for pages in the page
+  // cache). Mapping its pages here in one call (MADV_POPULATE_READ) was measured slower:
+  // thread 0 would map them alone while the others wait, where faults spread over both.
+  advise(MADV_WILLNEED);
   while (mapped_ > budget_ && !lru_.empty()) {
     Entry& old = entries_[static_cast<size_t>(lru_.back())];
     if (old.stamp == now) break;  // everything left was touched by this call
@@ -192,6 +207,7 @@ void ColdStore::touch(std::span<const int> ids) {
     old.lru = lru_.end();
     release(old);
   }
+  advise(MADV_DONTNEED);
 }
 
 ColdStore::Stats ColdStore::stats() const {

@@ -85,7 +85,8 @@ class ColdStore {
   };
   // Writes the bytes taken so far to the file and drops them from this process.
   void settle();
-  void release(Entry& e);
+  void release(Entry& e);  // queued: advise() gives it back
+  void advise(int advice);  // madvise over ranges_, adjacent ones joined; clears them
 
   Options opt_;
   int fd_ = -1;
@@ -101,6 +102,12 @@ class ColdStore {
   mutable std::mutex mu_;
   std::vector<Entry> entries_;
   std::list<int> lru_;  // most recently touched first
+  struct Range {
+    const uint8_t* p;
+    size_t n;
+    uint64_t offset;
+  };
+  std::vector<Range> ranges_;  // entries touch() brings in or gives back, advised together
   uint64_t clock_ = 0, mapped_ = 0, budget_ = 0, releases_ = 0, faults_in_ = 0;
 };
 
