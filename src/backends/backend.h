@@ -91,10 +91,11 @@ struct HostMatrix {
   int64_t n_cols = 0;  // a multiple of the type's block size
   const uint8_t* data = nullptr;
   size_t row_stride = 0;
-  // Non-null: a matrix steps read rarely (an expert), which a host backend may keep in this
-  // store, behind the page cache, instead of in memory of its own; the executor touches it
-  // (ColdStore::touch) in the steps that read it. Where the store cannot grow, or on a
-  // device backend, the matrix is held as any other.
+  // Non-null: a matrix steps read rarely or in parts (an expert; an embedding table, a row
+  // per token), which a host backend may keep in this store, behind the page cache, instead
+  // of in memory of its own; the executor touches what a step reads of it
+  // (ColdStore::touch). Where the store cannot grow, or on a device backend, the matrix is
+  // held as any other.
   std::shared_ptr<ColdStore> cold;
 };
 
