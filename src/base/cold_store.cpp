@@ -197,8 +197,8 @@ void ColdStore::touch(std::span<const int> ids) {
     ranges_.push_back({e.p, e.n, e.offset});
   }
   // Start reading what returns while the step gets to it (a no-op for pages in the page
-  // cache). Mapping its pages here in one call (MADV_POPULATE_READ) was measured slower:
-  // thread 0 would map them alone while the others wait, where faults spread over both.
+  // cache). The pages are mapped by the faults of the threads that read them, spread over
+  // all of them, not here, where one thread would map them while the others wait.
   advise(MADV_WILLNEED);
   while (mapped_ > budget_ && !lru_.empty()) {
     Entry& old = entries_[static_cast<size_t>(lru_.back())];
