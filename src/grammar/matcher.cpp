@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "tokenizer/tokenizer.h"
 
@@ -216,9 +217,26 @@ void CompiledGrammar::store_mask(const std::vector<uint32_t>& key, std::shared_p
   }
 }
 
+std::shared_ptr<const CompiledGrammar::TopMask> CompiledGrammar::find_top(const std::vector<uint32_t>& key) const {
+  std::lock_guard lock(mu_);
+  auto it = tops_.find(key);
+  return it == tops_.end() ? nullptr : it->second;
+}
+
+void CompiledGrammar::store_top(const std::vector<uint32_t>& key, std::shared_ptr<const TopMask> top) const {
+  const size_t bytes = sizeof(TopMask) + 64 + 4 * key.size() + 8 * top->bits.size() + 4 * top->ids.size() +
+                       4 * top->pops.size();
+  std::lock_guard lock(mu_);
+  if (top_bytes_ + bytes > kMaxTopBytes) {
+    tops_.clear();
+    top_bytes_ = 0;
+  }
+  if (tops_.emplace(key, std::move(top)).second) top_bytes_ += bytes;
+}
+
 CompiledGrammar::CacheStats CompiledGrammar::cache_stats() const {
   std::lock_guard lock(mu_);
-  return CacheStats{hits_, misses_, cache_.size()};
+  return CacheStats{hits_, misses_, cache_.size(), tops_.size(), top_bytes_};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -284,6 +302,13 @@ int32_t Matcher::set_id(std::vector<const StackNode*> set) {
   std::array<int32_t, 256> row;
   row.fill(kUnknown);
   dfa_.next.push_back(row);
+  TokenTrie::ByteSet first{};
+  const std::vector<Element>& el = g_->grammar().elements();
+  for (const StackNode* s : set) {
+    const ByteSet& b = g_->grammar().byte_set(el[s->pos].index);
+    for (size_t w = 0; w < 4; ++w) first[w] |= b.bits[w];
+  }
+  dfa_.first.push_back(first);
   dfa_.loop.push_back(TokenTrie::ByteSet{});
   dfa_.loop_known.push_back(0);
   dfa_.ids.emplace(std::move(set), id);
@@ -294,9 +319,12 @@ const TokenTrie::ByteSet& Matcher::self_loop(int32_t id) {
   const auto i = static_cast<size_t>(id);
   if (!dfa_.loop_known[i]) {
     TokenTrie::ByteSet loop{};
-    for (int b = 0; b < 256; ++b) {
-      const int32_t t = transition(id, static_cast<uint8_t>(b));
-      if (t != kDead && (t >> 1) == id) loop[static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
+    const TokenTrie::ByteSet first = dfa_.first[i];
+    for (unsigned w = 0; w < 4; ++w) {
+      for (uint64_t bits = first[w]; bits != 0; bits &= bits - 1) {
+        const auto b = static_cast<uint8_t>(w * 64 + static_cast<unsigned>(std::countr_zero(bits)));
+        if (transition(id, b) == (id << 1)) loop[w] |= uint64_t{1} << (b & 63u);
+      }
     }
     dfa_.loop[i] = loop;  // transition() may have grown the vectors: index again
     dfa_.loop_known[i] = 1;
@@ -323,29 +351,25 @@ int32_t Matcher::transition(int32_t id, uint8_t b) {
 // in compute_mask (a set's self-loop costs its 256 transitions the first time).
 constexpr uint32_t kWholeSubtreeTokens = 32;
 
-std::shared_ptr<const TokenMask> Matcher::compute_mask() {
+bool Matcher::walk(uint32_t root, int32_t set, Spans& spans, std::vector<uint32_t>* pops) {
   const TokenTrie& t = g_->trie();
-  auto mask = std::make_shared<TokenMask>((static_cast<size_t>(t.n_vocab()) + 63) / 64, 0);
-  TokenMask& m = *mask;
-  // Bounded memory: the automaton and its nodes start over when they have grown large.
-  if (dfa_.sets.size() > 2000 || scratch_.size() > 1'000'000) {
-    dfa_.clear();
-    scratch_.clear();
-  }
   // Depth-first over the trie, each frame holding the stack set after its node's bytes.
+  // Children whose byte no stack of the set matches are dead without a transition.
   struct Frame {
     uint32_t node;
     uint32_t next_child;
     int32_t set;
   };
-  std::vector<Frame> path{{0, 0, set_id(ready_)}};
+  std::vector<Frame> path{{root, 0, set}};
+  size_t reached_here = 0;
   const auto& nodes = t.nodes();
-  const auto& toks = t.tokens();
-  // Allows the tokens tokens()[from, to).
+  // Allows the tokens tokens()[from, to), joined to the run before where they follow it.
   auto allow = [&](uint32_t from, uint32_t to) {
-    for (uint32_t i = from; i < to; ++i) {
-      const auto id = static_cast<uint32_t>(toks[i]);
-      m[id >> 6] |= uint64_t{1} << (id & 63);
+    if (from == to) return;
+    if (!spans.empty() && spans.back().second == from) {
+      spans.back().second = to;
+    } else {
+      spans.emplace_back(from, to);
     }
   };
   while (!path.empty()) {
@@ -356,28 +380,171 @@ std::shared_ptr<const TokenMask> Matcher::compute_mask() {
       continue;
     }
     const uint32_t child = n.first_child + f.next_child++;
-    const int32_t tr = transition(f.set, nodes[child].byte);
+    const uint8_t b = nodes[child].byte;
+    if (((dfa_.first[static_cast<size_t>(f.set)][b >> 6u] >> (b & 63u)) & 1u) == 0) continue;
+    const int32_t tr = transition(f.set, b);
     if (tr == kDead) continue;
     // The token's bytes are all consumed: allowed (accepting or not: stacks remain).
     allow(nodes[child].tokens_begin, nodes[child].tokens_end);
+    ++reached_here;
+    if (nodes[child].n_children == 0) continue;
+    if ((tr & 1) != 0 && pops != nullptr) {
+      pops->push_back(child);
+      // Running out at a large share of the nodes reached (a loop's element, cut below it,
+      // ends after every byte) or at very many: the split would not pay.
+      const size_t np = pops->size();
+      if (np > CompiledGrammar::kMaxPops || (np > 16 && np * 4 > reached_here)) return false;
+    }
     const int32_t next_set = tr >> 1;
-    if (nodes[child].n_children > 0 && !dfa_.sets[static_cast<size_t>(next_set)].empty()) {
-      // A large subtree whose every byte leads the set back to itself (the inside of a
-      // string, most often) has every token allowed: its tokens are marked without walking
-      // it. The same tokens as the walk: each of its nodes would be reached in this set.
-      const uint32_t end = t.subtree_end(child);
-      if (end - nodes[child].tokens_end >= kWholeSubtreeTokens) {
-        const TokenTrie::ByteSet& loop = self_loop(next_set);
-        const TokenTrie::ByteSet& below = t.bytes_below(child);
-        if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
-            (below[3] & ~loop[3]) == 0) {
-          allow(nodes[child].tokens_end, end);
-          continue;
-        }
+    if (dfa_.sets[static_cast<size_t>(next_set)].empty()) continue;
+    // A large subtree whose every byte leads the set back to itself (the inside of a
+    // string, most often) has every token allowed: its tokens are marked without walking
+    // it. The same tokens as the walk: each of its nodes would be reached in this set, and
+    // none of them reaches the bottom.
+    const uint32_t end = t.subtree_end(child);
+    if (end - nodes[child].tokens_end >= kWholeSubtreeTokens) {
+      const TokenTrie::ByteSet& loop = self_loop(next_set);
+      const TokenTrie::ByteSet& below = t.bytes_below(child);
+      if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
+          (below[3] & ~loop[3]) == 0) {
+        allow(nodes[child].tokens_end, end);
+        continue;
       }
-      path.push_back(Frame{child, 0, next_set});
+    }
+    path.push_back(Frame{child, 0, next_set});
+  }
+  return true;
+}
+
+namespace {
+
+// Token ids of the runs of tokens() in `spans` into m.
+void mark(const std::vector<int32_t>& toks, const std::vector<std::pair<uint32_t, uint32_t>>& spans, TokenMask& m) {
+  for (const auto& [from, to] : spans) {
+    for (uint32_t i = from; i < to; ++i) {
+      const auto id = static_cast<uint32_t>(toks[i]);
+      m[id >> 6] |= uint64_t{1} << (id & 63);
     }
   }
+}
+
+// A part with at most this many tokens lists them; one with more keeps a mask, which costs
+// about as much to add as this many single bits.
+constexpr size_t kListedTokens = 768;
+
+}  // namespace
+
+std::shared_ptr<const CompiledGrammar::TopMask> Matcher::top_mask(uint32_t node, const StackNode* s,
+                                                                  const StackNode** rest) {
+  const TokenTrie& t = g_->trie();
+  std::vector<uint32_t> key{node};
+  std::shared_ptr<const CompiledGrammar::TopMask> top;
+  const StackNode* below = s;
+  for (int depth = 1; depth <= kMaxCut && below != nullptr; ++depth) {
+    key.push_back(below->pos);
+    below = below->next;
+    top = g_->find_top(key);
+    if (!top) {
+      --split_budget_;
+      auto fresh = std::make_shared<CompiledGrammar::TopMask>();
+      // The stack cut below its top `depth` positions: reaching its bottom is running out.
+      const StackNode* cut = nullptr;
+      for (size_t i = key.size(); i-- > 1;) cut = scratch_.intern(key[i], cut);
+      Spans spans;
+      if (!walk(node, set_id({cut}), spans, &fresh->pops)) {
+        fresh->pops.clear();
+        fresh->broad = true;
+      } else {
+        size_t n = 0;
+        for (const auto& [from, to] : spans) n += to - from;
+        if (n > kListedTokens) {
+          fresh->bits.assign((static_cast<size_t>(t.n_vocab()) + 63) / 64, 0);
+          mark(t.tokens(), spans, fresh->bits);
+        } else {
+          fresh->ids.reserve(n);
+          for (const auto& [from, to] : spans) {
+            for (uint32_t i = from; i < to; ++i) fresh->ids.push_back(t.tokens()[i]);
+          }
+        }
+      }
+      g_->store_top(key, fresh);
+      top = std::move(fresh);
+    }
+    if (!top->broad) break;
+  }
+  *rest = below;
+  return top;
+}
+
+void Matcher::mask_below(uint32_t node, const std::vector<const StackNode*>& stacks, TokenMask& m) {
+  // Each stack's top part, and the trie nodes below which its rest takes over.
+  std::vector<const StackNode*> rests;
+  std::vector<std::pair<uint32_t, uint32_t>> below;  // (trie node, index in rests)
+  std::vector<const StackNode*> whole;                // stacks with broad tops
+  // Below a node with few tokens under it, a walk costs less than finding its parts.
+  const TokenTrie& t = g_->trie();
+  const bool split = node == 0 || (split_budget_ > 0 && t.subtree_end(node) - t.nodes()[node].tokens_end >= kSplitTokens);
+  for (const StackNode* s : stacks) {
+    if (!split) {
+      whole.push_back(s);
+      continue;
+    }
+    const StackNode* rest = nullptr;
+    const std::shared_ptr<const CompiledGrammar::TopMask> top = top_mask(node, s, &rest);
+    if (top->broad) {
+      whole.push_back(s);
+      continue;
+    }
+    if (!top->bits.empty()) {
+      for (size_t w = 0; w < m.size(); ++w) m[w] |= top->bits[w];
+    }
+    for (int32_t id : top->ids) m[static_cast<uint32_t>(id) >> 6] |= uint64_t{1} << (static_cast<uint32_t>(id) & 63);
+    // A stack with nothing below the cut ends the text where the cut stack runs out.
+    if (top->pops.empty() || rest == nullptr) continue;
+    auto r = static_cast<uint32_t>(std::find(rests.begin(), rests.end(), rest) - rests.begin());
+    if (r == rests.size()) rests.push_back(rest);
+    for (uint32_t n : top->pops) below.emplace_back(n, r);
+  }
+  if (!whole.empty()) {
+    Spans spans;
+    walk(node, set_id(whole), spans, nullptr);
+    mark(t.tokens(), spans, m);
+  }
+  if (below.empty()) return;
+  std::sort(below.begin(), below.end());
+  below.erase(std::unique(below.begin(), below.end()), below.end());
+  // The stacks each rest stands for once the part above it has been matched.
+  std::vector<std::vector<const StackNode*>> ready(rests.size());
+  const Grammar& gr = g_->grammar();
+  for (size_t r = 0; r < rests.size(); ++r) {
+    bool acc = false;
+    expand(gr, rests[r], scratch_, ready[r], acc, next_epoch());
+  }
+  // Below each node, the rests that take over there, split again from that node.
+  std::vector<const StackNode*> set;
+  for (size_t i = 0; i < below.size();) {
+    const uint32_t at = below[i].first;
+    set.clear();
+    for (; i < below.size() && below[i].first == at; ++i) {
+      const auto& more = ready[below[i].second];
+      set.insert(set.end(), more.begin(), more.end());
+    }
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    if (!set.empty()) mask_below(at, set, m);
+  }
+}
+
+std::shared_ptr<const TokenMask> Matcher::compute_mask() {
+  const TokenTrie& t = g_->trie();
+  auto mask = std::make_shared<TokenMask>((static_cast<size_t>(t.n_vocab()) + 63) / 64, 0);
+  // Bounded memory: the automaton and its nodes start over when they have grown large.
+  if (dfa_.sets.size() > 2000 || scratch_.size() > 1'000'000) {
+    dfa_.clear();
+    scratch_.clear();
+  }
+  split_budget_ = kSplitBudget;
+  mask_below(0, ready_, *mask);
   return mask;
 }
 

@@ -6,10 +6,18 @@
 // stacks are one node and a repetition that returns to the same place in the grammar makes
 // no new node: the set stays as small as the grammar's ambiguity at that point.
 //
-// The mask of allowed next tokens walks the vocabulary's byte trie with the stack set,
-// pruning every subtree whose prefix no stack accepts. Masks are cached per compiled grammar
-// by the structure of the stack set, so every request with the same schema shares them: in a
-// JSON string, each token after the first finds its mask in the cache.
+// The mask of allowed next tokens walks the vocabulary's byte trie, pruning every subtree
+// whose prefix no stack accepts. It is computed in parts. What a stack allows depends on
+// its top few elements until they are all matched and the stack pops into the rest below
+// them; so a walk with the stack cut below its top gives the tokens allowed whatever lies
+// beneath and the trie nodes where the cut stack ran out. Below each such node the real
+// stack's rest takes over, and is split the same way, from that node. The parts are cached
+// per compiled grammar by (trie node, positions above the cut), shared at every depth of
+// nesting and by every request, so a new stack set mostly combines parts already known.
+// The cut is one element deep where that pops at few nodes, deeper where it pops at many
+// (a loop's element ends after every byte of it). Whole masks are cached too, by the
+// structure of the stack set: in a JSON string, each token after the first finds its mask
+// there.
 #pragma once
 
 #include <array>
@@ -127,13 +135,37 @@ class CompiledGrammar {
   // The cached mask for a stack-set key, or null.
   std::shared_ptr<const TokenMask> find_mask(const std::vector<uint32_t>& key) const;
   void store_mask(const std::vector<uint32_t>& key, std::shared_ptr<const TokenMask> mask) const;
+
+  // What a stack cut below its top few positions allows below a trie node (the root for a
+  // whole token), whatever lies below the cut: the tokens it allows outright (as a mask
+  // where they are many, else listed), and the trie nodes (with children) after whose bytes
+  // the cut stack may have run out, where the tokens below depend on the stack's rest.
+  // Where it runs out at too many nodes (more than kMaxPops, or a large share of those it
+  // reaches: a loop's element ends after each of its bytes) the split does not pay: the
+  // part is `broad`, without the rest, and the stack is cut deeper or walked whole.
+  struct TopMask {
+    TokenMask bits;
+    std::vector<int32_t> ids;
+    std::vector<uint32_t> pops;
+    bool broad = false;
+  };
+  static constexpr size_t kMaxPops = 256;
+  // Keyed by the trie node, then the positions above the cut, top first.
+  std::shared_ptr<const TopMask> find_top(const std::vector<uint32_t>& key) const;
+  void store_top(const std::vector<uint32_t>& key, std::shared_ptr<const TopMask> top) const;
+
   struct CacheStats {
     uint64_t hits = 0, misses = 0;
     size_t entries = 0;
+    size_t tops = 0;  // (trie node, positions above the cut) parts cached
+    size_t top_bytes = 0;
   };
   CacheStats cache_stats() const;
 
   static constexpr size_t kMaxCachedMasks = 512;
+  // Parts are few in most grammars, and small but at the root; past this many bytes of them
+  // the table starts over.
+  static constexpr size_t kMaxTopBytes = size_t{2} << 20;
 
  private:
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenTrie> trie, std::string description)
@@ -153,6 +185,8 @@ class CompiledGrammar {
     std::list<std::vector<uint32_t>>::iterator at;
   };
   mutable std::unordered_map<std::vector<uint32_t>, Entry, KeyHash> cache_;
+  mutable std::unordered_map<std::vector<uint32_t>, std::shared_ptr<const TopMask>, KeyHash> tops_;
+  mutable size_t top_bytes_ = 0;
   mutable uint64_t hits_ = 0, misses_ = 0;
 };
 
@@ -179,12 +213,33 @@ class Matcher {
   const CompiledGrammar& compiled() const { return *g_; }
   // Stack nodes made so far (shared with copies), for tests and bounds.
   size_t n_nodes() const { return arena_->size(); }
+  // Stacks alive now (the parses the text so far has).
+  size_t n_stacks() const { return ready_.size(); }
   // Bound on the stacks alive at once; a grammar more ambiguous than this fails the match.
   static constexpr size_t kMaxStacks = 1024;
 
  private:
   void key(std::vector<uint32_t>& out) const;
   std::shared_ptr<const TokenMask> compute_mask();
+  // The part of stack `s` below trie node `node`, cut as deep as it takes (at most
+  // kMaxCut positions); *rest: what lies below the cut (null: nothing, the part is exact).
+  std::shared_ptr<const CompiledGrammar::TopMask> top_mask(uint32_t node, const StackNode* s, const StackNode** rest);
+  static constexpr int kMaxCut = 4;
+  // Parts computed per mask before the rest of it is walked whole (bounds the work of a
+  // grammar whose parts do not pay).
+  static constexpr int kSplitBudget = 1024;
+  // Below the root, only nodes with at least this many tokens under them are split.
+  static constexpr uint32_t kSplitTokens = 256;
+  int split_budget_ = 0;
+  // Adds the tokens below trie node `node` that the ready stacks `stacks` allow to `m`.
+  void mask_below(uint32_t node, const std::vector<const StackNode*>& stacks, TokenMask& m);
+  // Runs of tokens()[first, second) a walk allows.
+  using Spans = std::vector<std::pair<uint32_t, uint32_t>>;
+  // Walks the trie below `node` from the stack set `set`, listing the tokens whose bytes
+  // the set accepts in `spans`; with `pops`, also lists the nodes where the set's bottom is
+  // reached (a cut stack ran out) and the walk may go on below, and gives up (false) past
+  // CompiledGrammar::kMaxPops of them or where they are a large share of the nodes reached.
+  bool walk(uint32_t node, int32_t set, Spans& spans, std::vector<uint32_t>* pops);
 
   std::shared_ptr<const CompiledGrammar> g_;
   std::shared_ptr<NodeArena> arena_;  // shared with forks (nodes are immutable)
@@ -202,13 +257,17 @@ class Matcher {
     };
     std::vector<std::vector<const StackNode*>> sets;
     std::vector<std::array<int32_t, 256>> next;  // (id << 1 | accept), kDead, or kUnknown
-    // The bytes that lead from a set back to itself, once asked for (self_loop).
+    // The bytes some stack of the set matches next: every other byte is dead from it.
+    std::vector<TokenTrie::ByteSet> first;
+    // The bytes that lead from a set back to itself without reaching the bottom, once
+    // asked for (self_loop).
     std::vector<TokenTrie::ByteSet> loop;
     std::vector<uint8_t> loop_known;
     std::unordered_map<std::vector<const StackNode*>, int32_t, Hash> ids;
     void clear() {
       sets.clear();
       next.clear();
+      first.clear();
       loop.clear();
       loop_known.clear();
       ids.clear();

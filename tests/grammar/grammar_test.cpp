@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -253,19 +254,117 @@ TEST(Matcher, MaskEqualsATokenByTokenCheckOnTheRealVocabulary) {
 }
 
 // The same over states whose masks take the subtree shortcut in different ways: JSON mode's
-// long strings (every byte but a quote, a backslash and control bytes loops) and numbers,
-// and a GBNF repetition of a small class (lower-case letters and spaces loop, nothing else).
+// long strings (every byte but a quote, a backslash and control bytes loops), numbers and
+// nesting, and a GBNF repetition of a small class (lower-case letters and spaces loop,
+// nothing else).
 TEST(Matcher, MasksOverSelfLoopingStatesEqualTokenByTokenChecks) {
   REQUIRE_MODEL();
   auto trie = TokenTrie::build(*metro::testing::default_model().tokenizer);
+  auto json_mode = compiled(json_object_grammar(), trie);
   expect_masks_equal_token_checks(
-      compiled(json_object_grammar(), trie),
+      json_mode,
       R"({"note": "a long sentence with spaces, commas, digits 12345 and an escape \" here", "n": [1.5e3, -2, 300000],)"
       R"( "nested": {"k": "v\u00e9w"}})");
+  // The same grammar again, its cached parts now met at other depths of nesting.
+  expect_masks_equal_token_checks(
+      json_mode, R"({"a": [[{"b": [1, {"c": "x y"}]}], {"d": {"e": {"f": [true, null, "z", {"g": []}]}}}], "h": 0})");
+  EXPECT_GT(json_mode->cache_stats().tops, 0u);
   auto gb = gbnf_grammar(R"(root ::= [a-z ]+ "." [0-9]*)");
   ASSERT_TRUE(gb.ok()) << gb.status().message();
   expect_masks_equal_token_checks(compiled(std::move(*gb), trie),
                                   "the quick brown fox jumps over the lazy dog and then some more words.2026");
+}
+
+// Random recursive grammars over a small alphabet and a vocabulary of 4,000 random pieces of
+// it: at every step of random generations the mask equals the token-by-token check. Masks
+// are assembled from parts cut below a few stack positions and cached by the compiled
+// grammar; its matchers run one after the other, so later ones reuse parts computed at other
+// depths of nesting (rules recurse after a byte), with other rests below the cut. The
+// vocabulary's subtrees are large enough that parts are also found below trie nodes, and
+// loops of a class (cut below them, they run out after every byte) take the whole walk.
+TEST(Matcher, MasksFromSharedPartsEqualTokenChecksOnRandomGrammars) {
+  const std::string alpha = "ab[],\" 01";
+  std::mt19937 rng(20261207);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  std::vector<std::string> pieces;
+  std::set<std::string> seen;
+  for (char c : alpha) {
+    pieces.emplace_back(1, c);
+    seen.insert(pieces.back());
+  }
+  while (pieces.size() < 4000) {
+    std::string p;
+    for (size_t len = 2 + pick(6); p.size() < len;) p += alpha[pick(alpha.size())];
+    if (seen.insert(p).second) pieces.push_back(p);
+  }
+  pieces.emplace_back("<eos>");
+  const auto eos = static_cast<int32_t>(pieces.size() - 1);
+  auto trie = TokenTrie::from_pieces(pieces, {eos});
+  auto literal = [&](Builder& b) {
+    std::string l;
+    for (size_t len = 1 + pick(2); l.size() < len;) l += alpha[pick(alpha.size())];
+    return b.literal(l);
+  };
+  auto klass = [&](Builder& b) {
+    ByteSet set;
+    while (set.empty()) {
+      for (char c : alpha) {
+        if (pick(3) == 0) set.add(static_cast<uint8_t>(c));
+      }
+    }
+    return b.bytes(set);
+  };
+  size_t steps = 0, split = 0;
+  for (int gi = 0; gi < 16; ++gi) {
+    Builder b;
+    std::vector<uint32_t> rules;
+    for (int r = 0; r < 5; ++r) rules.push_back(b.declare("r" + std::to_string(r)));
+    for (size_t r = 0; r < rules.size(); ++r) {
+      const size_t n_alts = 1 + pick(3);
+      for (size_t a = 0; a < n_alts; ++a) {
+        // Each alternative begins with a byte, so recursion is never left recursion; the
+        // first has no references, so every rule can end.
+        std::vector<Element> seq{pick(2) == 0 ? literal(b) : klass(b)};
+        for (size_t len = pick(4); len > 0; --len) {
+          switch (pick(a == 0 ? 3 : 5)) {
+            case 0: seq.push_back(literal(b)); break;
+            case 1: seq.push_back(b.star(klass(b))); break;
+            case 2: seq.push_back(b.opt(literal(b))); break;
+            default: seq.push_back(b.ref(rules[pick(rules.size())])); break;
+          }
+        }
+        // The others nest: a reference, then maybe a closing byte.
+        if (a > 0) {
+          seq.push_back(b.ref(rules[pick(rules.size())]));
+          if (pick(2) == 0) seq.push_back(literal(b));
+        }
+        b.define(rules[r], b.seq(seq));
+      }
+    }
+    auto g = compiled(b.take(rules[0]), trie);
+    for (int run = 0; run < 4; ++run) {
+      Matcher m(g);
+      TokenMask mask;
+      // Ambiguous grammars double their parses at each level; a run stops well before the
+      // matcher's bound on stacks (where accept_token refuses what the mask allows).
+      for (int step = 0; step < 48 && m.n_stacks() <= 64; ++step) {
+        m.fill_mask(mask);
+        std::vector<int32_t> next;
+        for (int32_t t = 0; t < trie->n_vocab(); ++t) {
+          ASSERT_EQ(mask_has(mask, t), m.allows(t)) << "grammar " << gi << " run " << run << " step " << step
+                                                    << " token '" << pieces[static_cast<size_t>(t)] << "'\n"
+                                                    << g->grammar().to_string();
+          if (mask_has(mask, t) && t != eos) next.push_back(t);
+        }
+        ++steps;
+        if (next.empty() || (m.is_accepting() && pick(12) == 0)) break;
+        ASSERT_TRUE(m.accept_token(next[pick(next.size())]));
+      }
+    }
+    split += g->cache_stats().tops > 0 ? 1 : 0;
+  }
+  EXPECT_GT(steps, 800u);
+  EXPECT_EQ(split, 16u) << "every grammar's masks were assembled from parts";
 }
 
 }  // namespace
