@@ -226,6 +226,9 @@ class Backend {
   // Whether AttentionOp::softcap is honoured; a model that caps its attention scores is
   // refused on a backend without it.
   virtual bool attention_soft_capping() const { return false; }
+  // Whether AddOp::scale is honoured; a model that scales its sublayers' outputs (granite)
+  // is refused on a backend without it.
+  virtual bool scaled_add() const { return false; }
   // With windowed attention: the alignment of the first key position the attention kernels
   // read for a query (they may read keys before its window back to this boundary), so the
   // KV blocks before it can be given back.

@@ -117,10 +117,12 @@ struct HeadNormOp {
 };
 
 // dst[t] = a[t] + b[t]
+// dst[t] = a[t] + scale * b[t]
 struct AddOp {
   ActId a;
   ActId b;
   ActId dst;
+  float scale = 1.0f;  // other than 1 only where the backend says scaled_add()
 };
 
 // dst[t] = silu(gate[t]) * up[t], or gelu(gate[t]) * up[t] (tanh approximation) when `gelu`

@@ -32,6 +32,9 @@ struct DecoderConfig {
   float rope_local_base = 10000.0f;  // gemma3's; gemma2's windowed layers rotate as the others
   // gemma2: attention scores and logits capped by tanh (0: none).
   float attn_softcap = 0.0f, final_softcap = 0.0f;
+  // granite: factors on the embeddings, on q·k, on each sublayer's output before it joins the
+  // stream, and the logits divided by logit_scale.
+  float embd_scale = 1.0f, attn_scale = 0.0f, residual_scale = 1.0f, logit_scale = 1.0f;
   // phi3: Q, K and V in one matrix (attn_qkv), gate and up in one (ffn_up, gate rows first),
   // a rotation of the first n_rot dimensions of each head (partial_rotary_factor), and
   // LongRoPE: per-pair factors for contexts up to and past rope_orig_ctx, with a factor on
@@ -241,8 +244,9 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   if (d.head_dim % 2 != 0) return data_loss("config.json: the head width is odd");
   METRO_ASSIGN_OR_RETURN(d.eps, cfg_f32(c, "rms_norm_eps", 1e-6f, 1e-12f, 0.1f));
   METRO_ASSIGN_OR_RETURN(d.theta, cfg_f32(c, "rope_theta", 10000.0f, 1.0f, 1e12f));
-  // transformers' defaults: llama and mistral untied, the Qwen configs say, Gemma tied.
-  d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral" && type != "mixtral");
+  // transformers' defaults: llama, mistral and granite untied, the Qwen configs say, Gemma tied.
+  d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral" && type != "mixtral" &&
+                                                  type != "granite");
   if (gemma) {
     METRO_RETURN_IF_ERROR(gemma_config(c, d));
   } else {
@@ -261,7 +265,14 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   }
   d.qk_norm = type == "qwen3" || type == "qwen3_moe" || gemma3;
   if (type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral") METRO_RETURN_IF_ERROR(moe_config(c, type, d));
-  d.permute_qk = d.arch == "llama";
+  d.permute_qk = d.arch == "llama" || d.arch == "granite";
+  if (type == "granite") {
+    // transformers' defaults are 1: attention_multiplier then replaces 1/sqrt(head_dim).
+    METRO_ASSIGN_OR_RETURN(d.embd_scale, cfg_f32(c, "embedding_multiplier", 1.0f, 1e-6f, 1e6f));
+    METRO_ASSIGN_OR_RETURN(d.attn_scale, cfg_f32(c, "attention_multiplier", 1.0f, 1e-6f, 1e6f));
+    METRO_ASSIGN_OR_RETURN(d.residual_scale, cfg_f32(c, "residual_multiplier", 1.0f, 1e-6f, 1e6f));
+    METRO_ASSIGN_OR_RETURN(d.logit_scale, cfg_f32(c, "logits_scaling", 1.0f, 1e-6f, 1e6f));
+  }
   // A window below the context is kept (phi3's too: llama.cpp reads that key and ignores it).
   if ((type == "mistral" || type == "mixtral" || type == "phi3") && c.contains("sliding_window") &&
       c["sliding_window"].is_number_unsigned()) {
@@ -446,6 +457,12 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
     if (d.arch == "gemma3") w.add_f32(a + "rope.freq_base_swa", d.rope_local_base);
   }
   if (d.arch == "gemma2") w.add_f32(a + "attn_logit_softcapping", d.attn_softcap);
+  if (d.arch == "granite") {
+    w.add_f32(a + "embedding_scale", d.embd_scale);
+    w.add_f32(a + "attention.scale", d.attn_scale);
+    w.add_f32(a + "residual_scale", d.residual_scale);
+    w.add_f32(a + "logit_scale", d.logit_scale);
+  }
   if (d.final_softcap > 0.0f) w.add_f32(a + "final_logit_softcapping", d.final_softcap);
   if (!d.longrope_long.empty()) {
     w.add_u32(a + "rope.scaling.original_context_length", d.rope_orig_ctx);

@@ -10,7 +10,7 @@ namespace metro::model {
 bool is_supported_architecture(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
          arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "qwen2moe" || arch == "qwen3moe" ||
-         arch == "bert" || arch == "nomic-bert";
+         arch == "granite" || arch == "bert" || arch == "nomic-bert";
 }
 
 namespace {
@@ -125,8 +125,8 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.architecture = std::string(arch);
   if (!is_supported_architecture(h.architecture)) {
     return unimplemented("architecture '" + h.architecture.substr(0, 64) +
-                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3, qwen2moe, qwen3moe, bert, "
-                         "nomic-bert are)");
+                         "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3, qwen2moe, qwen3moe, "
+                         "granite, bert, nomic-bert are)");
   }
   if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
   const std::string a = h.architecture + ".";
@@ -274,6 +274,26 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
     }
     METRO_RETURN_IF_ERROR(softcap(a + "attn_logit_softcapping", 50.0f, h.attn_softcap));
     METRO_RETURN_IF_ERROR(softcap(a + "final_logit_softcapping", 30.0f, h.final_softcap));
+  }
+  if (h.architecture == "granite") {
+    // llama's layer with four factors: on the embeddings, on q·k (instead of 1/sqrt of the
+    // head size), on each sublayer's output before it joins the stream, and the logits
+    // divided by the last (which the file must give). 0 in the file means none, as
+    // llama.cpp reads it.
+    auto factor = [&](const std::string& key, bool required, float& v) -> Status {
+      if (!f.has(key)) return required ? bad("'" + key + "' missing") : Status{};
+      float x = 0.0f;
+      METRO_ASSIGN_OR_RETURN(x, f.get_f32(key));
+      if (!(std::isfinite(x) && x >= 0.0f && x <= 1e6f) || (required && x == 0.0f)) {
+        return bad("'" + key + "' out of range");
+      }
+      if (x > 0.0f) v = x;
+      return {};
+    };
+    METRO_RETURN_IF_ERROR(factor(a + "embedding_scale", false, h.embd_scale));
+    METRO_RETURN_IF_ERROR(factor(a + "attention.scale", false, h.attn_scale));
+    METRO_RETURN_IF_ERROR(factor(a + "residual_scale", false, h.residual_scale));
+    METRO_RETURN_IF_ERROR(factor(a + "logit_scale", true, h.logit_scale));
   }
   if (h.architecture == "gemma3") {
     h.has_post_norms = true;

@@ -27,8 +27,8 @@ enum class ExpertGating : uint8_t { kSoftmax = 1, kSigmoid = 2 };
 enum class Pooling : uint8_t { kMean = 1, kCls = 2 };
 
 struct HParams {
-  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "bert",
-  // "nomic-bert"
+  // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "granite",
+  // "bert", "nomic-bert"
   std::string architecture;
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
@@ -75,8 +75,13 @@ struct HParams {
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   // The factor on q·k; 0: 1/sqrt(head_dim). The 27B gemma2 and gemma3 models scale by
-  // 1/sqrt(n_embd / n_head) instead (their head_dim is not n_embd / n_head).
+  // 1/sqrt(n_embd / n_head) instead (their head_dim is not n_embd / n_head); granite files
+  // give theirs.
   float attn_scale = 0.0f;
+  // granite: each attention and FFN output is multiplied by residual_scale before it joins
+  // the stream, and the logits are divided by logit_scale.
+  float residual_scale = 1.0f;
+  float logit_scale = 1.0f;
   // bert: an encoder. Bidirectional attention over the whole input (it must be computed in
   // one step, and no prefix of it can be reused), learned position and token-type
   // embeddings, layer norms with biases after each sublayer, biases on every product, an

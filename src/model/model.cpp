@@ -152,6 +152,10 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
   if (hp.is_moe() && !backend->name().starts_with("cpu")) {
     return unimplemented("mixture-of-experts models run on the CPU backend only, not on " + std::string(backend->name()));
   }
+  if (hp.residual_scale != 1.0f && !backend->scaled_add()) {
+    return unimplemented("scaled sublayer outputs (" + hp.architecture + ") are not implemented on the " +
+                         std::string(backend->name()) + " backend");
+  }
   if (hp.attn_softcap > 0.0f && !backend->attention_soft_capping()) {
     return unimplemented("attention soft-capping (" + hp.architecture + ") is not implemented on the " +
                          std::string(backend->name()) + " backend");
@@ -502,7 +506,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
     push_project(project(kAtt, tok, {L.wo.get()}, {kTmp}));
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
-    ops.push_back(AddOp{kX, kTmp, kX});
+    ops.push_back(AddOp{kX, kTmp, kX, hp_.residual_scale});
     ops.push_back(RmsNormOp{kX, kXb, L.ffn_norm.get(), eps, tok});
     if (L.router) {
       // The router's scores and the shared expert's gate and up share their input.
@@ -527,7 +531,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
     }
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_ffn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_ffn_norm.get(), eps, tok});
-    ops.push_back(AddOp{kX, kTmp, kX});
+    ops.push_back(AddOp{kX, kTmp, kX, hp_.residual_scale});
     if (il + 1 < w_.layers.size()) {
       ops.push_back(RmsNormOp{kX, kXb, w_.layers[il + 1].attn_norm.get(), eps, tok});
     } else if (g.ends_model && want_hidden) {
@@ -640,9 +644,14 @@ Expected<ForwardOutput> Model::forward(const Batch& b, std::span<const float> re
     out.n_vocab = static_cast<int>(hp_.n_vocab);
     out.n_rows = n_logits;
     std::span<const float> logits = ws.state_->download(kLogits, static_cast<size_t>(n_logits) * hp_.n_vocab);
+    // The logits are scaled and capped where they arrive, on every backend alike; the
+    // download is the workspace's own buffer, which nothing else reads before the next step.
+    if (hp_.logit_scale != 1.0f) {
+      auto* l = const_cast<float*>(logits.data());
+      const float inv = 1.0f / hp_.logit_scale;
+      for (size_t i = 0; i < logits.size(); ++i) l[i] *= inv;
+    }
     if (hp_.final_softcap > 0.0f) {
-      // The logits are capped where they arrive, on every backend alike; the download is the
-      // workspace's own buffer, which nothing else reads before the next step.
       kernels::softcap(const_cast<float*>(logits.data()), static_cast<int64_t>(logits.size()), hp_.final_softcap);
     }
     out.logits = logits.data();

@@ -338,11 +338,12 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       seen(p + "attn_output.weight", att);
       auto o = matvec(wo, att);
       if (hp.has_post_norms) o = rms_norm(o, pan, hp.rms_eps);
-      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+      const double rs = hp.residual_scale;
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += rs * o[i];
       auto h2 = rms_norm(x[t], fn, hp.rms_eps);
       if (hp.is_moe()) {
         const auto d = moe_ffn(moe, hp, p, h2, observer);
-        for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+        for (size_t i = 0; i < d.size(); ++i) x[t][i] += rs * d[i];
         continue;
       }
       if (!hp.fused_gate_up) seen(p + "ffn_gate.weight", h2);
@@ -356,7 +357,7 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       seen(p + "ffn_down.weight", g);
       auto d = matvec(wd, g);
       if (hp.has_post_norms) d = rms_norm(d, pfn, hp.rms_eps);
-      for (size_t i = 0; i < d.size(); ++i) x[t][i] += d[i];
+      for (size_t i = 0; i < d.size(); ++i) x[t][i] += rs * d[i];
     }
   }
   std::vector<std::vector<float>> logits(T);
@@ -364,6 +365,7 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
     auto h = rms_norm(x[t], out_norm, hp.rms_eps);
     seen(hp.tied_output ? "token_embd.weight" : "output.weight", h);
     auto l = matvec(*head, h);
+    for (double& e : l) e /= static_cast<double>(hp.logit_scale);
     if (hp.final_softcap > 0.0f) {
       for (double& e : l) e = hp.final_softcap * std::tanh(e / hp.final_softcap);
     }

@@ -316,6 +316,24 @@ TEST(ConvertDecoder, Gemma2KeepsItsCapsAndItsLayerPattern) {
   EXPECT_TRUE(hp->has_post_norms);
 }
 
+// granite: its four multipliers under llama.cpp's names, Q and K permuted as for llama (the
+// logits checks of every case show the rotation), the head tied.
+TEST(ConvertDecoder, GraniteKeepsItsFactors) {
+  const Converted conv = convert_or_die(case_dir(case_named("granite_tiny")), kernels::DType::kF32);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(*f->get_string("general.architecture"), "granite");
+  EXPECT_FLOAT_EQ(*f->get_f32("granite.embedding_scale"), 12.0f);
+  EXPECT_FLOAT_EQ(*f->get_f32("granite.attention.scale"), 0.015625f);
+  EXPECT_FLOAT_EQ(*f->get_f32("granite.residual_scale"), 0.22f);
+  EXPECT_FLOAT_EQ(*f->get_f32("granite.logit_scale"), 8.0f);
+  EXPECT_EQ(f->find_tensor("output.weight"), nullptr);
+  auto hp = model::HParams::from_gguf(*f);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  EXPECT_TRUE(hp->tied_output);
+  EXPECT_FLOAT_EQ(hp->residual_scale, 0.22f);
+}
+
 // phi3: the fused matrices kept fused, three quarters of each head rotated, LongRoPE as
 // llama.cpp's phi3 converter writes it (factor tensors, original context, the cos/sin factor
 // sqrt(1 + ln 8 / ln 16) for 128 over 16); what it cannot carry is refused.

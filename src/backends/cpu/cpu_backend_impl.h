@@ -113,6 +113,7 @@ class CpuBackend final : public Backend {
   bool host_memory_complete() const override { return true; }  // vectors are copies
   bool windowed_attention() const override { return true; }
   bool attention_soft_capping() const override { return true; }
+  bool scaled_add() const override { return true; }
   int window_read_align() const override { return kernels::kAttentionKeyChunk; }
   std::unique_ptr<DeviceBuffer> alloc_buffer(size_t bytes) override;
   void copy_bytes(DeviceBuffer& buf, size_t src_offset, size_t dst_offset, size_t n) override;

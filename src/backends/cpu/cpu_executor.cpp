@@ -527,7 +527,15 @@ class Executor {
     for (int h = 0; h < o.n_head; ++h) ks_.rms_norm(x + h * hd, cpu_vector(o.weight), x + h * hd, hd, o.eps);
   }
   void row_op(const AddOp& o, int t) {
-    ks_.add(row(o.a, t), row(o.b, t), row(o.dst, t), static_cast<int64_t>(st_.cols(o.dst)));
+    const auto n = static_cast<int64_t>(st_.cols(o.dst));
+    if (o.scale == 1.0f) {
+      ks_.add(row(o.a, t), row(o.b, t), row(o.dst, t), n);
+      return;
+    }
+    const float* a = row(o.a, t);
+    const float* b = row(o.b, t);
+    float* d = row(o.dst, t);
+    for (int64_t i = 0; i < n; ++i) d[i] = a[i] + o.scale * b[i];
   }
   void row_op(const SwigluOp& o, int t) {
     if (o.gelu) {

@@ -247,6 +247,8 @@ class Launcher {
                      o.n_head, o.scale, st_.attn_scratch.as<float>());
   }
   void operator()(const AddOp& o) {
+    // Models with scaled sublayer outputs are refused on this backend when they load.
+    METRO_CHECK_MSG(o.scale == 1.0f, "a scaled add runs on the CPU backend only");
     launch_add(s_, st_.act(o.a), st_.act(o.b), st_.act(o.dst), int64_t{n_} * st_.cols(o.dst));
   }
   void operator()(const SwigluOp& o) {
