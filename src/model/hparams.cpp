@@ -10,7 +10,7 @@ namespace metro::model {
 bool is_supported_architecture(const std::string& arch) {
   return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" || arch == "phi3" ||
          arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "qwen2moe" || arch == "qwen3moe" ||
-         arch == "granite" || arch == "bert" || arch == "nomic-bert";
+         arch == "granite" || arch == "olmo2" || arch == "bert" || arch == "nomic-bert";
 }
 
 namespace {
@@ -126,7 +126,7 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   if (!is_supported_architecture(h.architecture)) {
     return unimplemented("architecture '" + h.architecture.substr(0, 64) +
                          "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3, qwen2moe, qwen3moe, "
-                         "granite, bert, nomic-bert are)");
+                         "granite, olmo2, bert, nomic-bert are)");
   }
   if (auto n = f.get_string("general.name"); n.ok()) h.name = std::string(*n);
   const std::string a = h.architecture + ".";
@@ -236,7 +236,8 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   // adjacent pairs at conversion.
   const bool gemma = h.architecture == "gemma" || h.architecture == "gemma2" || h.architecture == "gemma3";
   h.rope_type = h.architecture == "qwen2" || h.architecture == "qwen3" || h.architecture == "phi3" || gemma ||
-                        h.architecture == "qwen2moe" || h.architecture == "qwen3moe" || h.architecture == "nomic-bert"
+                        h.architecture == "qwen2moe" || h.architecture == "qwen3moe" || h.architecture == "nomic-bert" ||
+                        h.architecture == "olmo2"
                     ? RopeType::kNeox
                     : RopeType::kNormal;
   if (h.architecture == "gemma2") h.sliding_window = 4096;  // gemma2's window where the file is silent
@@ -326,8 +327,19 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
 
   // Consistency with the tensors present (docs/reliability.md 4): a layer count far above the
   // tensors in the file is refused here, with the first missing tensor's name.
+  if (h.architecture == "olmo2") {
+    // Norms after attention and the FFN only, and query and key norms over the whole
+    // projections.
+    h.pre_norms = false;
+    h.has_post_norms = true;
+    h.qk_norm_full = true;
+    if (h.sliding_window > 0) {
+      return unimplemented("olmo2 files with sliding-window layers (Olmo 3's layout) are not supported");
+    }
+  }
   for (uint32_t il = 0; il < h.n_layer; ++il) {
-    std::string name = "blk." + std::to_string(il) + (h.encoder ? ".attn_output_norm.weight" : ".attn_norm.weight");
+    std::string name = "blk." + std::to_string(il) +
+                       (h.encoder ? ".attn_output_norm.weight" : h.pre_norms ? ".attn_norm.weight" : ".post_attention_norm.weight");
     if (!f.find_tensor(name)) {
       return bad("block_count is " + std::to_string(h.n_layer) + " but tensor '" + name +
                  "' is missing");
@@ -340,6 +352,9 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
   h.fused_gate_up = !h.encoder && f.find_tensor("blk.0.ffn_gate.weight") == nullptr && f.find_tensor("blk.0.ffn_up.weight") != nullptr;
   if (f.find_tensor("blk.0.rope_factors_long.weight") != nullptr) {
     return unimplemented("per-layer LongRoPE factors (blk.N.rope_factors_long); one global pair is supported");
+  }
+  if (h.architecture == "olmo2" && !h.has_qk_norm) {
+    return bad("an olmo2 model needs query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");
   }
   if ((h.architecture == "qwen3" || h.architecture == "qwen3moe") && !h.has_qk_norm) {
     return bad("a " + h.architecture + " model needs per-head query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");

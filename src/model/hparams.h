@@ -28,7 +28,7 @@ enum class Pooling : uint8_t { kMean = 1, kCls = 2 };
 
 struct HParams {
   // "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "granite",
-  // "bert", "nomic-bert"
+  // "olmo2", "bert", "nomic-bert"
   std::string architecture;
   std::string name;          // general.name, may be empty
   uint32_t n_ctx_train = 0;
@@ -57,6 +57,10 @@ struct HParams {
   bool tied_output = false;            // no output.weight: the token embedding is the head
   bool has_qkv_bias = false;           // qwen2
   bool has_qk_norm = false;            // per-head RMS norms of Q and K before RoPE (qwen3)
+  bool qk_norm_full = false;           // olmo2: those norms span all of Q and all of K, not each head
+  // olmo2: no norm before attention or the FFN (blk.N.attn_norm / ffn_norm); they read the
+  // stream itself and their outputs are normed (post norms) before they join it.
+  bool pre_norms = true;
   bool fused_qkv = false;              // one attn_qkv.weight: Q rows, then K, then V (phi3)
   bool fused_gate_up = false;          // ffn_up.weight holds the gate rows, then the up rows (phi3)
   uint32_t sliding_window = 0;         // attention window in tokens; 0: none

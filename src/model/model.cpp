@@ -160,6 +160,10 @@ Expected<std::unique_ptr<Model>> Model::from_file(gguf::File file, const ModelOp
     return unimplemented("attention soft-capping (" + hp.architecture + ") is not implemented on the " +
                          std::string(backend->name()) + " backend");
   }
+  if (hp.qk_norm_full && opts.shard.tp_size > 1) {
+    return unimplemented("tensor-parallel slicing of " + hp.architecture +
+                         " (its query and key norms span every head)");
+  }
   if (!opts.adapters.empty() && !backend->name().starts_with("cpu")) {
     return unimplemented("run-time LoRA adapters run on the CPU backend only, not on " + std::string(backend->name()));
   }
@@ -481,17 +485,22 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
   ops.push_back(RopeAnglesOp{global_rope, kRopeCs});
   if (rope_local_) ops.push_back(RopeAnglesOp{rope_local_.get(), kRopeCsLocal});
   if (g.starts_model()) ops.push_back(EmbedOp{w_.token_embd.get(), kX, hp_.embd_scale});
-  ops.push_back(RmsNormOp{kX, kXb, w_.layers[0].attn_norm.get(), eps, tok});
+  // Attention and the FFN read the normed stream, or (olmo2) the stream itself.
+  const ActId in = hp_.pre_norms ? kXb : kX;
+  if (hp_.pre_norms) ops.push_back(RmsNormOp{kX, kXb, w_.layers[0].attn_norm.get(), eps, tok});
   for (size_t il = 0; il < w_.layers.size(); ++il) {
     const LayerWeights& L = w_.layers[il];
     const int layer = static_cast<int>(il);  // in this shard's KV arena
-    push_project(project(kXb, tok, {L.wq.get(), L.wk.get(), L.wv.get()}, {kQ, kK, kV}));
+    push_project(project(in, tok, {L.wq.get(), L.wk.get(), L.wv.get()}, {kQ, kK, kV}));
     if (L.bq) {
       ops.push_back(AddBiasOp{kQ, L.bq.get()});
       ops.push_back(AddBiasOp{kK, L.bk.get()});
       ops.push_back(AddBiasOp{kV, L.bv.get()});
     }
-    if (L.q_norm) {
+    if (hp_.qk_norm_full) {
+      ops.push_back(RmsNormOp{kQ, kQ, L.q_norm.get(), eps, tok});
+      ops.push_back(RmsNormOp{kK, kK, L.k_norm.get(), eps, tok});
+    } else if (L.q_norm) {
       ops.push_back(HeadNormOp{kQ, L.q_norm.get(), n_head, eps});
       ops.push_back(HeadNormOp{kK, L.k_norm.get(), n_head_kv, eps});
     }
@@ -507,7 +516,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
     if (g.sliced()) ops.push_back(AllReduceOp{kTmp, comm_.get()});
     if (L.post_attn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_attn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX, hp_.residual_scale});
-    ops.push_back(RmsNormOp{kX, kXb, L.ffn_norm.get(), eps, tok});
+    if (hp_.pre_norms) ops.push_back(RmsNormOp{kX, kXb, L.ffn_norm.get(), eps, tok});
     if (L.router) {
       // The router's scores and the shared expert's gate and up share their input.
       if (L.w_gate) {
@@ -525,7 +534,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
         ops.push_back(GatedAddOp{kTmp, kShared, kXb, L.shexp_gate.get()});
       }
     } else {
-      push_project(project(kXb, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
+      push_project(project(in, tok, {L.w_gate.get(), L.w_up.get()}, {kGate, kUp}));
       ops.push_back(SwigluOp{kGate, kUp, kGate, hp_.gelu_ffn});
       push_project(project(kGate, tok, {L.w_down.get()}, {kTmp}));
     }
@@ -533,7 +542,7 @@ void Model::build_ops(bool want_hidden, int n_logits, int n_ctx, bool lora, std:
     if (L.post_ffn_norm) ops.push_back(RmsNormOp{kTmp, kTmp, L.post_ffn_norm.get(), eps, tok});
     ops.push_back(AddOp{kX, kTmp, kX, hp_.residual_scale});
     if (il + 1 < w_.layers.size()) {
-      ops.push_back(RmsNormOp{kX, kXb, w_.layers[il + 1].attn_norm.get(), eps, tok});
+      if (hp_.pre_norms) ops.push_back(RmsNormOp{kX, kXb, w_.layers[il + 1].attn_norm.get(), eps, tok});
     } else if (g.ends_model && want_hidden) {
       ops.push_back(RmsNormOp{kX, kHidden, w_.output_norm.get(), eps, tok});
     }

@@ -238,7 +238,11 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
   }
   for (uint32_t il = 0; il < hp.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    METRO_ASSIGN_OR_RETURN(DenseMat an, dense(f, p + "attn_norm.weight"));
+    DenseMat an, fn;
+    if (hp.pre_norms) {
+      METRO_ASSIGN_OR_RETURN(an, dense(f, p + "attn_norm.weight"));
+      METRO_ASSIGN_OR_RETURN(fn, dense(f, p + "ffn_norm.weight"));
+    }
     DenseMat wq, wk, wv;
     const int64_t n_q = int64_t{n_head} * hd, n_k = int64_t{n_kv} * hd;
     if (hp.fused_qkv) {
@@ -252,7 +256,6 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       METRO_ASSIGN_OR_RETURN(wv, dense(f, p + "attn_v.weight"));
     }
     METRO_ASSIGN_OR_RETURN(DenseMat wo, dense(f, p + "attn_output.weight"));
-    METRO_ASSIGN_OR_RETURN(DenseMat fn, dense(f, p + "ffn_norm.weight"));
     DenseMat wg, wu, wd;
     MoeLayer moe;
     if (hp.is_moe()) {
@@ -285,7 +288,7 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
     }
     std::vector<std::vector<double>> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
-      auto h = rms_norm(x[t], an, hp.rms_eps);
+      auto h = hp.pre_norms ? rms_norm(x[t], an, hp.rms_eps) : x[t];
       if (hp.fused_qkv) {
         seen(p + "attn_qkv.weight", h);
       } else {
@@ -301,7 +304,10 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
         for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += bk.w[i];
         for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += bv.w[i];
       }
-      if (hp.has_qk_norm) {
+      if (hp.qk_norm_full) {
+        q[t] = rms_norm(q[t], qn, hp.rms_eps);
+        k[t] = rms_norm(k[t], kn, hp.rms_eps);
+      } else if (hp.has_qk_norm) {
         head_norm(q[t], n_head, qn, hp.rms_eps);
         head_norm(k[t], n_kv, kn, hp.rms_eps);
       }
@@ -340,7 +346,7 @@ Expected<std::vector<std::vector<float>>> reference_forward(const gguf::File& f,
       if (hp.has_post_norms) o = rms_norm(o, pan, hp.rms_eps);
       const double rs = hp.residual_scale;
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += rs * o[i];
-      auto h2 = rms_norm(x[t], fn, hp.rms_eps);
+      auto h2 = hp.pre_norms ? rms_norm(x[t], fn, hp.rms_eps) : x[t];
       if (hp.is_moe()) {
         const auto d = moe_ffn(moe, hp, p, h2, observer);
         for (size_t i = 0; i < d.size(); ++i) x[t][i] += rs * d[i];

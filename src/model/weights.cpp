@@ -304,7 +304,10 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
     LayerWeights& L = w.layers[ix];
     L.model_layer = il;
     const std::string p = "blk." + std::to_string(il) + ".";
-    METRO_ASSIGN_OR_RETURN(L.attn_norm, b.vector(p + "attn_norm.weight", n_embd));
+    if (hp.pre_norms) {
+      METRO_ASSIGN_OR_RETURN(L.attn_norm, b.vector(p + "attn_norm.weight", n_embd));
+      METRO_ASSIGN_OR_RETURN(L.ffn_norm, b.vector(p + "ffn_norm.weight", n_embd));
+    }
     if (hp.fused_qkv) {
       // Row ranges of one [n_q + 2 n_kv][n_embd] matrix: no copy where the backend reads in place.
       const std::string qkv = p + "attn_qkv.weight";
@@ -324,12 +327,15 @@ Expected<ModelWeights> ModelWeights::bind(const gguf::File& f, const HParams& hp
       METRO_ASSIGN_OR_RETURN(L.bk, b.vector(p + "attn_k.bias", n_kv, static_cast<uint64_t>(k0), static_cast<uint64_t>(k1)));
       METRO_ASSIGN_OR_RETURN(L.bv, b.vector(p + "attn_v.bias", n_kv, static_cast<uint64_t>(k0), static_cast<uint64_t>(k1)));
     }
-    if (hp.has_qk_norm) {
+    if (hp.qk_norm_full) {
+      // One weight per element of Q and of K (the model refuses tensor-parallel slicing).
+      METRO_ASSIGN_OR_RETURN(L.q_norm, b.vector(p + "attn_q_norm.weight", n_q));
+      METRO_ASSIGN_OR_RETURN(L.k_norm, b.vector(p + "attn_k_norm.weight", n_kv));
+    } else if (hp.has_qk_norm) {
       // One weight for every head: a shard's heads use all of it.
       METRO_ASSIGN_OR_RETURN(L.q_norm, b.vector(p + "attn_q_norm.weight", hd));
       METRO_ASSIGN_OR_RETURN(L.k_norm, b.vector(p + "attn_k_norm.weight", hd));
     }
-    METRO_ASSIGN_OR_RETURN(L.ffn_norm, b.vector(p + "ffn_norm.weight", n_embd));
     if (hp.has_post_norms) {
       METRO_ASSIGN_OR_RETURN(L.post_attn_norm, b.vector(p + "post_attention_norm.weight", n_embd));
       METRO_ASSIGN_OR_RETURN(L.post_ffn_norm, b.vector(p + "post_ffw_norm.weight", n_embd));
