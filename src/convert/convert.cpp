@@ -480,7 +480,7 @@ Expected<Prepared> prepare(const std::string& hf_dir, const ConvertOptions& opts
   if (type == "nomic_bert") return detail::convert_nomic_bert(hf_dir, cfg, opts);
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma3_text" ||
       type == "gemma" || type == "gemma2" || type == "phi3" || type == "qwen2_moe" || type == "qwen3_moe" ||
-      type == "mixtral" || type == "granite") {
+      type == "mixtral" || type == "granite" || type == "olmo2") {
     return detail::convert_decoder(hf_dir, cfg, type, opts);
   }
   if (type == "gemma3") {
@@ -497,7 +497,7 @@ Expected<Prepared> prepare(const std::string& hf_dir, const ConvertOptions& opts
   if (type.empty()) return data_loss("config.json has no model_type");
   return unimplemented("model_type '" + type.substr(0, 64) +
                        "': this converter writes llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, gemma, "
-                       "gemma2, gemma3 and granite decoders and bert and nomic_bert encoders; convert other models with "
+                       "gemma2, gemma3, granite and olmo2 decoders and bert and nomic_bert encoders; convert other models with "
                        "llama.cpp's convert_hf_to_gguf.py");
 }
 

@@ -13,8 +13,8 @@
 // into 3-D tensors) and gemma3 (gemma3_text, or
 // the multimodal gemma3's language model: norms shifted to 1 + w, the layer pattern and the
 // local RoPE base), gemma (norms as 1 + w, no post norms), gemma2 (the same norms, every other layer windowed, its attention and
-// logit soft-caps), phi3 (fused QKV and gate/up, partial rotation, LongRoPE) and granite (llama's layer with its
-// embedding, attention, residual and logit factors), with RoPE scaling linear, yarn or llama3 (as rope_freqs.weight) and a
+// logit soft-caps), phi3 (fused QKV and gate/up, partial rotation, LongRoPE), granite (llama's layer with its
+// embedding, attention, residual and logit factors) and olmo2 (post norms only, Q and K normed whole), with RoPE scaling linear, yarn or llama3 (as rope_freqs.weight) and a
 // byte-level BPE or SentencePiece BPE tokenizer (convert/hf_tokenizer.h). Others are
 // refused by name.
 #pragma once

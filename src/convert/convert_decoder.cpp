@@ -244,9 +244,9 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
   if (d.head_dim % 2 != 0) return data_loss("config.json: the head width is odd");
   METRO_ASSIGN_OR_RETURN(d.eps, cfg_f32(c, "rms_norm_eps", 1e-6f, 1e-12f, 0.1f));
   METRO_ASSIGN_OR_RETURN(d.theta, cfg_f32(c, "rope_theta", 10000.0f, 1.0f, 1e12f));
-  // transformers' defaults: llama, mistral and granite untied, the Qwen configs say, Gemma tied.
+  // transformers' defaults: llama, mistral, granite and olmo2 untied, the Qwen configs say, Gemma tied.
   d.tied = cfg_bool(c, "tie_word_embeddings", type != "llama" && type != "mistral" && type != "mixtral" &&
-                                                  type != "granite");
+                                                  type != "granite" && type != "olmo2");
   if (gemma) {
     METRO_RETURN_IF_ERROR(gemma_config(c, d));
   } else {
@@ -263,7 +263,7 @@ Expected<DecoderConfig> decoder_config(const json& c, const std::string& type) {
     d.qkv_bias = d.o_bias = cfg_bool(c, "attention_bias", false);
     if (d.o_bias) return unimplemented("config.json: attention_bias (biases on Q, K, V and the output) is not supported");
   }
-  d.qk_norm = type == "qwen3" || type == "qwen3_moe" || gemma3;
+  d.qk_norm = type == "qwen3" || type == "qwen3_moe" || gemma3 || type == "olmo2";
   if (type == "qwen3_moe" || type == "qwen2_moe" || type == "mixtral") METRO_RETURN_IF_ERROR(moe_config(c, type, d));
   d.permute_qk = d.arch == "llama" || d.arch == "granite";
   if (type == "granite") {
@@ -369,7 +369,7 @@ Expected<std::optional<std::string>> decoder_name(const std::string& hf_name, co
     }
   }
   if (std::regex_match(hf, m, kRe)) {
-    if (d.arch == "gemma3" || d.arch == "gemma2") {
+    if (d.arch == "gemma3" || d.arch == "gemma2" || d.arch == "olmo2") {
       if (auto it = kGemmaNorms.find(m[2].str()); it != kGemmaNorms.end()) {
         return std::optional<std::string>("blk." + m[1].str() + "." + it->second + "." + m[3].str());
       }
@@ -493,9 +493,11 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
   if (!d.tied) want["output.weight"] = {d.n_vocab, d.n_embd};
   for (uint32_t il = 0; il < d.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    want[p + "attn_norm.weight"] = {d.n_embd};
-    want[p + "ffn_norm.weight"] = {d.n_embd};
-    if (d.arch == "gemma3" || d.arch == "gemma2") {
+    if (d.arch != "olmo2") {  // olmo2 norms only the sublayers' outputs
+      want[p + "attn_norm.weight"] = {d.n_embd};
+      want[p + "ffn_norm.weight"] = {d.n_embd};
+    }
+    if (d.arch == "gemma3" || d.arch == "gemma2" || d.arch == "olmo2") {
       want[p + "post_attention_norm.weight"] = {d.n_embd};
       want[p + "post_ffw_norm.weight"] = {d.n_embd};
     }
@@ -512,7 +514,10 @@ Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, cons
       want[p + "attn_k.bias"] = {kv_rows};
       want[p + "attn_v.bias"] = {kv_rows};
     }
-    if (d.qk_norm) {
+    if (d.qk_norm && d.arch == "olmo2") {  // over all of Q and all of K
+      want[p + "attn_q_norm.weight"] = {q_rows};
+      want[p + "attn_k_norm.weight"] = {kv_rows};
+    } else if (d.qk_norm) {
       want[p + "attn_q_norm.weight"] = {d.head_dim};
       want[p + "attn_k_norm.weight"] = {d.head_dim};
     }

@@ -83,8 +83,8 @@ Expected<Prepared> start(const std::string& dir, const json& cfg, const std::str
 // The families.
 Expected<Prepared> convert_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts);
 Expected<Prepared> convert_nomic_bert(const std::string& dir, const json& cfg, const ConvertOptions& opts);
-// llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, gemma, gemma2, gemma3, granite (`type`: config's
-// model_type).
+// llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, phi3, gemma, gemma2, gemma3, granite, olmo2 (`type`:
+// config's model_type).
 Expected<Prepared> convert_decoder(const std::string& dir, const json& cfg, const std::string& type,
                                    const ConvertOptions& opts);
 

@@ -334,6 +334,27 @@ TEST(ConvertDecoder, GraniteKeepsItsFactors) {
   EXPECT_FLOAT_EQ(hp->residual_scale, 0.22f);
 }
 
+// olmo2: no attn_norm or ffn_norm, the post norms under llama.cpp's names, Q and K norms
+// as wide as the projections, Q and K not permuted (it rotates NeoX pairs).
+TEST(ConvertDecoder, Olmo2KeepsItsPostNormsAndWholeQkNorms) {
+  const Converted conv = convert_or_die(case_dir(case_named("olmo2_tiny")), kernels::DType::kF32);
+  auto f = gguf::File::parse(conv.bytes);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(*f->get_string("general.architecture"), "olmo2");
+  EXPECT_EQ(f->find_tensor("blk.0.attn_norm.weight"), nullptr);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_norm.weight"), nullptr);
+  EXPECT_NE(f->find_tensor("blk.1.post_attention_norm.weight"), nullptr);
+  EXPECT_NE(f->find_tensor("blk.1.post_ffw_norm.weight"), nullptr);
+  const gguf::TensorInfo* qn = f->find_tensor("blk.0.attn_q_norm.weight");
+  const gguf::TensorInfo* kn = f->find_tensor("blk.0.attn_k_norm.weight");
+  ASSERT_TRUE(qn != nullptr && kn != nullptr);
+  EXPECT_EQ(qn->ne[0], 64u);
+  EXPECT_EQ(kn->ne[0], 32u);
+  auto hp = model::HParams::from_gguf(*f);
+  ASSERT_TRUE(hp.ok()) << hp.status().message();
+  EXPECT_TRUE(hp->qk_norm_full && !hp->pre_norms && hp->has_post_norms && !hp->tied_output);
+}
+
 // phi3: the fused matrices kept fused, three quarters of each head rotated, LongRoPE as
 // llama.cpp's phi3 converter writes it (factor tensors, original context, the cos/sin factor
 // sqrt(1 + ln 8 / ln 16) for 128 over 16); what it cannot carry is refused.
