@@ -116,7 +116,6 @@ struct HeadNormOp {
   float eps;
 };
 
-// dst[t] = a[t] + b[t]
 // dst[t] = a[t] + scale * b[t]
 struct AddOp {
   ActId a;

@@ -360,6 +360,11 @@ Expected<HParams> HParams::from_gguf(const gguf::File& f) {
     return bad("a " + h.architecture + " model needs per-head query and key norms; tensor 'blk.0.attn_q_norm.weight' is missing");
   }
   METRO_RETURN_IF_ERROR(read_experts(f, a, h));
+  if (!h.pre_norms && h.is_moe()) {
+    // The router and the experts read the normed stream, which a layer without pre-norms
+    // does not make.
+    return unimplemented(h.architecture + " with experts is not supported");
+  }
   h.has_rope_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;
   return h;
 }
