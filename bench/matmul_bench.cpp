@@ -119,12 +119,12 @@ void register_all() {
     for (int th : {1, 2}) configs.push_back({DType::kQ8_0, kHead, m, th, true, true});
   }
   // The K-quants, on the one shape of the default model whose rows divide into 256-blocks.
-  // Q4_K, Q5_K and Q6_K also row-major, to show what their x8 layout buys.
+  // Each also row-major, to show what its x8 layout buys.
   for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int64_t m : {1, 16}) {
       for (int th : {1, 2}) {
         configs.push_back({t, kShapes[3], m, th, true, true});
-        if (t != DType::kQ2_K && t != DType::kQ3_K) configs.push_back({t, kShapes[3], m, th, false, true});
+        configs.push_back({t, kShapes[3], m, th, false, true});
       }
     }
   }

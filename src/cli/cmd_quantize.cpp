@@ -68,6 +68,10 @@ int cmd_quantize(int argc, char** argv) {
   app.add_option("--imatrix-window", imatrix_window, "tokens per forward window over the calibration text")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  int threads = 0;
+  app.add_option("-t,--threads", threads, "threads quantizing each matrix's rows (0: one per core)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -120,6 +124,7 @@ int cmd_quantize(int argc, char** argv) {
   Progress progress("quantize", model::matrix_bytes(*in));
   model::RequantizeOptions opts;
   if (!imatrix_path.empty()) opts.importance = &importance;
+  opts.threads = threads;
   opts.on_matrix = [&](uint64_t bytes, std::string_view name) { progress.advance(bytes, name); };
   model::RequantizeReport rep;
   const Status st = model::requantize_to_file(*in, out_path, plan, opts, &rep);

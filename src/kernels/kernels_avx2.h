@@ -28,4 +28,8 @@ void tile_q6_k(const MatmulTile& t);
 void tile_q2_k(const MatmulTile& t);
 void tile_q3_k(const MatmulTile& t);
 
+// matmul_k_low_avx2.cpp: Q2_K and Q3_K in the x8 layout.
+void tile_x8_q2_k(const MatmulTile& t);
+void tile_x8_q3_k(const MatmulTile& t);
+
 }  // namespace metro::kernels::avx2

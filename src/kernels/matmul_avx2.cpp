@@ -449,6 +449,8 @@ KernelTable make_table() {
   t.tile_row_major[idx(DType::kQ6_K)] = tile_q6_k;
   t.tile_row_major[idx(DType::kQ2_K)] = tile_q2_k;
   t.tile_row_major[idx(DType::kQ3_K)] = tile_q3_k;
+  t.tile_x8[idx(DType::kQ2_K)] = tile_x8_q2_k;
+  t.tile_x8[idx(DType::kQ3_K)] = tile_x8_q3_k;
   return t;
 }
 

@@ -1,5 +1,6 @@
 // AVX2 kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times Q8_K activations,
-// row-major, and Q4_K, Q5_K and Q6_K in the x8 interleaved layout.
+// row-major, and Q4_K, Q5_K and Q6_K in the x8 interleaved layout (Q2_K and Q3_K's x8
+// kernels: matmul_k_low_avx2.cpp).
 //
 // Per output element, super-block after super-block:
 //   scaled = exact sum over sub-blocks of scale[j] * sum(q * a)   (Q6_K: q - 32, Q3_K: q - 4)
@@ -13,6 +14,7 @@
 
 #include "base/check.h"
 #include "kernels/kernels_avx2.h"
+#include "kernels/matmul_k_x8_avx2.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/repack.h"
 #include "kernels/simd_avx2.h"
@@ -211,25 +213,6 @@ void tile_k(const MatmulTile& t) {
 // act's 32-sums likewise. The integers equal tile_k<4>'s per output and the float steps are
 // the same, so the two layouts give the same bits.
 
-// A sub-block's 8 scale bytes (one per row) as 32-bit lanes holding the byte in both
-// 16-bit halves.
-inline __m256i scale_pairs(const uint8_t* bytes8) {
-  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes8)));
-  return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
-}
-
-// Two sub-blocks' 8 min bytes as 32-bit lanes: sub-block j in the low half, j + 1 high.
-inline __m256i min_pairs(const uint8_t* lo8, const uint8_t* hi8) {
-  const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo8)));
-  const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi8)));
-  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16));
-}
-
-template <class V>
-inline void keep_reg(V& v) {
-  __asm__("" : "+x"(v));
-}
-
 // kQ5: Q5_K, whose fifth bits make 5-bit quants (pair sums <= 7874): its 16-bit sums go to
 // 32 bits every four maddubs instead of eight.
 template <int R, bool kQ5 = false>
@@ -316,19 +299,6 @@ void q4_k_x8_rest(int64_t n, const uint8_t* group, const uint8_t* a, size_t a_st
 // bits from qh word 8h + t; words 0-3 are sub-block 2v, words 4-7 sub-block 2v + 1. Two
 // maddubs of 6-bit quants fill a 16-bit pair sum (<= 32004), so each pair goes through its
 // madd with the lane's scale; the - 32 is taken off with the act 16-sums, as tile_k<6>.
-
-// A sub-block's 8 signed scale bytes as 32-bit lanes holding the scale in both halves.
-inline __m256i signed_scale_pairs(const int8_t* bytes8) {
-  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes8)));
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-}
-
-// Sub-blocks j and j + 1's signed scales as 32-bit lanes: j low, j + 1 high.
-inline __m256i signed_scale_two(const int8_t* lo8, const int8_t* hi8) {
-  const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo8)));
-  const __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi8)));
-  return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
-}
 
 template <int R>
 void q6_k_x8_micro(const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y, size_t y_stride,
@@ -451,31 +421,6 @@ void q6_k_x8_rest(int64_t n, const uint8_t* group, const uint8_t* a, size_t a_st
     } else {
       q6_k_x8_rest<N - 1>(n, group, a, a_stride, nb, y, y_stride, rows, pf);
     }
-  }
-}
-
-// The group loop of the K-quant x8 kernels: 4 act rows per micro tile, the first pass over
-// a group prefetching the next.
-template <void (*kMicro4)(const uint8_t*, const uint8_t*, size_t, int64_t, float*, size_t, int, const uint8_t*),
-          void (*kRest)(int64_t, const uint8_t*, const uint8_t*, size_t, int64_t, float*, size_t, int,
-                        const uint8_t*)>
-void tile_x8_k(const MatmulTile& t) {
-  constexpr int R = 4;
-  const int64_t nb = t.k / kQKK;
-  const int64_t groups = (t.n_rows + kX8Rows - 1) / kX8Rows;
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
-    const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g * kX8Rows));
-    float* yg = t.y + g * kX8Rows;
-    const uint8_t* pf = g + 1 < groups ? group + t.w_stride : nullptr;
-    int64_t i = 0;
-    for (; i + R <= t.n_acts; i += R) {
-      kMicro4(group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb, yg + static_cast<size_t>(i) * t.y_stride,
-              t.y_stride, rows, pf);
-      pf = nullptr;
-    }
-    kRest(t.n_acts - i, group, t.a + static_cast<size_t>(i) * t.a_stride, t.a_stride, nb,
-          yg + static_cast<size_t>(i) * t.y_stride, t.y_stride, rows, pf);
   }
 }
 

@@ -156,6 +156,32 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
       std::memcpy(out, &g, sizeof g);
       return;
     }
+    case DType::kQ2_K: {
+      BlockQ2_Kx8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ2_K>(rows[r], b);
+        g.d[r] = s.d;
+        g.dmin[r] = s.dmin;
+        for (int j = 0; j < 16; ++j) g.scales[8 * j + r] = s.scales[j];
+        interleave_words(s.qs, 16, r, g.qs);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
+    case DType::kQ3_K: {
+      BlockQ3_Kx8 g{};
+      for (int r = 0; r < 8; ++r) {
+        if (!rows[r]) continue;
+        const auto s = load_block<BlockQ3_K>(rows[r], b);
+        g.d[r] = s.d;
+        for (int j = 0; j < 16; ++j) g.scales[8 * j + r] = static_cast<int8_t>(q3_k_scale(s.scales, j));
+        interleave_words(s.hmask, 8, r, g.hmask);
+        interleave_words(s.qs, 16, r, g.qs);
+      }
+      std::memcpy(out, &g, sizeof g);
+      return;
+    }
     default: METRO_CHECK_MSG(false, "repack_x8: no x8 layout for this type");
   }
 }
@@ -164,7 +190,8 @@ void pack_group(DType t, const uint8_t* const rows[8], int64_t b, uint8_t* out) 
 
 bool has_x8_layout(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+         t == DType::kQ8_0 || t == DType::kF16 || t == DType::kQ2_K || t == DType::kQ3_K ||
+         t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
 bool can_repack_x8(DType t, int64_t n_cols) {
@@ -174,6 +201,7 @@ bool can_repack_x8(DType t, int64_t n_cols) {
 size_t x8_block_bytes(DType t) {
   if (t == DType::kQ4_K) return sizeof(BlockQ4_Kx8);
   if (t == DType::kQ5_K) return sizeof(BlockQ5_Kx8);
+  if (t == DType::kQ3_K) return sizeof(BlockQ3_Kx8);
   return static_cast<size_t>(kX8Rows * traits(t).bytes_per_block);
 }
 
@@ -307,6 +335,32 @@ void unpack_x8_block(DType t, const uint8_t* group_block, uint8_t* blocks) {
         for (int j = 0; j < 16; ++j) s.scales[j] = g.scales[8 * j + r];
         deinterleave_words(g.ql, 32, r, s.ql);
         deinterleave_words(g.qh, 16, r, s.qh);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ2_K: {
+      const auto g = load_block<BlockQ2_Kx8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ2_K s;
+        s.d = g.d[r];
+        s.dmin = g.dmin[r];
+        for (int j = 0; j < 16; ++j) s.scales[j] = g.scales[8 * j + r];
+        deinterleave_words(g.qs, 16, r, s.qs);
+        store_block(blocks, r, s);
+      }
+      return;
+    }
+    case DType::kQ3_K: {
+      const auto g = load_block<BlockQ3_Kx8>(group_block, 0);
+      for (int r = 0; r < 8; ++r) {
+        BlockQ3_K s;
+        s.d = g.d[r];
+        int sc[16];
+        for (int j = 0; j < 16; ++j) sc[j] = g.scales[8 * j + r];
+        pack_q3_k_scales(sc, s.scales);
+        deinterleave_words(g.hmask, 8, r, s.hmask);
+        deinterleave_words(g.qs, 16, r, s.qs);
         store_block(blocks, r, s);
       }
       return;

@@ -84,6 +84,27 @@ struct BlockQ6_Kx8 {
   uint8_t qh[512];
 };
 
+// Q2_K: scales[8 * j + r] is row r's GGUF byte of sub-block j (of 16: scale in the low
+// nibble, min in the high one); qs word w (of 16) holds bytes 4w..4w+3 of each row's qs.
+// 672 bytes, the same as 8 x 84.
+struct BlockQ2_Kx8 {
+  uint16_t d[8];
+  uint16_t dmin[8];
+  uint8_t scales[128];
+  uint8_t qs[512];
+};
+
+// Q3_K: scales[8 * j + r] is sub-block j's signed scale (sc - 32) of row r, unpacked from
+// its 6 bits; hmask word t (of 8) and qs word w (of 16) hold bytes 4t..4t+3 (4w..4w+3) of
+// each row's hmask and qs. 912 bytes for 8 x 110.
+struct BlockQ3_Kx8 {
+  uint16_t d[8];
+  int8_t scales[128];
+  uint8_t hmask[256];
+  uint8_t qs[512];
+};
+
+static_assert(sizeof(BlockQ2_Kx8) == 8 * 84 && sizeof(BlockQ3_Kx8) == 912);
 static_assert(sizeof(BlockQ4_0x8) == 8 * 18 && sizeof(BlockQ4_1x8) == 8 * 20);
 static_assert(sizeof(BlockQ6_Kx8) == 8 * 210);
 static_assert(sizeof(BlockQ4_Kx8) == 1184 && sizeof(BlockQ5_Kx8) == 1440);

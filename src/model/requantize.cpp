@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "gguf/writer.h"
 #include "kernels/quant_ref.h"
@@ -185,6 +187,23 @@ uint64_t matrix_bytes(const gguf::File& f) {
 
 namespace {
 
+// Runs fn over [0, rows) split into contiguous ranges, one per thread (threads <= 0: one
+// per core; never more than a range of 8 rows each).
+void parallel_rows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t want = threads > 0 ? threads : cores;
+  const int64_t n = std::clamp<int64_t>(std::min(want, rows / 8), 1, 256);
+  if (n == 1) {
+    fn(0, rows);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(n - 1));
+  for (int64_t i = 1; i < n; ++i) pool.emplace_back(fn, rows * i / n, rows * (i + 1) / n);
+  fn(0, rows / n);
+  for (auto& th : pool) th.join();
+}
+
 // The requantized file's writer: every tensor filled from `in` (which must outlive it) when
 // the file is built or streamed, so that neither the input nor the output is copied whole.
 Expected<gguf::Writer> prepare(const gguf::File& in, const QuantPlan& plan, const RequantizeOptions& options,
@@ -232,21 +251,25 @@ Expected<gguf::Writer> prepare(const gguf::File& in, const QuantPlan& plan, cons
       if (imp != nullptr) ++rep.weighted;
     }
     const kernels::DType from = *src_type;
+    const int threads = options.threads;
     METRO_RETURN_IF_ERROR(w.add_tensor_lazy(
-        t.name, kernels::traits(want).ggml, dims, [ti, from, want, imp, on_matrix](std::span<uint8_t> dst) {
+        t.name, kernels::traits(want).ggml, dims, [ti, from, want, imp, on_matrix, threads](std::span<uint8_t> dst) {
           const int64_t cols = static_cast<int64_t>(ti->ne[0]);
           const int64_t rows = static_cast<int64_t>(ti->ne[1] * (ti->n_dims == 3 ? ti->ne[2] : 1));
           const size_t in_rb = kernels::row_bytes(from, cols), out_rb = kernels::row_bytes(want, cols);
-          std::vector<float> row(static_cast<size_t>(cols));
-          for (int64_t r = 0; r < rows; ++r) {
-            kernels::dequantize_row_ref(from, ti->data + static_cast<size_t>(r) * in_rb, row.data(), cols);
-            uint8_t* out = dst.data() + static_cast<size_t>(r) * out_rb;
-            if (imp != nullptr) {
-              kernels::quantize_row_ref_weighted(want, row.data(), out, cols, imp->data());
-            } else {
-              kernels::quantize_row_ref(want, row.data(), out, cols);
+          auto quantize_rows = [&](int64_t r0, int64_t r1) {
+            std::vector<float> row(static_cast<size_t>(cols));
+            for (int64_t r = r0; r < r1; ++r) {
+              kernels::dequantize_row_ref(from, ti->data + static_cast<size_t>(r) * in_rb, row.data(), cols);
+              uint8_t* out = dst.data() + static_cast<size_t>(r) * out_rb;
+              if (imp != nullptr) {
+                kernels::quantize_row_ref_weighted(want, row.data(), out, cols, imp->data());
+              } else {
+                kernels::quantize_row_ref(want, row.data(), out, cols);
+              }
             }
-          }
+          };
+          parallel_rows(rows, threads, quantize_rows);
           if (on_matrix) on_matrix(ti->n_bytes, ti->name);
           return Status{};
         }));

@@ -65,6 +65,9 @@ struct RequantizeOptions {
   // (kernels::quantize_takes_importance) minimize the importance-weighted error of the
   // matrices it has weights for. Null: unweighted.
   const Importance* importance = nullptr;
+  // Threads quantizing each matrix's rows (0: one per core). Rows are independent, so the
+  // bytes written do not depend on it.
+  int threads = 0;
 };
 
 // The bytes of a GGUF file: `in` with its matrices in the plan's formats (plan.type is the

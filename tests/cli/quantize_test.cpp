@@ -68,6 +68,34 @@ TEST(QuantizeCli, RewritesMatricesAndKeepsEverythingElse) {
   EXPECT_EQ(bad.exit_code, 1);
 }
 
+// Rows quantize on many threads into the same bytes as on one, through the library and
+// through `metro quantize -t`.
+TEST(QuantizeCli, ThreadsDoNotChangeTheBytes) {
+  metro::testing::SyntheticModelSpec spec;
+  spec.matrix_type = kernels::DType::kF16;
+  TempFile in, out;
+  in.write(metro::testing::make_synthetic_model(spec));
+  auto f = gguf::File::open(in.path());
+  ASSERT_TRUE(f.ok());
+  for (kernels::DType t : {kernels::DType::kQ2_K, kernels::DType::kQ3_K, kernels::DType::kQ4_K}) {
+    model::QuantPlan plan;
+    plan.type = t;
+    model::RequantizeOptions one, many;
+    one.threads = 1;
+    many.threads = 3;
+    auto a = model::requantize(*f, plan, one);
+    auto b = model::requantize(*f, plan, many);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(*a == *b) << kernels::dtype_name(t);
+    if (t != kernels::DType::kQ2_K) continue;
+    auto r = run_metro({"quantize", in.path(), out.path(), "--type", "q2_k", "-t", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream got_in(out.path(), std::ios::binary);
+    const std::vector<uint8_t> got((std::istreambuf_iterator<char>(got_in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(got == *a);
+  }
+}
+
 // Writing over the input (the same file by another path too) is refused before any work and
 // leaves it whole; a failed write leaves no file and no temporary behind.
 TEST(QuantizeCli, NeverWritesOverItsInputOrLeavesHalfAFile) {

@@ -18,8 +18,10 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "base/aligned.h"
 #include "base/fp16.h"
@@ -27,6 +29,7 @@
 #include "kernels/kernel_table.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/matmul.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/quant_ref.h"
 
 namespace metro::kernels {
@@ -205,16 +208,66 @@ TEST(Matmul, LayoutAndBatchInvariant) {
   }
 }
 
+// The reference reads every x8 layout (the 32-block formats repacked by the scalar
+// table, the K-quants by the AVX2 one, which alone has their x8 kernels).
 TEST(Matmul, RefReadsRepackedWeights) {
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) {
-    const Problem p = make_problem(t, 13, 96, 3, 5);
-    const Weight wr = make_weight_with(scalar_kernels(), t, p.w.data(), p.n, p.k, false);
-    const Weight wx = make_weight_with(scalar_kernels(), t, p.w.data(), p.n, p.k, true);
-    ASSERT_EQ(wx.layout, kLayoutX8);
+  std::vector<std::pair<DType, const KernelTable*>> cases;
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0}) cases.emplace_back(t, &scalar_kernels());
+  if (avx2_kernels() != nullptr) {
+    for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) cases.emplace_back(t, avx2_kernels());
+  }
+  for (const auto& [t, kt] : cases) {
+    const int64_t k = traits(t).dot_partner == DType::kQ8_K ? 512 : 96;
+    const Problem p = make_problem(t, 13, k, 3, 5);
+    const Weight wr = make_weight_with(*kt, t, p.w.data(), p.n, p.k, false);
+    const Weight wx = make_weight_with(*kt, t, p.w.data(), p.n, p.k, true);
+    ASSERT_EQ(wx.layout, kLayoutX8) << dtype_name(t);
     std::vector<float> a(static_cast<size_t>(p.m * p.n)), b(a.size());
     matmul_ref(wr, p.x.data(), p.m, static_cast<size_t>(p.k), a.data(), static_cast<size_t>(p.n));
     matmul_ref(wx, p.x.data(), p.m, static_cast<size_t>(p.k), b.data(), static_cast<size_t>(p.n));
     EXPECT_TRUE(same_bits(a, b)) << dtype_name(t);
+  }
+}
+
+// K-quant blocks of random bytes (every scale, min, quant and high-bit pattern, scales
+// of both signs) with finite d and dmin: the x8 kernels give the row-major kernels' bits
+// and stay within the references' bounds.
+TEST(Matmul, KQuantX8OnRandomBlockBytes) {
+  const KernelTable* kt = avx2_kernels();
+  if (kt == nullptr) GTEST_SKIP() << "no AVX2";
+  struct Fields {
+    DType t;
+    size_t d, dmin;  // byte offsets in the block; dmin == d: none
+  };
+  const Fields cases[] = {{DType::kQ2_K, offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)},
+                          {DType::kQ3_K, offsetof(BlockQ3_K, d), offsetof(BlockQ3_K, d)},
+                          {DType::kQ4_K, offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)},
+                          {DType::kQ5_K, offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)},
+                          {DType::kQ6_K, offsetof(BlockQ6_K, d), offsetof(BlockQ6_K, d)}};
+  std::mt19937 rng(123);
+  for (const Fields& f : cases) {
+    for (const Shape& s : std::vector<Shape>{{19, 768, 1}, {9, 256, 2}, {24, 512, 7}}) {
+      Problem p{f.t, s.n, s.k, s.m, {}, testing::make_data(Dist::kOutliers, s.m * s.k, 9), {}};
+      p.w.resize(row_bytes(f.t, s.k) * static_cast<size_t>(s.n));
+      for (uint8_t& b : p.w) b = static_cast<uint8_t>(rng());
+      const size_t block = traits(f.t).bytes_per_block;
+      std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+      for (size_t off = 0; off < p.w.size(); off += block) {
+        const uint16_t d = fp32_to_fp16(scale(rng)), dmin = fp32_to_fp16(scale(rng));
+        std::memcpy(&p.w[off + f.d], &d, 2);
+        if (f.dmin != f.d) std::memcpy(&p.w[off + f.dmin], &dmin, 2);
+      }
+      const Weight wr = make_weight_with(*kt, f.t, p.w.data(), p.n, p.k, false);
+      const Weight wx = make_weight_with(*kt, f.t, p.w.data(), p.n, p.k, true);
+      ASSERT_EQ(wx.layout, kLayoutX8) << dtype_name(f.t);
+      const std::string what = std::string(dtype_name(f.t)) + " random bytes n=" + std::to_string(s.n) +
+                               " m=" + std::to_string(s.m);
+      const Result a = run(*kt, wr, p, 1);
+      const Result b = run(*kt, wx, p, 2);
+      ASSERT_TRUE(same_bits(a.y, b.y)) << what;
+      check_against_refs(p, b, what);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
