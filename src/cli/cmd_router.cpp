@@ -37,6 +37,9 @@ int cmd_router(int argc, char** argv) {
   app.add_option("--prefix-block", cfg.prefix.block_bytes, "bytes of prompt text per prefix block (prefix policy)")
       ->check(CLI::Range(16, 65536))
       ->capture_default_str();
+  app.add_option("--kv-events", cfg.kv_events,
+                 "a replica's KV-event endpoint (its `metro serve --kv-events`), tcp://HOST:PORT; one per --upstream, "
+                 "in the same order (prefix policy: match prompts' tokens against what each replica holds)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

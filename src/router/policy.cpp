@@ -95,8 +95,10 @@ void Picker::forget(int r) {
   }
 }
 
-int Picker::pick(const std::vector<ReplicaLoad>& load, const std::vector<uint64_t>& blocks) {
+int Picker::pick(const std::vector<ReplicaLoad>& load, const std::vector<uint64_t>& blocks,
+                 const std::vector<size_t>* held) {
   std::lock_guard lock(mu_);
+  const bool by_events = held != nullptr && std::any_of(held->begin(), held->end(), [](size_t h) { return h > 0; });
   const size_t n = std::min(n_, load.size());
   int best = -1;
   if (policy_ == Policy::kRoundRobin) {
@@ -125,7 +127,9 @@ int Picker::pick(const std::vector<ReplicaLoad>& load, const std::vector<uint64_
     double score = -l;
     if (policy_ == Policy::kPrefix) {
       if (l > bound) continue;
-      score = static_cast<double>(matched_locked(static_cast<int>(r), blocks)) - cfg_.load_penalty * l;
+      const double match = by_events ? static_cast<double>(r < held->size() ? (*held)[r] : 0) / kTokensPerBlock
+                                     : static_cast<double>(matched_locked(static_cast<int>(r), blocks));
+      score = match - cfg_.load_penalty * l;
     }
     if (score > best_score) {
       best_score = score;

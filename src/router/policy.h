@@ -35,6 +35,10 @@ struct ReplicaLoad {
   double waiting = 0.0;   // its metro_requests_waiting, last poll
 };
 
+// About the tokens of a text block of 128 bytes of English: what a held token is worth
+// against the load penalty, which is counted in text blocks.
+inline constexpr double kTokensPerBlock = 32.0;
+
 struct PrefixConfig {
   size_t block_bytes = 128;         // text per block
   size_t max_blocks = 1u << 20;     // block hashes remembered
@@ -52,7 +56,11 @@ class Picker {
   Policy policy() const { return policy_; }
   // The replica for a request whose prompt has these block hashes (any policy); -1 when no
   // replica is healthy. Remembers the choice for later prefixes (prefix policy).
-  int pick(const std::vector<ReplicaLoad>& load, const std::vector<uint64_t>& blocks);
+  // `held`: per replica, the prompt tokens its KV events say its cache holds; when one
+  // holds any, the prefix policy scores by them (kTokensPerBlock to a text block) instead
+  // of what it routed.
+  int pick(const std::vector<ReplicaLoad>& load, const std::vector<uint64_t>& blocks,
+           const std::vector<size_t>* held = nullptr);
   // How many leading blocks replica r is known to hold (prefix policy's view).
   size_t matched(int r, const std::vector<uint64_t>& blocks) const;
   // A replica that left the pool forgets what it held (its cache is gone or unreachable).

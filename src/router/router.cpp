@@ -80,13 +80,18 @@ int connect_to(const std::string& host, uint16_t port, double timeout_s) {
   return fd;
 }
 
-// GET `path` as HTTP/1.0: the status and the body, or status 0.
-std::pair<int, std::string> http_get(const Upstream& u, const std::string& path, double timeout_s) {
+// One HTTP/1.0 exchange: the status and the body, or status 0. `extra`: header lines,
+// each ending in \r\n.
+std::pair<int, std::string> http_call(const Upstream& u, const std::string& method, const std::string& path,
+                                      const std::string& extra, const std::string& body, double timeout_s) {
   const int fd = connect_to(u.host, u.port, timeout_s);
   if (fd < 0) return {0, {}};
   set_timeout(fd, timeout_s);
   std::string out;
-  if (send_all(fd, "GET " + path + " HTTP/1.0\r\nHost: " + u.host + "\r\n\r\n")) {
+  std::string req = method + " " + path + " HTTP/1.0\r\nHost: " + u.host + "\r\n" + extra;
+  if (method == "POST") req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  if (send_all(fd, req)) {
     char buf[16384];
     for (;;) {
       const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
@@ -101,6 +106,10 @@ std::pair<int, std::string> http_get(const Upstream& u, const std::string& path,
   if (out.rfind("HTTP/1.", 0) == 0 && out.size() > 12) status = std::atoi(out.c_str() + 9);
   const size_t b = out.find("\r\n\r\n");
   return {status, b == std::string::npos ? std::string() : out.substr(b + 4)};
+}
+
+std::pair<int, std::string> http_get(const Upstream& u, const std::string& path, double timeout_s) {
+  return http_call(u, "GET", path, "", "", timeout_s);
 }
 
 struct Request {
@@ -277,6 +286,16 @@ Status Router::start() {
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (!cfg_.kv_events.empty()) {
+    if (cfg_.kv_events.size() != replicas_.size()) {
+      return invalid_argument("--kv-events: give one endpoint per --upstream, in the same order (" +
+                              std::to_string(cfg_.kv_events.size()) + " for " + std::to_string(replicas_.size()) + ")");
+    }
+    kv_index_ = std::make_unique<KvIndex>(replicas_.size());
+    auto sub = KvSubscriber::start(cfg_.kv_events, kv_index_.get());
+    if (!sub.ok()) return sub.status();
+    kv_sub_ = std::move(*sub);
+  }
   poll_once();  // the pool as it is now, before the first request
   poller_ = std::thread([this] { poll_loop(); });
   acceptor_ = std::thread([this] { accept_loop(); });
@@ -295,6 +314,7 @@ void Router::stop() {
   }
   cv_.notify_all();
   if (poller_.joinable()) poller_.join();
+  kv_sub_.reset();
   // Connections still open past the drain timeout end when their replica answers or gives
   // up; the process exits without waiting for them.
 }
@@ -406,9 +426,24 @@ void Router::serve(int fd) {
     if (ln == "connection" || ln == "keep-alive" || ln == "host" || ln == "content-length" || ln == "expect") continue;
     out += name + ": " + value + "\r\n";
   }
+  std::vector<size_t> held;  // prompt tokens each replica's cache holds, by its KV events
+  if (kv_index_ && cfg_.policy == Policy::kPrefix && req.method == "POST" && kv_index_->block_size() > 0) {
+    std::string auth;
+    for (const auto& [name, value] : req.headers) {
+      const std::string ln = lower(name);
+      if (ln == "authorization" || ln == "x-api-key") auth += name + ": " + value + "\r\n";
+    }
+    const std::vector<int32_t> tokens = prompt_tokens(req.body, auth);
+    if (!tokens.empty()) {
+      for (size_t k = 0; k < replicas_.size(); ++k) {
+        held.push_back(kv_index_->matched(static_cast<int>(k), tokens) * static_cast<size_t>(kv_index_->block_size()));
+      }
+    }
+  }
   int r = -1, up = -1;
   for (size_t attempt = 0; attempt < replicas_.size() && up < 0; ++attempt) {
-    r = picker_->pick(loads(), blocks);
+    r = picker_->pick(loads(), blocks, held.empty() ? nullptr : &held);
+    if (r >= 0 && !held.empty() && held[static_cast<size_t>(r)] > 0) ++kv_routed_;
     if (r < 0) break;
     Replica& rep = *replicas_[static_cast<size_t>(r)];
     up = connect_to(rep.up.host, rep.up.port, cfg_.connect_timeout_s);
@@ -472,6 +507,39 @@ void Router::serve(int fd) {
   }
 }
 
+std::vector<int32_t> Router::prompt_tokens(const std::string& body, const std::string& auth) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return {};
+  std::vector<int32_t> ids;
+  if (auto p = j.find("prompt"); p != j.end() && p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+    for (const auto& t : *p) {
+      if (!t.is_number_integer()) return {};
+      ids.push_back(t.get<int32_t>());
+    }
+    return ids;  // already token ids
+  }
+  const bool chat = j.contains("messages") && j["messages"].is_array();
+  if (!chat && !(j.contains("prompt") && j["prompt"].is_string())) return {};
+  // Any replica serves the same model; take the healthy ones in turn.
+  const size_t n = replicas_.size();
+  const size_t start = next_tokenizer_.fetch_add(1);
+  for (size_t k = 0; k < n; ++k) {
+    const Replica& rep = *replicas_[(start + k) % n];
+    if (!rep.healthy.load()) continue;
+    const auto [status, text] = http_call(rep.up, "POST", "/tokenize", auth, body, cfg_.connect_timeout_s);
+    if (status != 200) break;
+    const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!a.is_object() || !a.contains("tokens") || !a["tokens"].is_array()) break;
+    for (const auto& t : a["tokens"]) {
+      if (!t.is_number_integer()) return {};
+      ids.push_back(t.get<int32_t>());
+    }
+    return ids;
+  }
+  ++tokenize_failed_;
+  return {};
+}
+
 std::string Router::metrics_text() const {
   metrics::Exposition e;
   for (const auto& r : replicas_) {
@@ -490,6 +558,24 @@ std::string Router::metrics_text() const {
   }
   e.counter("metro_router_no_replica_total", "Requests answered 503: no replica available.", "",
             static_cast<double>(no_replica_.load()));
+  if (kv_index_) {
+    for (size_t k = 0; k < replicas_.size(); ++k) {
+      e.gauge("metro_router_kv_blocks", "Blocks the replica's KV events say its prefix cache holds.",
+              metrics::labels({{"upstream", replicas_[k]->up.url}}), static_cast<double>(kv_index_->blocks(static_cast<int>(k))));
+    }
+    e.counter("metro_router_kv_event_batches_total", "KV-event batches applied.", "",
+              static_cast<double>(kv_sub_ ? kv_sub_->batches() : 0));
+    e.counter("metro_router_kv_event_gaps_total", "Sequence gaps in a replica's KV events (its view cleared).", "",
+              static_cast<double>(kv_sub_ ? kv_sub_->gaps() : 0));
+    e.counter("metro_router_kv_event_bad_total", "KV-event messages that were not an EventBatch (the view cleared).", "",
+              static_cast<double>(kv_sub_ ? kv_sub_->bad() : 0));
+    e.counter("metro_router_kv_events_skipped_total", "Events that could not be placed (an unknown parent, a bad field).",
+              "", static_cast<double>(kv_index_->skipped()));
+    e.counter("metro_router_kv_routed_total", "Requests sent to a replica its KV events say holds part of the prompt.",
+              "", static_cast<double>(kv_routed_.load()));
+    e.counter("metro_router_tokenize_failed_total", "Prompts no replica's /tokenize answered (routed by text).", "",
+              static_cast<double>(tokenize_failed_.load()));
+  }
   e.gauge("metro_router_policy_info", "The routing policy.", metrics::labels({{"policy", policy_name(cfg_.policy)}}), 1);
   return e.text();
 }

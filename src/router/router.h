@@ -12,6 +12,9 @@
 //    that fails twice in a row (or refuses a connection) leaves the pool and forgets its
 //    prefixes, and comes back at its first good answer. /metrics also gives its waiting
 //    requests, which least-load and prefix weigh.
+//  - With --kv-events, the prefix policy reads what each replica's cache holds from its KV
+//    events and matches the prompt's token ids (a replica's /tokenize) against it; when no
+//    replica holds any of the prompt, or events are off, it falls back to what it routed.
 //  - The router's own /health (200 while a replica is healthy, else 503) and /metrics
 //    (metro_router_*).
 // One thread per open client connection (this is a first version: fine for hundreds).
@@ -27,6 +30,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "router/kv_index.h"
+#include "router/kv_subscriber.h"
 #include "router/policy.h"
 
 namespace metro::router {
@@ -50,6 +55,10 @@ struct RouterConfig {
   double upstream_timeout_s = 600.0;  // longest wait for a replica's next bytes
   size_t max_body_bytes = size_t{32} << 20;
   double drain_timeout_s = 30.0;
+  // --kv-events: each replica's KV-event endpoint, in --upstream order (empty: off). With
+  // them the prefix policy matches a prompt's token ids (from a replica's /tokenize)
+  // against what each replica's cache holds (router/kv_index.h).
+  std::vector<std::string> kv_events;
 };
 
 class Router {
@@ -77,10 +86,17 @@ class Router {
   // failure.
   void mark(size_t r, bool ok, bool at_once = false);
   std::string metrics_text() const;
+  // The token ids a replica's /tokenize gives the request's prompt (empty when it has none
+  // or no replica answers); `auth`: the client's credentials, passed on.
+  std::vector<int32_t> prompt_tokens(const std::string& body, const std::string& auth);
 
   RouterConfig cfg_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unique_ptr<Picker> picker_;
+  std::unique_ptr<KvIndex> kv_index_;
+  std::unique_ptr<KvSubscriber> kv_sub_;
+  std::atomic<size_t> next_tokenizer_{0};
+  std::atomic<uint64_t> kv_routed_{0}, tokenize_failed_{0};
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -1,7 +1,5 @@
 #include "server/kv_events_publisher.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -11,74 +9,10 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/msgpack.h"
+#include "base/zmq_lib.h"
 
 namespace metro::server {
 
-// The part of libzmq's C API the publisher uses, resolved from libzmq.so.5. The constants
-// are the library's stable ABI values (zmq.h).
-struct KvEventsPublisher::Zmq {
-  static constexpr int kPub = 1, kRouter = 6;
-  static constexpr int kSndMore = 2, kDontWait = 1;
-  static constexpr int kLinger = 17, kSndHwm = 23, kRcvMore = 13;
-  static constexpr short kPollIn = 1;
-  struct PollItem {
-    void* socket;
-    int fd;
-    short events;
-    short revents;
-  };
-
-  void* lib = nullptr;
-  void* (*ctx_new)() = nullptr;
-  int (*ctx_term)(void*) = nullptr;
-  void* (*socket)(void*, int) = nullptr;
-  int (*close)(void*) = nullptr;
-  int (*setsockopt)(void*, int, const void*, size_t) = nullptr;
-  int (*getsockopt)(void*, int, void*, size_t*) = nullptr;
-  int (*bind)(void*, const char*) = nullptr;
-  int (*connect)(void*, const char*) = nullptr;
-  int (*send)(void*, const void*, size_t, int) = nullptr;
-  int (*recv)(void*, void*, size_t, int) = nullptr;
-  int (*poll)(PollItem*, int, long) = nullptr;
-  int (*errno_)() = nullptr;
-  const char* (*strerror)(int) = nullptr;
-
-  ~Zmq() {
-    if (lib != nullptr) dlclose(lib);
-  }
-  std::string error() const { return strerror(errno_()); }
-
-  static Expected<std::shared_ptr<Zmq>> load() {
-    auto z = std::make_shared<Zmq>();
-    for (const char* name : {"libzmq.so.5", "libzmq.so"}) {
-      z->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (z->lib != nullptr) break;
-    }
-    if (z->lib == nullptr) {
-      return unavailable("--kv-events needs libzmq (Debian: apt-get install libzmq5), which is not installed");
-    }
-    bool ok = true;
-    auto sym = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(z->lib, name));
-      ok = ok && fn != nullptr;
-    };
-    sym(z->ctx_new, "zmq_ctx_new");
-    sym(z->ctx_term, "zmq_ctx_term");
-    sym(z->socket, "zmq_socket");
-    sym(z->close, "zmq_close");
-    sym(z->setsockopt, "zmq_setsockopt");
-    sym(z->getsockopt, "zmq_getsockopt");
-    sym(z->bind, "zmq_bind");
-    sym(z->connect, "zmq_connect");
-    sym(z->send, "zmq_send");
-    sym(z->recv, "zmq_recv");
-    sym(z->poll, "zmq_poll");
-    sym(z->errno_, "zmq_errno");
-    sym(z->strerror, "zmq_strerror");
-    if (!ok) return unavailable("the libzmq found lacks functions --kv-events uses (libzmq 4 is needed)");
-    return z;
-  }
-};
 
 namespace {
 
@@ -193,17 +127,17 @@ Expected<std::shared_ptr<KvEventsPublisher>> KvEventsPublisher::start(const KvEv
   if (config.endpoint.rfind("tcp://", 0) != 0 && config.endpoint.rfind("ipc://", 0) != 0) {
     return invalid_argument("--kv-events takes a ZeroMQ endpoint: tcp://*:PORT to bind, tcp://HOST:PORT to connect");
   }
-  METRO_ASSIGN_OR_RETURN(std::shared_ptr<Zmq> z, Zmq::load());
+  METRO_ASSIGN_OR_RETURN(std::shared_ptr<ZmqLib> z, ZmqLib::load("--kv-events"));
   std::shared_ptr<KvEventsPublisher> p(new KvEventsPublisher());
   p->cfg_ = config;
   p->zmq_ = z;
   p->ctx_ = z->ctx_new();
   if (p->ctx_ == nullptr) return internal_error("zmq_ctx_new failed: " + z->error());
-  p->pub_ = z->socket(p->ctx_, Zmq::kPub);
+  p->pub_ = z->socket(p->ctx_, ZmqLib::kPub);
   if (p->pub_ == nullptr) return internal_error("zmq_socket failed: " + z->error());
   const int hwm = 100000, linger = 0;
-  z->setsockopt(p->pub_, Zmq::kSndHwm, &hwm, sizeof(hwm));
-  z->setsockopt(p->pub_, Zmq::kLinger, &linger, sizeof(linger));
+  z->setsockopt(p->pub_, ZmqLib::kSndHwm, &hwm, sizeof(hwm));
+  z->setsockopt(p->pub_, ZmqLib::kLinger, &linger, sizeof(linger));
   const bool bind = config.endpoint.find('*') != std::string::npos || config.endpoint.find("::") != std::string::npos ||
                     config.endpoint.rfind("ipc://", 0) == 0;
   if ((bind ? z->bind : z->connect)(p->pub_, config.endpoint.c_str()) != 0) {
@@ -211,9 +145,9 @@ Expected<std::shared_ptr<KvEventsPublisher>> KvEventsPublisher::start(const KvEv
                        z->error());
   }
   if (!config.replay_endpoint.empty()) {
-    p->replay_ = z->socket(p->ctx_, Zmq::kRouter);
+    p->replay_ = z->socket(p->ctx_, ZmqLib::kRouter);
     if (p->replay_ == nullptr) return internal_error("zmq_socket failed: " + z->error());
-    z->setsockopt(p->replay_, Zmq::kLinger, &linger, sizeof(linger));
+    z->setsockopt(p->replay_, ZmqLib::kLinger, &linger, sizeof(linger));
     if (z->bind(p->replay_, config.replay_endpoint.c_str()) != 0) {
       return unavailable("--kv-events-replay: cannot bind " + config.replay_endpoint + ": " + z->error());
     }
@@ -269,8 +203,8 @@ void KvEventsPublisher::run() {
     }
     std::string payload = encode_kv_event_batch(next.events, next.ts, next.block_size, cfg_.array_layout);
     const std::string seq = seq_bytes(seq_);
-    zmq_->send(pub_, cfg_.topic.data(), cfg_.topic.size(), Zmq::kSndMore);
-    zmq_->send(pub_, seq.data(), seq.size(), Zmq::kSndMore);
+    zmq_->send(pub_, cfg_.topic.data(), cfg_.topic.size(), ZmqLib::kSndMore);
+    zmq_->send(pub_, seq.data(), seq.size(), ZmqLib::kSndMore);
     zmq_->send(pub_, payload.data(), payload.size(), 0);
     published_.fetch_add(1);
     if (replay_ != nullptr) {
@@ -285,26 +219,26 @@ void KvEventsPublisher::run() {
 // One waiting request, if any: [identity, "", 8-byte start] -> [identity, "", seq, payload]
 // per buffered batch from start, then [identity, "", -1, ""].
 void KvEventsPublisher::serve_replay() {
-  Zmq::PollItem item{replay_, 0, Zmq::kPollIn, 0};
-  if (zmq_->poll(&item, 1, 0) <= 0 || !(item.revents & Zmq::kPollIn)) return;
+  ZmqLib::PollItem item{replay_, 0, ZmqLib::kPollIn, 0};
+  if (zmq_->poll(&item, 1, 0) <= 0 || !(item.revents & ZmqLib::kPollIn)) return;
   std::vector<std::string> parts;
   for (;;) {
     char buf[256];
-    const int n = zmq_->recv(replay_, buf, sizeof(buf), Zmq::kDontWait);
+    const int n = zmq_->recv(replay_, buf, sizeof(buf), ZmqLib::kDontWait);
     if (n < 0) break;
     parts.emplace_back(buf, static_cast<size_t>(std::min<int>(n, static_cast<int>(sizeof(buf)))));
     int more = 0;
     size_t len = sizeof(more);
-    if (zmq_->getsockopt(replay_, Zmq::kRcvMore, &more, &len) != 0 || !more) break;
+    if (zmq_->getsockopt(replay_, ZmqLib::kRcvMore, &more, &len) != 0 || !more) break;
   }
   if (parts.size() != 3 || parts[2].size() != 8) return;  // not a replay request
   int64_t start = 0;
   for (char c : parts[2]) start = static_cast<int64_t>((static_cast<uint64_t>(start) << 8) | static_cast<uint8_t>(c));
   const std::string& id = parts[0];
   auto reply = [&](const std::string& seq, const std::string& payload) {
-    zmq_->send(replay_, id.data(), id.size(), Zmq::kSndMore);
-    zmq_->send(replay_, "", 0, Zmq::kSndMore);
-    zmq_->send(replay_, seq.data(), seq.size(), Zmq::kSndMore);
+    zmq_->send(replay_, id.data(), id.size(), ZmqLib::kSndMore);
+    zmq_->send(replay_, "", 0, ZmqLib::kSndMore);
+    zmq_->send(replay_, seq.data(), seq.size(), ZmqLib::kSndMore);
     zmq_->send(replay_, payload.data(), payload.size(), 0);
   };
   for (const auto& [seq, payload] : sent_) {

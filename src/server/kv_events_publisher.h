@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/zmq_lib.h"
 #include "kv/kv_events.h"
 
 namespace metro::metrics {
@@ -69,13 +70,12 @@ class KvEventsPublisher {
   void export_metrics(metrics::Exposition& e) const;
 
  private:
-  struct Zmq;  // libzmq's functions, resolved at run time
   KvEventsPublisher() = default;
   void run();
   void serve_replay();
 
   KvEventsConfig cfg_;
-  std::shared_ptr<Zmq> zmq_;
+  std::shared_ptr<ZmqLib> zmq_;
   void* ctx_ = nullptr;
   void* pub_ = nullptr;
   void* replay_ = nullptr;

@@ -10,13 +10,16 @@ import time
 import openai
 
 from e2e_util import MetroServer, env_int, metrics, promtool, request, wait_listening
+from webdriver import free_port
 
 
 class RouterProc:
-    def __init__(self, metro, upstreams, policy):
+    def __init__(self, metro, upstreams, policy, kv_events=()):
         cmd = [metro, "router", "--port", "0", "--policy", policy, "--health-period", "0.2"]
         for u in upstreams:
             cmd += ["--upstream", u]
+        for e in kv_events:
+            cmd += ["--kv-events", e]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
         self.port = wait_listening(self.proc, self.lines, 30, "metro router")
@@ -31,9 +34,10 @@ class RouterProc:
             return None
 
 
-def replica(ctx):
+def replica(ctx, extra=()):
     srv = MetroServer(ctx.metro, ctx.model_path, ["--model-name", "m", "--ctx", "1024", "--ctx-total", "8192",
-                                                  "--admission", "off", "-t", "1", "--metrics-compat", "vllm"])
+                                                  "--admission", "off", "-t", "1", "--metrics-compat", "vllm",
+                                                  *extra])
     srv.start()
     srv.wait_ready()
     return srv
@@ -127,4 +131,67 @@ def t_router_over_two_replicas(ctx):
             rep.kill()
 
 
-TESTS = [t_router_over_two_replicas]
+def wait_metric(port, name, pred, timeout=20):
+    deadline = time.time() + timeout
+    value = None
+    while time.time() < deadline:
+        value = metrics(port).get(name, 0)
+        if pred(value):
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{name} stayed at {value}")
+
+
+def t_router_follows_kv_events(ctx):
+    """`metro router --kv-events` (one endpoint per replica's `metro serve --kv-events`): a
+    long system prompt sent straight to one replica, bypassing the router, is routed to
+    that replica afterwards, because its KV events say it holds the prompt's blocks (the
+    router learns the prompt's tokens from a replica's /tokenize); done for each replica
+    in turn, so chance cannot pass it; /metrics shows the view and passes promtool; a
+    wrong count of endpoints is refused."""
+    ports = [free_port(), free_port()]
+    reps = [replica(ctx, ["--kv-events", f"tcp://*:{p}"]) for p in ports]
+    ups = [f"http://127.0.0.1:{r.port}" for r in reps]
+    bad = subprocess.run([ctx.metro, "router", "--port", "0", "--upstream", ups[0], "--upstream", ups[1],
+                          "--kv-events", f"tcp://127.0.0.1:{ports[0]}"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "one endpoint per --upstream" in bad.stderr, bad.stderr
+    router = RouterProc(ctx.metro, ups, "prefix", [f"tcp://127.0.0.1:{p}" for p in ports])
+    try:
+        direct = [openai.OpenAI(base_url=f"{u}/v1", api_key="x", max_retries=0, timeout=120) for u in ups]
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{router.port}/v1", api_key="x", max_retries=0, timeout=120)
+        # A subscriber misses what is published before it joins: publish until the router
+        # has heard from both replicas.
+        deadline = time.time() + 30
+        while time.time() < deadline and metrics(router.port).get("metro_router_kv_event_batches_total", 0) < 2:
+            for d in direct:
+                d.completions.create(model="m", prompt=f"Warm up {time.time()} " * 8, max_tokens=1, temperature=0)
+            time.sleep(0.2)
+        for target in (1, 0):
+            system = f"You are assistant number {target} of a shipping firm; answer in one word. " * 10
+            blocks_name = f'metro_router_kv_blocks{{upstream="{ups[target]}"}}'
+            held = metrics(router.port).get(blocks_name, 0)
+            direct[target].chat.completions.create(model="m", max_tokens=2, temperature=0, messages=[
+                {"role": "system", "content": system}, {"role": "user", "content": "First?"}])
+            wait_metric(router.port, blocks_name, lambda v, h=held: v >= h + 8)
+            before = routed(router.port)
+            kv_before = metrics(router.port).get("metro_router_kv_routed_total", 0)
+            for i in range(3):
+                client.chat.completions.create(model="m", max_tokens=2, temperature=0, messages=[
+                    {"role": "system", "content": system}, {"role": "user", "content": f"Question {i}?"}])
+            after = routed(router.port)
+            key = f'metro_router_requests_total{{upstream="{ups[target]}"}}'
+            assert after[key] - before.get(key, 0) == 3, (target, before, after)
+            assert metrics(router.port)["metro_router_kv_routed_total"] - kv_before == 3
+        m = metrics(router.port)
+        assert m.get("metro_router_tokenize_failed_total", 0) == 0, m
+        promtool("check", "metrics", stdin=request(router.port, "GET", "/metrics")[2])
+        held = [int(m['metro_router_kv_blocks{upstream="' + u + '"}']) for u in ups]
+        ctx.note(f"router --kv-events: {int(m['metro_router_kv_event_batches_total'])} batches, blocks held {held}")
+        assert router.stop() == 0, "".join(router.lines[-5:])
+    finally:
+        router.proc.kill()
+        for rep in reps:
+            rep.kill()
+
+
+TESTS = [t_router_over_two_replicas, t_router_follows_kv_events]
