@@ -2,7 +2,8 @@
 """`metro router` policies on a shared-prefix workload (docs/benchmarks.md, "Router").
 
     python3 bench/router_prefix.py --metro build/bin/metro \
-        --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--requests 96] [--policies prefix,round-robin]
+        --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--requests 96] [--policies prefix,round-robin] \
+        [--routers 2] [--policies prefix,prefix+events,round-robin]
 
 Two replicas (`metro serve -t 1` each: the two cores split between them) behind a router per
 policy, fresh for each. The workload: 8 long system prompts (about 1,000 tokens each) and
@@ -12,12 +13,18 @@ about half of the prompts: a policy that sends a prompt's requests to the replic
 holds it computes each prompt about once; one that spreads them makes both replicas cycle
 through all eight, evicting and computing them again. Reports output tokens/s over the run
 and TTFT p50 / p99 per policy.
+
+`--routers N` puts N routers in front of the same two replicas (a highly available pair, say),
+the clients' requests alternating between them: each router alone knows only what it routed.
+The policy `prefix+events` is `prefix` with every router reading both replicas' KV events
+(`metro serve --kv-events`, `metro router --kv-events`), so each sees what the others sent.
 """
 import argparse
 import concurrent.futures
 import json
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -66,6 +73,12 @@ def stream_chat(port, messages, max_tokens):
     return ttft or (time.perf_counter() - t0), n
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -79,6 +92,7 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--policies", default="prefix,round-robin")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--routers", type=int, default=1, help="routers in front of the replicas, used in turn")
     ap.add_argument("--ctx-total", type=int, default=6144,
                     help="each replica's KV budget in tokens: by default about half of the 8 prompts fit, as "
                          "when a fleet's working set exceeds one replica's cache")
@@ -90,29 +104,36 @@ def main():
         for i in range(60))) for t in topics]
     rng = random.Random(args.seed)
     work = [(rng.randrange(8), rng.randrange(12)) for _ in range(args.requests)]
-    for policy in args.policies.split(","):
+    for name in args.policies.split(","):
+        policy, events = name.removesuffix("+events"), name.endswith("+events")
+        ev_ports = [free_port() for _ in range(2)] if events else []
         reps = [start([args.metro, "serve", "-m", args.model, "--model-name", "m", "--port", "0", "-t", "1",
-                       "--ctx", "2048", "--ctx-total", str(args.ctx_total), "--admission", "off"],
-                      r"listening on http://[\d.]+:(\d+)") for _ in range(2)]
+                       "--ctx", "2048", "--ctx-total", str(args.ctx_total), "--admission", "off"] +
+                      (["--kv-events", f"tcp://*:{ev_ports[k]}"] if events else []),
+                      r"listening on http://[\d.]+:(\d+)") for k in range(2)]
         for _, port in reps:
             ready(port)
-        router, rport = start([args.metro, "router", "--port", "0", "--policy", policy] +
-                              sum([["--upstream", f"http://127.0.0.1:{p}"] for _, p in reps], []),
-                              r"listening on http://[\d.]+:(\d+)")
+        routers = [start([args.metro, "router", "--port", "0", "--policy", policy] +
+                         sum([["--upstream", f"http://127.0.0.1:{p}"] for _, p in reps], []) +
+                         sum([["--kv-events", f"tcp://127.0.0.1:{e}"] for e in ev_ports], []),
+                         r"listening on http://[\d.]+:(\d+)") for _ in range(args.routers)]
+        if events:
+            time.sleep(1)  # the subscribers join before the first store
         try:
             t0 = time.time()
             with concurrent.futures.ThreadPoolExecutor(args.clients) as ex:
-                out = list(ex.map(lambda w: stream_chat(rport, [
-                    {"role": "system", "content": systems[w[0]]},
-                    {"role": "user", "content": f"Question {w[1]}: what applies here?"}], 32), work))
+                out = list(ex.map(lambda iw: stream_chat(routers[iw[0] % len(routers)][1], [
+                    {"role": "system", "content": systems[iw[1][0]]},
+                    {"role": "user", "content": f"Question {iw[1][1]}: what applies here?"}], 32), enumerate(work)))
             wall = time.time() - t0
         finally:
-            router.kill()
+            for r, _ in routers:
+                r.kill()
             for p, _ in reps:
                 p.kill()
         tok = sum(n for _, n in out)
         ttfts = [t for t, _ in out]
-        print(f"{policy:12s} {len(work)} requests in {wall:.1f} s: {tok / wall:.1f} output tok/s, "
+        print(f"{name:14s} {len(work)} requests in {wall:.1f} s: {tok / wall:.1f} output tok/s, "
               f"TTFT p50 {pct(ttfts, 0.5):.2f} s p99 {pct(ttfts, 0.99):.2f} s", flush=True)
 
 
