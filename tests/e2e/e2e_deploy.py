@@ -113,8 +113,9 @@ def t_deploy_files(t):
 
 
 def t_router_deploy_files(t):
-    """deploy/k8s/router.yaml and inferencepool.yaml: the router's --upstream list names
-    exactly the StatefulSet's pods through its headless Service, every flag is one the
+    """deploy/k8s/router.yaml and inferencepool.yaml: the router's --upstream and
+    --kv-events lists name exactly the StatefulSet's pods through its headless Service
+    (the events on the port each replica publishes), every flag is one the
     command takes, the Services and the pool select the pods they mean."""
     serve_flags = _serve_flags(t.metro)
     router_flags = _serve_flags(t.metro, "router")
@@ -147,6 +148,12 @@ def t_router_deploy_files(t):
     name, svc = sts["metadata"]["name"], headless["metadata"]["name"]
     want = [f"http://{name}-{i}.{svc}:{port}" for i in range(sts["spec"]["replicas"])]
     assert upstreams == want, (upstreams, want)
+    # Its KV-event subscriptions: each replica's published port, in --upstream order.
+    ev_port = int(c["args"][c["args"].index("--kv-events") + 1].rsplit(":", 1)[1])
+    assert {"name": "kv-events", "containerPort": ev_port} in c["ports"], c["ports"]
+    assert any(p["port"] == ev_port for p in headless["spec"]["ports"]), headless["spec"]["ports"]
+    events = [args[i + 1] for i, a in enumerate(args) if a == "--kv-events"]
+    assert events == [f"tcp://{name}-{i}.{svc}:{ev_port}" for i in range(sts["spec"]["replicas"])], events
     assert "tcpSocket" in rc["livenessProbe"], "the router's /health is 503 without replicas: not a liveness check"
     assert rc["readinessProbe"]["httpGet"]["path"] == "/health"
     r_port = int(args[args.index("--port") + 1])
