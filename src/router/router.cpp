@@ -1,5 +1,7 @@
 #include "router/router.h"
 
+#include <algorithm>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -526,7 +528,9 @@ std::vector<int32_t> Router::prompt_tokens(const std::string& body, const std::s
   for (size_t k = 0; k < n; ++k) {
     const Replica& rep = *replicas_[(start + k) % n];
     if (!rep.healthy.load()) continue;
-    const auto [status, text] = http_call(rep.up, "POST", "/tokenize", auth, body, cfg_.connect_timeout_s);
+    // A replica too busy to tokenize within half a second would delay every request:
+    // the prompt is routed by its text instead.
+    const auto [status, text] = http_call(rep.up, "POST", "/tokenize", auth, body, std::min(0.5, cfg_.connect_timeout_s));
     if (status != 200) break;
     const nlohmann::json a = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!a.is_object() || !a.contains("tokens") || !a["tokens"].is_array()) break;
