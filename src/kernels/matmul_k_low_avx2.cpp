@@ -10,11 +10,13 @@
 // unsigned (0..7) and the - 4 comes off with the 16-sums, as tile_k<3> does. The integers
 // equal the row-major kernels' per output and the float steps are the same, so both
 // layouts give the same bits.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <utility>
 
+#include "base/check.h"
 #include "kernels/kernels_avx2.h"
 #include "kernels/matmul_k_x8_avx2.h"
 
@@ -162,6 +164,39 @@ struct LowK {
     }
   }
 
+  // A super-block's integer sums to the rows' float accumulators: the sub-block side terms
+  // (Q3_K's - 4 per quant, Q2_K's mins) against the act's 16-sums, then the scales.
+  template <int R>
+  static void finish_block(const uint8_t* gb, const uint8_t* const* ab, __m256i (*isum)[R], float (*acc)[8]) {
+    const __m256 d8 = load_f16x8(gb + offsetof(G, d));
+    // Per pair of sub-blocks (2q, 2q + 1), once for every act row: Q3_K's scales, Q2_K's mins.
+    __m256i pairs[8];
+    #pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) pairs[q] = side_pair<kQ3>(scale_bytes(gb + offsetof(G, scales) + 16 * q));
+    #pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const __m256i sums = _mm256_add_epi32(isum[0][i], _mm256_srai_epi32(isum[1][i], 2));
+      // The act's 16-sums j and j + 1 are one little-endian 32-bit word: a madd pair.
+      const uint8_t* bsums = ab[i] + offsetof(BlockQ8_K, bsums);
+      __m256i side = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) side = _mm256_add_epi32(side, _mm256_madd_epi16(pairs[q], bcast_i32(bsums + 4 * q)));
+      float da;
+      std::memcpy(&da, ab[i] + offsetof(BlockQ8_K, d), 4);
+      const __m256 vda = _mm256_set1_ps(da);
+      __m256 r;
+      if constexpr (kQ3) {
+        const __m256i scaled = _mm256_sub_epi32(sums, _mm256_slli_epi32(side, 2));
+        r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled), _mm256_mul_ps(d8, vda), _mm256_load_ps(acc[i]));
+      } else {
+        const __m256 dm8 = load_f16x8(gb + offsetof(G, dmin));
+        r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d8, vda), _mm256_load_ps(acc[i]));
+        r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(side), _mm256_mul_ps(dm8, vda), r);
+      }
+      _mm256_store_ps(acc[i], r);
+    }
+  }
+
   template <int R>
   static void run(const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t nb, float* y, size_t y_stride,
                   int rows, const uint8_t* pf) {
@@ -186,42 +221,118 @@ struct LowK {
           (vector_sums<V, R>(gb, ab, isum), ...);
         }(std::make_integer_sequence<int, 8>{});
       }
-      const __m256 d8 = load_f16x8(gb + offsetof(G, d));
-      // Per pair of sub-blocks (2q, 2q + 1), once for every act row: Q3_K's scales, Q2_K's mins.
-      __m256i pairs[8];
-      #pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) pairs[q] = side_pair<kQ3>(scale_bytes(gb + offsetof(G, scales) + 16 * q));
-      #pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        const __m256i sums = _mm256_add_epi32(isum[0][i], _mm256_srai_epi32(isum[1][i], 2));
-        // The act's 16-sums j and j + 1 are one little-endian 32-bit word: a madd pair.
-        const uint8_t* bsums = ab[i] + offsetof(BlockQ8_K, bsums);
-        __m256i side = _mm256_setzero_si256();
-        #pragma GCC unroll 8
-        for (int q = 0; q < 8; ++q) side = _mm256_add_epi32(side, _mm256_madd_epi16(pairs[q], bcast_i32(bsums + 4 * q)));
-        float da;
-        std::memcpy(&da, ab[i] + offsetof(BlockQ8_K, d), 4);
-        const __m256 vda = _mm256_set1_ps(da);
-        __m256 r;
-        if constexpr (kQ3) {
-          const __m256i scaled = _mm256_sub_epi32(sums, _mm256_slli_epi32(side, 2));
-          r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(scaled), _mm256_mul_ps(d8, vda), _mm256_load_ps(acc[i]));
-        } else {
-          const __m256 dm8 = load_f16x8(gb + offsetof(G, dmin));
-          r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(d8, vda), _mm256_load_ps(acc[i]));
-          r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(side), _mm256_mul_ps(dm8, vda), r);
-        }
-        _mm256_store_ps(acc[i], r);
-      }
+      finish_block<R>(gb, ab, isum, acc);
     }
     #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) store_lanes(y + static_cast<size_t>(i) * y_stride, _mm256_load_ps(acc[i]), rows);
+  }
+  // Vector V's quants for all 8 words of a super-block.
+  template <int V>
+  static void unpack_vector(const uint8_t* gb, __m256i* out) {
+    constexpr int kH = V / 4, kS = V % 4;
+    for (int t = 0; t < 8; ++t) {
+      const __m256i hm = kQ3 ? load256(gb + offsetof(BlockQ3_Kx8, hmask) + 32 * t) : _mm256_setzero_si256();
+      _mm256_store_si256(out + t, quants<kH, kS>(load256(gb + offsetof(G, qs) + 32 * (8 * kH + t)), hm));
+    }
+  }
+
+  // R act rows against a super-block unpacked by unpack_vector (q[8 * v + t]).
+  template <int R>
+  static void tile_sums(const __m256i* q, const __m256i* sc, const uint8_t* const* ab, __m256i (*isum)[R]) {
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+#pragma GCC unroll 8
+      for (int half = 0; half < 2; ++half) {
+        __m256i p[R];
+#pragma GCC unroll 8
+        for (int u = 0; u < 4; ++u) {
+          const int t = 4 * half + u;
+          const __m256i qv = _mm256_load_si256(q + 8 * v + t);
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i) {
+            const __m256i x = _mm256_maddubs_epi16(qv, bcast_i32(ab[i] + kActQs + 32 * v + 4 * t));
+            p[i] = u == 0 ? x : _mm256_add_epi16(p[i], x);
+            keep_reg(p[i]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) isum[v % 2][i] = _mm256_add_epi32(isum[v % 2][i], _mm256_madd_epi16(p[i], sc[2 * v + half]));
+      }
+    }
+  }
+
+  template <int R>
+  static void rows_block(const __m256i* q, const __m256i* sc, const uint8_t* gb, const uint8_t* a, size_t a_stride,
+                         int64_t b, float (*acc)[8]) {
+    const uint8_t* ab[R];
+    for (int i = 0; i < R; ++i) ab[i] = a + static_cast<size_t>(i) * a_stride + static_cast<size_t>(b) * sizeof(BlockQ8_K);
+    __m256i isum[2][R];
+    for (int i = 0; i < R; ++i) isum[0][i] = isum[1][i] = _mm256_setzero_si256();
+    tile_sums<R>(q, sc, ab, isum);
+    finish_block<R>(gb, ab, isum, acc);
+  }
+
+  // Many act rows (a group of 8 weight rows; Q3_K): each super-block is unpacked once (2 KiB
+  // of quants) and every act tile reads it, instead of each 4-row tile building every field
+  // again. Per row the same integer sums and the same float steps in the same order as run.
+  static void run_many(const uint8_t* group, const uint8_t* a, size_t a_stride, int64_t n_acts, int64_t nb, float* y,
+                       size_t y_stride, int rows, const uint8_t* pf) {
+    constexpr int64_t kS = static_cast<int64_t>(sizeof(G));
+    alignas(32) float acc[kMaxTileActs][8];
+    for (int64_t i = 0; i < n_acts; ++i) _mm256_store_ps(acc[i], _mm256_setzero_ps());
+    alignas(32) __m256i q[64];
+    __m256i sc[16];
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_group_block(pf, b, kS);
+      const uint8_t* gb = group + b * kS;
+      [&]<int... V>(std::integer_sequence<int, V...>) {
+        (unpack_vector<V>(gb, q + 8 * V), ...);
+      }(std::make_integer_sequence<int, 8>{});
+      for (int v = 0; v < 8; ++v) {
+        const __m256i bytes = scale_bytes(gb + offsetof(G, scales) + 16 * v);
+        sc[2 * v] = scale_pair<kQ3>(bytes, 0);
+        sc[2 * v + 1] = scale_pair<kQ3>(bytes, 1);
+      }
+      int64_t i = 0;
+      for (; i + 4 <= n_acts; i += 4) rows_block<4>(q, sc, gb, a + static_cast<size_t>(i) * a_stride, a_stride, b, acc + i);
+      const uint8_t* ai = a + static_cast<size_t>(i) * a_stride;
+      if (n_acts - i == 3) rows_block<3>(q, sc, gb, ai, a_stride, b, acc + i);
+      if (n_acts - i == 2) rows_block<2>(q, sc, gb, ai, a_stride, b, acc + i);
+      if (n_acts - i == 1) rows_block<1>(q, sc, gb, ai, a_stride, b, acc + i);
+    }
+    for (int64_t i = 0; i < n_acts; ++i) store_lanes(y + static_cast<size_t>(i) * y_stride, _mm256_load_ps(acc[i]), rows);
   }
 };
 
 }  // namespace
 
-void tile_x8_q2_k(const MatmulTile& t) { tile_x8_k<LowK<false>::run<4>, x8_rest<LowK<false>, 3>>(t); }
-void tile_x8_q3_k(const MatmulTile& t) { tile_x8_k<LowK<true>::run<4>, x8_rest<LowK<true>, 3>>(t); }
+namespace {
+
+// From this many act rows a Q3_K tile unpacks each super-block once for all of them (its
+// third bits make a field dear to build: prefill 1.2x on a 1.1B model). Q2_K's fields cost
+// a mask or two, less than storing and loading them again: it keeps building them per tile.
+constexpr int64_t kManyActs = 8;
+
+template <bool kQ3>
+void tile_low_k(const MatmulTile& t) {
+  if (!kQ3 || t.n_acts < kManyActs) {
+    tile_x8_k<LowK<kQ3>::template run<4>, x8_rest<LowK<kQ3>, 3>>(t);
+    return;
+  }
+  METRO_CHECK(t.n_acts <= kMaxTileActs);
+  const int64_t nb = t.k / kQKK;
+  const int64_t groups = (t.n_rows + kX8Rows - 1) / kX8Rows;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* group = t.w + static_cast<size_t>(g) * t.w_stride;
+    const int rows = static_cast<int>(std::min<int64_t>(kX8Rows, t.n_rows - g * kX8Rows));
+    LowK<kQ3>::run_many(group, t.a, t.a_stride, t.n_acts, nb, t.y + g * kX8Rows, t.y_stride, rows,
+                        g + 1 < groups ? group + t.w_stride : nullptr);
+  }
+}
+
+}  // namespace
+
+void tile_x8_q2_k(const MatmulTile& t) { tile_low_k<false>(t); }
+void tile_x8_q3_k(const MatmulTile& t) { tile_low_k<true>(t); }
 
 }  // namespace metro::kernels::avx2

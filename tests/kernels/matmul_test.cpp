@@ -246,7 +246,7 @@ TEST(Matmul, KQuantX8OnRandomBlockBytes) {
                           {DType::kQ6_K, offsetof(BlockQ6_K, d), offsetof(BlockQ6_K, d)}};
   std::mt19937 rng(123);
   for (const Fields& f : cases) {
-    for (const Shape& s : std::vector<Shape>{{19, 768, 1}, {9, 256, 2}, {24, 512, 7}}) {
+    for (const Shape& s : std::vector<Shape>{{19, 768, 1}, {9, 256, 2}, {24, 512, 7}, {13, 512, 19}}) {
       Problem p{f.t, s.n, s.k, s.m, {}, testing::make_data(Dist::kOutliers, s.m * s.k, 9), {}};
       p.w.resize(row_bytes(f.t, s.k) * static_cast<size_t>(s.n));
       for (uint8_t& b : p.w) b = static_cast<uint8_t>(rng());
