@@ -18,13 +18,18 @@ and TTFT p50 / p99 per policy.
 the clients' requests alternating between them: each router alone knows only what it routed.
 The policy `prefix+events` is `prefix` with every router reading both replicas' KV events
 (`metro serve --kv-events`, `metro router --kv-events`), so each sees what the others sent.
+The policy `nginx` puts nginx (Debian's, `apt-get install nginx-light`; a peer, not a
+dependency) in front of the same replicas instead: its default round-robin upstream,
+responses unbuffered so that streams pass as they come.
 """
 import argparse
 import concurrent.futures
 import json
 import random
 import re
+import os
 import socket
+import tempfile
 import subprocess
 import sys
 import threading
@@ -79,6 +84,32 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_nginx(ports):
+    """nginx on a free port proxying round-robin to the replicas; returns (process, port)."""
+    d = tempfile.mkdtemp(prefix="router_prefix_nginx")
+    port = free_port()
+    servers = "".join(f"server 127.0.0.1:{p};" for p in ports)
+    conf = (f"pid {d}/nginx.pid; error_log stderr; worker_processes 1; events {{ worker_connections 1024; }}"
+            f"http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};"
+            f" upstream replicas {{ {servers} }}"
+            f" server {{ listen 127.0.0.1:{port}; client_max_body_size 32m;"
+            f" location / {{ proxy_pass http://replicas; proxy_http_version 1.1; proxy_buffering off;"
+            f" proxy_read_timeout 600s; }} }} }}")
+    path = os.path.join(d, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    p = subprocess.Popen(["nginx", "-c", path, "-p", d, "-g", "daemon off;"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return p, port
+        except OSError:
+            time.sleep(0.05)
+    sys.exit("nginx did not start")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -113,10 +144,13 @@ def main():
                       r"listening on http://[\d.]+:(\d+)") for k in range(2)]
         for _, port in reps:
             ready(port)
-        routers = [start([args.metro, "router", "--port", "0", "--policy", policy] +
-                         sum([["--upstream", f"http://127.0.0.1:{p}"] for _, p in reps], []) +
-                         sum([["--kv-events", f"tcp://127.0.0.1:{e}"] for e in ev_ports], []),
-                         r"listening on http://[\d.]+:(\d+)") for _ in range(args.routers)]
+        if policy == "nginx":
+            routers = [start_nginx([p for _, p in reps]) for _ in range(args.routers)]
+        else:
+            routers = [start([args.metro, "router", "--port", "0", "--policy", policy] +
+                             sum([["--upstream", f"http://127.0.0.1:{p}"] for _, p in reps], []) +
+                             sum([["--kv-events", f"tcp://127.0.0.1:{e}"] for e in ev_ports], []),
+                             r"listening on http://[\d.]+:(\d+)") for _ in range(args.routers)]
         if events:
             time.sleep(1)  # the subscribers join before the first store
         try:
