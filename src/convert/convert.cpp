@@ -157,9 +157,12 @@ void write_values(const std::vector<float>& v, DType t, int64_t cols, std::span<
   } else {
     const size_t rb = kernels::row_bytes(t, cols);
     const int64_t rows = static_cast<int64_t>(v.size()) / cols;
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::quantize_row_ref(t, v.data() + static_cast<size_t>(r * cols), dst.data() + static_cast<size_t>(r) * rb, cols);
-    }
+    model::parallel_rows(rows, 0, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        kernels::quantize_row_ref(t, v.data() + static_cast<size_t>(r * cols), dst.data() + static_cast<size_t>(r) * rb,
+                                  cols);
+      }
+    });
   }
 }
 

@@ -187,23 +187,6 @@ uint64_t matrix_bytes(const gguf::File& f) {
 
 namespace {
 
-// Runs fn over [0, rows) split into contiguous ranges, one per thread (threads <= 0: one
-// per core; never more than a range of 8 rows each).
-void parallel_rows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& fn) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t want = threads > 0 ? threads : cores;
-  const int64_t n = std::clamp<int64_t>(std::min(want, rows / 8), 1, 256);
-  if (n == 1) {
-    fn(0, rows);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(n - 1));
-  for (int64_t i = 1; i < n; ++i) pool.emplace_back(fn, rows * i / n, rows * (i + 1) / n);
-  fn(0, rows / n);
-  for (auto& th : pool) th.join();
-}
-
 // The requantized file's writer: every tensor filled from `in` (which must outlive it) when
 // the file is built or streamed, so that neither the input nor the output is copied whole.
 Expected<gguf::Writer> prepare(const gguf::File& in, const QuantPlan& plan, const RequantizeOptions& options,
@@ -283,6 +266,21 @@ Expected<gguf::Writer> prepare(const gguf::File& in, const QuantPlan& plan, cons
 }
 
 }  // namespace
+
+void parallel_rows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t want = threads > 0 ? threads : cores;
+  const int64_t n = std::clamp<int64_t>(std::min(want, rows / 8), 1, 256);
+  if (n == 1) {
+    fn(0, rows);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(n - 1));
+  for (int64_t i = 1; i < n; ++i) pool.emplace_back(fn, rows * i / n, rows * (i + 1) / n);
+  fn(0, rows / n);
+  for (auto& th : pool) th.join();
+}
 
 Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan& plan,
                                           const RequantizeOptions& options, RequantizeReport* report) {

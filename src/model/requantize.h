@@ -70,6 +70,10 @@ struct RequantizeOptions {
   int threads = 0;
 };
 
+// Runs fn over [0, rows) split into contiguous ranges, one per thread (threads <= 0: one
+// per core; never a range under 8 rows). For row-independent work such as quantizing.
+void parallel_rows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& fn);
+
 // The bytes of a GGUF file: `in` with its matrices in the plan's formats (plan.type is the
 // default; without one, matrices the plan does not name are kept).
 Expected<std::vector<uint8_t>> requantize(const gguf::File& in, const QuantPlan& plan,
